@@ -1,0 +1,90 @@
+import { z } from 'zod';
+import path from 'node:path';
+
+const bool = z
+  .enum(['true', 'false', '1', '0', 'yes', 'no', 'on', 'off'])
+  .transform((v) => ['true', '1', 'yes', 'on'].includes(v));
+const port = z.coerce.number().int().min(0).max(65535);
+const positiveInt = z.coerce.number().int().positive();
+const url = z.url();
+const csv = z
+  .string()
+  .transform((v) => v.split(',').map((s) => s.trim()).filter(Boolean));
+
+/**
+ * Every setting of the gateway is an environment variable, parsed here and nowhere else.
+ * Defaults serve the embedded mode (`npm start` on a fresh machine). README lists them all.
+ */
+export const configSchema = z.object({
+  NODE_ID: z.string().min(1).optional().describe('Name of this gateway node (default: hostname-pid)'),
+  HTTP_HOST: z.string().default('0.0.0.0'),
+  HTTP_PORT: port.default(8080),
+  MQTT_HOST: z.string().default('0.0.0.0'),
+  MQTT_PORT: port.default(8883),
+  MQTT_PUBLIC_HOST: z.string().default('localhost'),
+  MQTT_PUBLIC_PORT: port.optional(),
+  DATA_DIR: z.string().default('./data'),
+  CERTS_DIR: z.string().default('./certs'),
+  DATABASE_URL: url.optional(),
+  DATABASE_POOL_SIZE: positiveInt.default(10),
+  EMBEDDED_PG_PORT: port.default(5433),
+  REDIS_URL: url.optional(),
+  PUBLIC_BASE_URL: url.optional(),
+  CONSOLE_BASE_URL: url.optional(),
+  OIDC_ISSUERS: csv.default([]),
+  OIDC_AUDIENCE: z.string().optional(),
+  DEV_ISSUER: bool.optional(),
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  LOG_PRETTY: bool.optional(),
+  BODY_LIMIT_BYTES: positiveInt.default(1024 * 1024),
+  SHUTDOWN_TIMEOUT_MS: positiveInt.default(10_000),
+  ENROLLMENT_TOKEN_TTL: positiveInt.default(24 * 3600).describe('seconds'),
+  DEVICE_CERT_DAYS: positiveInt.default(365),
+  CRL_REFRESH_SECONDS: positiveInt.default(60),
+  INTERNAL_CIDRS: csv.default(['127.0.0.0/8', '::1/128', '10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16', 'fc00::/7']),
+  NOTIFY_AUTHZ_URL: url.optional(),
+  SMTP_URL: z.string().optional(),
+  MAIL_FROM: z.string().default('Device Gateway <gateway@localhost>'),
+  SSE_HEARTBEAT_SECONDS: positiveInt.default(25),
+  COMMAND_TIMEOUT_MS: positiveInt.default(10_000),
+  JOBS: bool.default(true),
+});
+
+export type RawConfig = z.infer<typeof configSchema>;
+
+export interface Config extends Omit<RawConfig, 'PUBLIC_BASE_URL' | 'CONSOLE_BASE_URL' | 'DEV_ISSUER' | 'NODE_ID'> {
+  NODE_ID: string;
+  PUBLIC_BASE_URL: string;
+  CONSOLE_BASE_URL: string;
+  DEV_ISSUER: boolean;
+  /** true when no DATABASE_URL is given: the gateway runs its own PostgreSQL */
+  embeddedDatabase: boolean;
+}
+
+export class ConfigError extends Error {}
+
+/** Parses the environment; a bad value throws a ConfigError naming the variable. */
+export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
+  const input: Record<string, string> = {};
+  for (const key of Object.keys(configSchema.shape)) {
+    const value = env[key];
+    if (value !== undefined && value !== '') input[key] = value;
+  }
+  const parsed = configSchema.safeParse(input);
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((i) => `  ${i.path.join('.')}=${JSON.stringify(input[String(i.path[0])] ?? '')}: ${i.message}`);
+    throw new ConfigError(`invalid configuration:\n${lines.join('\n')}`);
+  }
+  const raw = parsed.data;
+  const publicBase = (raw.PUBLIC_BASE_URL ?? `http://localhost:${raw.HTTP_PORT}`).replace(/\/$/, '');
+  return {
+    ...raw,
+    NODE_ID: raw.NODE_ID ?? `${process.env.HOSTNAME ?? 'node'}-${process.pid}`,
+    DATA_DIR: path.resolve(raw.DATA_DIR),
+    CERTS_DIR: path.resolve(raw.CERTS_DIR),
+    PUBLIC_BASE_URL: publicBase,
+    CONSOLE_BASE_URL: (raw.CONSOLE_BASE_URL ?? `${publicBase}/console`).replace(/\/$/, ''),
+    DEV_ISSUER: raw.DEV_ISSUER ?? raw.OIDC_ISSUERS.length === 0,
+    embeddedDatabase: !raw.DATABASE_URL,
+  };
+}

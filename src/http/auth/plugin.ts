@@ -1,0 +1,112 @@
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { forbidden, unauthorized } from '../problem.js';
+import type { Principal } from './principal.js';
+import type { JwtVerifier } from './jwt.js';
+
+/** What a route declares: its authorization action, the roles that may call it, its capability. */
+export interface RouteAuth {
+  action: string;
+  roles: readonly string[];
+  capability?: string;
+}
+/** `public`: no authentication by the hook (the route may authenticate itself, e.g. devices). */
+export type RouteAccess = RouteAuth | 'public';
+
+declare module 'fastify' {
+  interface FastifyContextConfig {
+    auth?: RouteAccess;
+  }
+  interface FastifyRequest {
+    principal?: Principal;
+  }
+}
+
+/** `Authorization: <scheme> <credentials>` handler, e.g. IAM's `SVC`. Throws 401 problems. */
+export type SchemeHandler = (credentials: string, request: FastifyRequest) => Promise<Principal>;
+/** Runs after authentication: completes or checks the principal (account existence, idc assignment). */
+export type PrincipalResolver = (principal: Principal, request: FastifyRequest) => Promise<Principal>;
+/** An authorization layer after the role check (SCP deny, capability); throws a 403 problem. */
+export interface AuthzLayer {
+  name: string;
+  check(principal: Principal, route: RouteAuth, request: FastifyRequest): Promise<void> | void;
+}
+
+/**
+ * Authentication and the one authorization hook. Domains plug in: IAM registers the `SVC` scheme,
+ * the idc resolver and the SCP and capability layers; routes only declare `config.auth`.
+ */
+export class Auth {
+  private readonly schemes = new Map<string, SchemeHandler>();
+  private readonly resolvers: PrincipalResolver[] = [];
+  private readonly layers: AuthzLayer[] = [];
+
+  constructor(private readonly jwt: JwtVerifier) {
+    this.registerScheme('bearer', (token) => this.jwt.verify(token));
+  }
+
+  registerScheme(name: string, handler: SchemeHandler): void {
+    this.schemes.set(name.toLowerCase(), handler);
+  }
+  addResolver(resolver: PrincipalResolver): void {
+    this.resolvers.push(resolver);
+  }
+  addLayer(layer: AuthzLayer): void {
+    this.layers.push(layer);
+  }
+
+  /** The caller, or undefined when the request carries no Authorization header. */
+  async authenticate(request: FastifyRequest): Promise<Principal | undefined> {
+    const header = request.headers.authorization;
+    if (!header) return undefined;
+    const space = header.indexOf(' ');
+    const scheme = (space > 0 ? header.slice(0, space) : header).toLowerCase();
+    const credentials = space > 0 ? header.slice(space + 1).trim() : '';
+    const handler = this.schemes.get(scheme);
+    if (!handler) throw unauthorized(`unsupported Authorization scheme; use ${[...this.schemes.keys()].map((s) => (s === 'bearer' ? 'Bearer' : s.toUpperCase())).join(' or ')}`);
+    if (!credentials) throw unauthorized(`Authorization header has no ${scheme} credentials`);
+    let principal = await handler(credentials, request);
+    for (const resolve of this.resolvers) principal = await resolve(principal, request);
+    return principal;
+  }
+
+  /** Role first (403 insufficient role), then each layer in the order added (SCP, capability). */
+  async authorize(principal: Principal, route: RouteAuth, request: FastifyRequest): Promise<void> {
+    if (principal.roles.length === 0) {
+      throw forbidden(`insufficient role: you hold no roles, and a user with no roles has no access (${route.action} needs one of ${route.roles.join(', ')})`, { type: 'insufficient-role' });
+    }
+    if (!route.roles.some((r) => principal.roles.includes(r))) {
+      throw forbidden(`insufficient role: ${route.action} needs one of ${route.roles.join(', ')}; you hold ${principal.roles.join(', ')}`, { type: 'insufficient-role' });
+    }
+    for (const layer of this.layers) await layer.check(principal, route, request);
+  }
+
+  /** Installs the hook and the check that every route declares its access. */
+  install(app: FastifyInstance): void {
+    app.addHook('onRoute', (route) => {
+      const url = route.url ?? route.path;
+      if (url.startsWith('/docs')) return;
+      if (!route.config?.auth) throw new Error(`route ${route.method} ${url} declares no config.auth (RouteAuth or 'public')`);
+    });
+    app.addHook('onRequest', async (request) => {
+      const access = request.routeOptions.config?.auth;
+      if (!access || access === 'public') return;
+      const principal = await this.authenticate(request);
+      if (!principal) throw unauthorized('missing Authorization header (Bearer <JWT> or SVC <base64 access_key_id:secret_key>)');
+      request.principal = principal;
+      await this.authorize(principal, access, request);
+    });
+  }
+}
+
+/** The principal of an authenticated route (the hook guarantees it). */
+export function principalOf(request: FastifyRequest): Principal {
+  if (!request.principal) throw unauthorized('not authenticated');
+  return request.principal;
+}
+
+/** The account the caller acts on; 403 when the credential carries none (e.g. a platform token). */
+export function accountOf(request: FastifyRequest): string {
+  const p = principalOf(request);
+  if (!p.accountId) throw forbidden('this operation acts on an account; your identity is not bound to one (send X-Account-Id for identity-center users)');
+  return p.accountId;
+}

@@ -1,0 +1,35 @@
+export const ACCOUNT_ROLES = ['admin', 'operator', 'viewer'] as const;
+export const PLATFORM_ROLES = ['platform-admin', 'platform-operator'] as const;
+export type AccountRole = (typeof ACCOUNT_ROLES)[number];
+export type PlatformRole = (typeof PLATFORM_ROLES)[number];
+
+export type RealmKind = 'acc' | 'idc' | 'platform' | 'service';
+
+/** Who is calling: set on `request.principal` by authentication, read by every route. */
+export interface Principal {
+  /** JWT bearer or SVC access-key credential */
+  via: 'jwt' | 'credential';
+  /** identity-provider user id (`sub`), or the credential's principal_id */
+  sub: string;
+  realm: string;
+  realmKind: RealmKind;
+  /** the account this request acts on (acc-* realm, credential's account, or idc assignment) */
+  accountId?: string;
+  roles: string[];
+  email?: string;
+  /** set when authenticated by an access key */
+  credential?: { id: string; accessKeyId: string; temporary: boolean };
+  /** the raw verified JWT claims (jwt only) */
+  claims?: Record<string, unknown>;
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+export const isUuid = (s: string) => UUID.test(s);
+
+/** `acc-<uuid>` | `idc-<name>` | `platform`; anything else is not a realm we serve. */
+export function parseRealm(realm: string): { kind: RealmKind; accountId?: string } | undefined {
+  if (realm === 'platform') return { kind: 'platform' };
+  if (realm.startsWith('acc-') && isUuid(realm.slice(4))) return { kind: 'acc', accountId: realm.slice(4).toLowerCase() };
+  if (/^idc-[A-Za-z0-9._-]{1,64}$/.test(realm)) return { kind: 'idc' };
+  return undefined;
+}

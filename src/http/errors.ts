@@ -1,0 +1,91 @@
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
+import { Problem, slugOf, statusTitle } from './problem.js';
+
+export const PROBLEM_JSON = 'application/problem+json';
+
+export interface ProblemBody {
+  type: string;
+  title: string;
+  status: number;
+  detail: string;
+  instance: string;
+  trace_id: string;
+  code?: string;
+  [key: string]: unknown;
+}
+
+export function problemBody(baseUrl: string, request: FastifyRequest, p: Problem): ProblemBody {
+  return {
+    type: `${baseUrl}/docs/problems/${p.options.type ?? slugOf(p.title)}`,
+    title: p.title,
+    status: p.status,
+    detail: p.detail,
+    instance: request.url.split('?')[0],
+    trace_id: request.id,
+    ...(p.options.code ? { code: p.options.code } : {}),
+    ...p.options.extra,
+  };
+}
+
+export function sendProblem(baseUrl: string, request: FastifyRequest, reply: FastifyReply, p: Problem): FastifyReply {
+  if (p.options.headers) reply.headers(p.options.headers);
+  return reply.code(p.status).type(PROBLEM_JSON).serializer(JSON.stringify).send(problemBody(baseUrl, request, p));
+}
+
+function validationDetail(err: FastifyError): string {
+  const where = (err as { validationContext?: string }).validationContext ?? 'request';
+  if (hasZodFastifySchemaValidationErrors(err)) {
+    return err.validation
+      .map((v) => {
+        const path = [where, ...v.instancePath.split('/').filter(Boolean)].join('.');
+        const keys = (v.params as { keys?: string[] }).keys;
+        if (v.keyword === 'unrecognized_keys' && keys) return `${path}: unknown field(s) ${keys.join(', ')}`;
+        return `${path}: ${v.message}`;
+      })
+      .join('; ');
+  }
+  return `${where}: ${err.message}`;
+}
+
+/** Turns anything thrown into a Problem: known 4xx keep their status, the rest is a 500. */
+export function toProblem(err: unknown, bodyLimit: number): Problem {
+  if (err instanceof Problem) return err;
+  const e = err as FastifyError & { statusCode?: number; validation?: unknown };
+  if (e?.validation) return new Problem(400, validationDetail(e), { title: 'Validation failed' });
+  switch (e?.code) {
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return new Problem(413, `request body is larger than the limit of ${bodyLimit} bytes`);
+    case 'FST_ERR_CTP_INVALID_JSON_BODY':
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return new Problem(400, `request body is not valid JSON: ${e.message}`, { title: 'Malformed JSON' });
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return new Problem(415, `unsupported Content-Type; send application/json`);
+    case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
+      return new Problem(400, 'Content-Length does not match the body');
+  }
+  if (err instanceof SyntaxError && e.statusCode === 400) {
+    return new Problem(400, `request body is not valid JSON: ${e.message}`, { title: 'Malformed JSON' });
+  }
+  const status = e?.statusCode;
+  if (typeof status === 'number' && status >= 400 && status < 500) return new Problem(status, e.message || statusTitle(status));
+  return new Problem(500, 'internal error; quote the trace_id when reporting it');
+}
+
+export function registerErrorHandling(app: FastifyInstance, baseUrl: string, bodyLimit: number): void {
+  app.setErrorHandler((err, request, reply) => {
+    let p: Problem;
+    try {
+      p = toProblem(err, bodyLimit);
+    } catch (mapErr) {
+      request.log.error({ err: mapErr }, 'error mapping failed');
+      p = new Problem(500, 'internal error; quote the trace_id when reporting it');
+    }
+    if (p.status >= 500) request.log.error({ err }, 'request failed');
+    else request.log.info({ status: p.status, detail: p.detail }, 'request refused');
+    return sendProblem(baseUrl, request, reply, p);
+  });
+  app.setNotFoundHandler((request, reply) =>
+    sendProblem(baseUrl, request, reply, new Problem(404, `no route for ${request.method} ${request.url.split('?')[0]}`)),
+  );
+}

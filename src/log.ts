@@ -1,0 +1,15 @@
+import { pino, type Logger } from 'pino';
+
+export type { Logger };
+
+/** pino JSON logs; pretty when attached to a terminal (LOG_PRETTY overrides). Secrets are redacted. */
+export function createLogger(level: string, pretty = Boolean(process.stdout.isTTY)): Logger {
+  return pino({
+    level,
+    redact: {
+      paths: ['req.headers.authorization', 'req.headers.cookie', 'req.headers["x-session-token"]', '*.secret', '*.secret_key', '*.sharedSecret', '*.privateKey', '*.password'],
+      censor: '[redacted]',
+    },
+    ...(pretty ? { transport: { target: 'pino-pretty', options: { translateTime: 'HH:MM:ss.l', ignore: 'pid,hostname' } } } : {}),
+  });
+}

@@ -1,0 +1,228 @@
+import 'reflect-metadata';
+import fs from 'node:fs';
+import path from 'node:path';
+import nodeCrypto from 'node:crypto';
+import * as x509 from '@peculiar/x509';
+import type { Sql } from '../db/client.js';
+
+type Crypto = nodeCrypto.webcrypto.Crypto;
+type CryptoKey = nodeCrypto.webcrypto.CryptoKey;
+type CryptoKeyPair = nodeCrypto.webcrypto.CryptoKeyPair;
+const webcrypto = nodeCrypto.webcrypto as unknown as Crypto;
+x509.cryptoProvider.set(webcrypto);
+
+const RSA_SIGN = { name: 'RSASSA-PKCS1-v1_5', hash: 'SHA-256' } as const;
+const RSA_GEN = { ...RSA_SIGN, publicExponent: new Uint8Array([1, 0, 1]), modulusLength: 2048 };
+const EC_GEN = { name: 'ECDSA', namedCurve: 'P-256' } as const;
+const PKI_LOCK = 7_211_043;
+const DAY = 86_400_000;
+
+const FILES = {
+  rootCert: 'root-ca.crt', rootKey: 'root-ca.key',
+  deviceCaCert: 'device-ca.crt', deviceCaKey: 'device-ca.key',
+  serverCert: 'server.crt', serverKey: 'server.key',
+  bundle: 'ca-bundle.pem',
+} as const;
+
+export interface PkiOptions {
+  dir: string;
+  /** broker host names for the server certificate SAN */
+  serverNames: string[];
+  /** `${PUBLIC_BASE_URL}/api/v1/certificates/crl` */
+  crlUrl: string;
+}
+
+export function toPem(der: ArrayBuffer | Buffer, label: string): string {
+  const b64 = Buffer.from(der as ArrayBuffer).toString('base64').replace(/(.{64})/g, '$1\n').replace(/\n$/, '');
+  return `-----BEGIN ${label}-----\n${b64}\n-----END ${label}-----\n`;
+}
+
+async function exportKeyPem(key: CryptoKey): Promise<string> {
+  return toPem(await webcrypto.subtle.exportKey('pkcs8', key), 'PRIVATE KEY');
+}
+
+function randomSerial(): string {
+  const bytes = nodeCrypto.randomBytes(16);
+  bytes[0] &= 0x7f; // positive INTEGER
+  if (bytes[0] === 0) bytes[0] = 1;
+  return bytes.toString('hex');
+}
+
+/**
+ * The gateway's CA hierarchy: root CA -> device CA (RSA-2048; signs device certificates and the
+ * CRL); the broker's server certificate is signed by the root. Kept in `CERTS_DIR`, generated on
+ * first start under a Postgres advisory lock so that nodes sharing the folder never race.
+ * Signing is native (WebCrypto through @peculiar/x509), never pure-JS RSA.
+ */
+export class Pki {
+  private constructor(
+    readonly options: PkiOptions,
+    readonly rootCert: x509.X509Certificate,
+    readonly deviceCaCert: x509.X509Certificate,
+    private readonly deviceCaKey: CryptoKey,
+    /** PEM of the broker server certificate and key (for the TLS listener) */
+    readonly serverCertPem: string,
+    readonly serverKeyPem: string,
+  ) {}
+
+  get rootPem(): string { return this.rootCert.toString('pem') + '\n'; }
+  get deviceCaPem(): string { return this.deviceCaCert.toString('pem') + '\n'; }
+  /** device CA then root: the full chain a device needs */
+  get bundlePem(): string { return this.deviceCaPem + this.rootPem; }
+
+  static async ensure(sql: Sql, options: PkiOptions): Promise<Pki> {
+    const file = (k: keyof typeof FILES) => path.join(options.dir, FILES[k]);
+    if (!fs.existsSync(file('deviceCaKey')) || !fs.existsSync(file('serverKey'))) {
+      await sql.begin(async (tx) => {
+        await tx`select pg_advisory_xact_lock(${PKI_LOCK})`;
+        if (!fs.existsSync(file('deviceCaKey')) || !fs.existsSync(file('serverKey'))) await generate(options);
+      });
+    }
+    const read = (k: keyof typeof FILES) => fs.readFileSync(file(k), 'utf8');
+    const rootCert = new x509.X509Certificate(read('rootCert'));
+    const deviceCaCert = new x509.X509Certificate(read('deviceCaCert'));
+    const deviceCaKey = await importRsaKey(read('deviceCaKey'));
+    return new Pki(options, rootCert, deviceCaCert, deviceCaKey, read('serverCert'), read('serverKey'));
+  }
+
+  /** A fresh EC P-256 key pair for a device that sent no CSR. */
+  async generateDeviceKey(): Promise<{ publicKey: CryptoKey; privateKeyPem: string }> {
+    const keys = (await webcrypto.subtle.generateKey(EC_GEN, true, ['sign', 'verify'])) as CryptoKeyPair;
+    return { publicKey: keys.publicKey, privateKeyPem: await exportKeyPem(keys.privateKey) };
+  }
+
+  /** Verifies a PEM CSR's self-signature and returns its public key; its subject is ignored. */
+  async publicKeyFromCsr(pem: string): Promise<CryptoKey> {
+    const csr = new x509.Pkcs10CertificateRequest(pem);
+    if (!(await csr.verify(webcrypto))) throw new Error('CSR signature does not verify');
+    return csr.publicKey.export(webcrypto);
+  }
+
+  /** Device certificate: CN = thingId, DS + KE, clientAuth, CRL distribution point, unique serial. */
+  async issueDeviceCertificate(thingId: string, publicKey: CryptoKey, days: number): Promise<{ pem: string; serial: string; notAfter: Date }> {
+    const serial = randomSerial();
+    const notBefore = new Date(Date.now() - 5 * 60_000);
+    const notAfter = new Date(notBefore.getTime() + days * DAY);
+    const cert = await x509.X509CertificateGenerator.create({
+      serialNumber: serial,
+      subject: `CN=${thingId}`,
+      issuer: this.deviceCaCert.subject,
+      notBefore,
+      notAfter,
+      publicKey,
+      signingKey: this.deviceCaKey,
+      signingAlgorithm: RSA_SIGN,
+      extensions: [
+        new x509.BasicConstraintsExtension(false, undefined, true),
+        new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature | x509.KeyUsageFlags.keyEncipherment, true),
+        new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.clientAuth]),
+        new x509.CRLDistributionPointsExtension([this.options.crlUrl]),
+        await x509.AuthorityKeyIdentifierExtension.create(this.deviceCaCert, false, webcrypto),
+        await x509.SubjectKeyIdentifierExtension.create(publicKey, false, webcrypto),
+      ],
+    }, webcrypto);
+    return { pem: cert.toString('pem') + '\n', serial, notAfter };
+  }
+
+  /** CRL signed by the device CA. `pem` uses the `X509 CRL` label Node's TLS expects. */
+  async createCrl(entries: { serial: string; revokedAt: Date }[], crlNumber: number, nextUpdateSeconds: number): Promise<{ der: Buffer; pem: string }> {
+    const now = new Date();
+    const crl = await x509.X509CrlGenerator.create({
+      issuer: this.deviceCaCert.subject,
+      thisUpdate: now,
+      nextUpdate: new Date(now.getTime() + nextUpdateSeconds * 1000),
+      signingKey: this.deviceCaKey,
+      signingAlgorithm: RSA_SIGN,
+      entries: entries.map((e) => ({ serialNumber: e.serial, revocationDate: e.revokedAt, reason: x509.X509CrlReason.cessationOfOperation })),
+      extensions: [
+        await x509.AuthorityKeyIdentifierExtension.create(this.deviceCaCert, false, webcrypto),
+        new x509.Extension('2.5.29.20', false, crlNumberDer(crlNumber)),
+      ],
+    }, webcrypto);
+    const der = Buffer.from(crl.rawData);
+    return { der, pem: toPem(der, 'X509 CRL') };
+  }
+}
+
+function crlNumberDer(n: number): ArrayBuffer {
+  let hex = n.toString(16);
+  if (hex.length % 2) hex = '0' + hex;
+  if (parseInt(hex.slice(0, 2), 16) & 0x80) hex = '00' + hex;
+  const body = Buffer.from(hex, 'hex');
+  const der = Buffer.concat([Buffer.from([0x02, body.length]), body]);
+  return der.buffer.slice(der.byteOffset, der.byteOffset + der.byteLength) as ArrayBuffer;
+}
+
+async function importRsaKey(pem: string): Promise<CryptoKey> {
+  const der = Buffer.from(pem.replace(/-----[^-]+-----/g, '').replace(/\s+/g, ''), 'base64');
+  return webcrypto.subtle.importKey('pkcs8', der, RSA_SIGN, true, ['sign']);
+}
+
+async function generate(options: PkiOptions): Promise<void> {
+  fs.mkdirSync(options.dir, { recursive: true });
+  const now = Date.now();
+  const root = (await webcrypto.subtle.generateKey(RSA_GEN, true, ['sign', 'verify'])) as CryptoKeyPair;
+  const rootCert = await x509.X509CertificateGenerator.createSelfSigned({
+    serialNumber: randomSerial(),
+    name: 'CN=Device Gateway Root CA, O=Device Gateway',
+    notBefore: new Date(now - DAY),
+    notAfter: new Date(now + 20 * 365 * DAY),
+    keys: root,
+    signingAlgorithm: RSA_SIGN,
+    extensions: [
+      new x509.BasicConstraintsExtension(true, 1, true),
+      new x509.KeyUsagesExtension(x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign, true),
+      await x509.SubjectKeyIdentifierExtension.create(root.publicKey, false, webcrypto),
+    ],
+  }, webcrypto);
+  const device = (await webcrypto.subtle.generateKey(RSA_GEN, true, ['sign', 'verify'])) as CryptoKeyPair;
+  const deviceCert = await x509.X509CertificateGenerator.create({
+    serialNumber: randomSerial(),
+    subject: 'CN=Device Gateway Device CA, O=Device Gateway',
+    issuer: rootCert.subject,
+    notBefore: new Date(now - DAY),
+    notAfter: new Date(now + 10 * 365 * DAY),
+    publicKey: device.publicKey,
+    signingKey: root.privateKey,
+    signingAlgorithm: RSA_SIGN,
+    extensions: [
+      new x509.BasicConstraintsExtension(true, 0, true),
+      new x509.KeyUsagesExtension(x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign | x509.KeyUsageFlags.digitalSignature, true),
+      await x509.SubjectKeyIdentifierExtension.create(device.publicKey, false, webcrypto),
+      await x509.AuthorityKeyIdentifierExtension.create(rootCert, false, webcrypto),
+    ],
+  }, webcrypto);
+  const server = (await webcrypto.subtle.generateKey(EC_GEN, true, ['sign', 'verify'])) as CryptoKeyPair;
+  const names = [...new Set(['localhost', ...options.serverNames])];
+  const ipRe = /^(\d{1,3}\.){3}\d{1,3}$|:/;
+  const serverCert = await x509.X509CertificateGenerator.create({
+    serialNumber: randomSerial(),
+    subject: `CN=${options.serverNames[0] ?? 'localhost'}, O=Device Gateway`,
+    issuer: rootCert.subject,
+    notBefore: new Date(now - DAY),
+    notAfter: new Date(now + 2 * 365 * DAY),
+    publicKey: server.publicKey,
+    signingKey: root.privateKey,
+    signingAlgorithm: RSA_SIGN,
+    extensions: [
+      new x509.BasicConstraintsExtension(false, undefined, true),
+      new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature | x509.KeyUsageFlags.keyAgreement, true),
+      new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.serverAuth]),
+      new x509.SubjectAlternativeNameExtension([
+        ...names.filter((n) => !ipRe.test(n)).map((value) => ({ type: 'dns' as const, value })),
+        ...['127.0.0.1', '::1', ...names.filter((n) => ipRe.test(n))].map((value) => ({ type: 'ip' as const, value })),
+      ]),
+      await x509.AuthorityKeyIdentifierExtension.create(rootCert, false, webcrypto),
+    ],
+  }, webcrypto);
+  const write = (k: keyof typeof FILES, text: string, secret = false) =>
+    fs.writeFileSync(path.join(options.dir, FILES[k]), text, { mode: secret ? 0o600 : 0o644 });
+  // Keys last: their presence marks a complete PKI.
+  write('rootCert', rootCert.toString('pem') + '\n');
+  write('deviceCaCert', deviceCert.toString('pem') + '\n');
+  write('serverCert', serverCert.toString('pem') + '\n');
+  write('bundle', deviceCert.toString('pem') + '\n' + rootCert.toString('pem') + '\n');
+  write('rootKey', await exportKeyPem(root.privateKey), true);
+  write('serverKey', await exportKeyPem(server.privateKey), true);
+  write('deviceCaKey', await exportKeyPem(device.privateKey), true);
+}

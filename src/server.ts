@@ -1,0 +1,104 @@
+import path from 'node:path';
+import type { AddressInfo } from 'node:net';
+import type { Config } from './config.js';
+import { createLogger, type Logger } from './log.js';
+import { createSql } from './db/client.js';
+import { ensureDatabase, startEmbeddedPostgres, type EmbeddedDatabase } from './db/embedded.js';
+import { migrate } from './db/migrate.js';
+import { Cluster, DomainBus } from './actors/cluster.js';
+import { ActorStore } from './actors/store.js';
+import { Jobs } from './jobs.js';
+import { Pki } from './pki/pki.js';
+import { DevIssuer } from './http/auth/devIssuer.js';
+import { JwtVerifier } from './http/auth/jwt.js';
+import { Auth } from './http/auth/plugin.js';
+import { createMetrics } from './http/metrics.js';
+import { buildHttp } from './http/app.js';
+import type { DomainModule, Gateway, ZodApp } from './gateway.js';
+import { domains as allDomains } from './domains.js';
+
+export interface RunningGateway {
+  gw: Gateway;
+  app: ZodApp;
+  httpUrl: string;
+  mqttPort?: number;
+  databaseUrl: string;
+  stop(): Promise<void>;
+}
+
+export interface StartOptions {
+  log?: Logger;
+  domains?: DomainModule[];
+}
+
+/**
+ * Starts one gateway node: database (embedded unless DATABASE_URL), migrations, PKI, identity,
+ * domains, HTTP, broker, jobs. `stop` reverses it: stop accepting, finish in-flight requests,
+ * close the broker, the jobs and the database.
+ */
+export async function startGateway(config: Config, options: StartOptions = {}): Promise<RunningGateway> {
+  const log = options.log ?? createLogger(config.LOG_LEVEL, config.LOG_PRETTY);
+  const domains = options.domains ?? allDomains;
+  const cleanups: (() => Promise<void>)[] = [];
+  const stopAll = async () => {
+    for (const c of cleanups.splice(0).reverse()) await c().catch((err) => log.error({ err }, 'shutdown step failed'));
+  };
+  try {
+    let databaseUrl = config.DATABASE_URL;
+    if (!databaseUrl) {
+      const embedded: EmbeddedDatabase = await startEmbeddedPostgres(path.join(config.DATA_DIR, 'postgres'), {
+        port: config.EMBEDDED_PG_PORT,
+        log: (m) => log.debug({ component: 'postgres' }, m),
+      });
+      cleanups.push(() => embedded.stop());
+      databaseUrl = await ensureDatabase(embedded.url, 'gateway');
+    }
+    const sql = createSql(databaseUrl, config.DATABASE_POOL_SIZE);
+    cleanups.push(() => sql.end({ timeout: 5 }));
+    const { applied } = await migrate(sql);
+    if (applied.length) log.info({ applied }, 'migrations applied');
+
+    const cluster = new Cluster(sql, config.NODE_ID, log.child({ component: 'cluster' }));
+    await cluster.start();
+    cleanups.push(() => cluster.stop());
+    const bus = new DomainBus();
+    const actors = new ActorStore(sql, cluster, bus);
+    const pki = await Pki.ensure(sql, {
+      dir: config.CERTS_DIR,
+      serverNames: [config.MQTT_PUBLIC_HOST],
+      crlUrl: `${config.PUBLIC_BASE_URL}/api/v1/certificates/crl`,
+    });
+    const devIssuer = config.DEV_ISSUER ? await DevIssuer.load(sql, config.PUBLIC_BASE_URL) : undefined;
+    const auth = new Auth(new JwtVerifier(config.OIDC_ISSUERS, devIssuer, config.OIDC_AUDIENCE));
+    const jobs = new Jobs(databaseUrl, log.child({ component: 'jobs' }));
+    const gw: Gateway = { config, log, sql, databaseUrl, cluster, bus, actors, jobs, pki, auth, devIssuer, metrics: createMetrics(), services: {} };
+
+    for (const d of domains) await d.init?.(gw);
+    const app = await buildHttp(gw, domains);
+    // Shutdown, in this order: stop accepting and finish in-flight requests, then the domains
+    // (broker) in reverse, then the jobs, then cluster, database and embedded Postgres.
+    const started: DomainModule[] = [];
+    let jobsStarted = false;
+    cleanups.push(async () => {
+      await app.close();
+      for (const d of started.reverse()) await d.stop!(gw).catch((err) => log.error({ err, domain: d.name }, 'domain stop failed'));
+      if (jobsStarted) await jobs.stop();
+    });
+    await app.listen({ host: config.HTTP_HOST, port: config.HTTP_PORT });
+    const { port } = app.server.address() as AddressInfo;
+    gw.httpUrl = `http://127.0.0.1:${port}`;
+    if (config.JOBS) {
+      await jobs.start();
+      jobsStarted = true;
+    }
+    for (const d of domains) {
+      if (!d.start) continue;
+      await d.start(gw);
+      if (d.stop) started.push(d);
+    }
+    return { gw, app, httpUrl: gw.httpUrl, mqttPort: gw.services.broker?.port, databaseUrl, stop: stopAll };
+  } catch (err) {
+    await stopAll();
+    throw err;
+  }
+}

@@ -1,0 +1,130 @@
+import crypto from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { claimGroupMachine } from '../../machines/claimGroup.js';
+import { Cluster, DomainBus } from '../../src/actors/cluster.js';
+import { ActorStore, type ActorKind, type StoredEvent } from '../../src/actors/store.js';
+import { Problem } from '../../src/http/problem.js';
+import { createLogger } from '../../src/log.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+
+const claimGroup: ActorKind<typeof claimGroupMachine> = { type: 'claimGroup', machine: claimGroupMachine, accountOf: (c) => c.accountId };
+const log = createLogger('silent', false);
+
+let db: TestDatabase;
+let nodeA: { cluster: Cluster; bus: DomainBus; store: ActorStore };
+let nodeB: { cluster: Cluster; bus: DomainBus; store: ActorStore };
+
+async function node(name: string) {
+  const cluster = new Cluster(db.sql, name, log);
+  await cluster.start();
+  const bus = new DomainBus();
+  return { cluster, bus, store: new ActorStore(db.sql, cluster, bus) };
+}
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  nodeA = await node('a');
+  nodeB = await node('b');
+});
+afterAll(async () => {
+  await nodeA.cluster.stop();
+  await nodeB.cluster.stop();
+  await db.drop();
+});
+
+const now = () => new Date().toISOString();
+const newGroup = (maxDevices: number, ttlDays = 1) => {
+  const id = crypto.randomUUID();
+  return nodeA.store.create(claimGroup, id, { id, accountId: crypto.randomUUID(), name: 'line 1', maxDevices, ttlDays, createdAt: now() }).then((r) => ({ id, ...r }));
+};
+
+describe('actor store', () => {
+  it('creates an actor, stores its snapshot and its entry event', async () => {
+    const g = await newGroup(3);
+    expect(g.state).toBe('active');
+    expect(g.version).toBe(1);
+    expect(g.events.map((e) => e.type)).toEqual(['claimGroup.created']);
+    const stored = await nodeA.store.get(claimGroup, g.id);
+    expect(stored?.snapshot.context.consumed).toBe(0);
+    await expect(nodeA.store.create(claimGroup, g.id, { id: g.id, accountId: crypto.randomUUID(), name: 'x', maxDevices: 1, ttlDays: 1, createdAt: now() }))
+      .rejects.toMatchObject({ status: 409 });
+  });
+
+  it('50 concurrent events at one actor: each applied once or refused, no lost update', async () => {
+    const g = await newGroup(30);
+    const thingIds = Array.from({ length: 50 }, () => crypto.randomUUID());
+    const results = await Promise.allSettled(thingIds.map((thingId) => nodeA.store.send(claimGroup, g.id, { type: 'CLAIM', at: now(), thingId })));
+    const ok = results.filter((r) => r.status === 'fulfilled');
+    const refused = results.filter((r): r is PromiseRejectedResult => r.status === 'rejected');
+    expect(ok).toHaveLength(30);
+    expect(refused).toHaveLength(20);
+    for (const r of refused) {
+      expect(r.reason).toBeInstanceOf(Problem);
+      expect(r.reason.status).toBe(409);
+    }
+    const stored = await nodeA.store.get(claimGroup, g.id);
+    expect(stored?.snapshot.context.consumed).toBe(30);
+    expect(stored?.state).toBe('capped');
+    expect(stored?.version).toBe(31);
+    const events = await db.sql<{ type: string; payload: { thingId?: string } }[]>`
+      select type, payload from domain_events where actor_id = ${g.id} order by seq`;
+    const claimed = events.filter((e) => e.type === 'claimGroup.claimed');
+    expect(claimed).toHaveLength(30);
+    expect(new Set(claimed.map((e) => e.payload.thingId)).size).toBe(30);
+    expect(events.filter((e) => e.type === 'claimGroup.capped')).toHaveLength(1);
+  });
+
+  it('refuses with 409 an event the machine does not accept in its state', async () => {
+    const g = await newGroup(1);
+    await nodeA.store.send(claimGroup, g.id, { type: 'REVOKE', at: now() });
+    const err = await nodeA.store.send(claimGroup, g.id, { type: 'CLAIM', at: now(), thingId: 'x' }).catch((e) => e);
+    expect(err).toBeInstanceOf(Problem);
+    expect(err.status).toBe(409);
+    expect(err.detail).toMatch(/revoked.*CLAIM/);
+    expect((await nodeA.store.get(claimGroup, g.id))?.version).toBe(2);
+  });
+
+  it('404 for an unknown actor', async () => {
+    await expect(nodeA.store.send(claimGroup, crypto.randomUUID(), { type: 'REVOKE', at: now() })).rejects.toMatchObject({ status: 404 });
+  });
+
+  it('writes nothing when the surrounding work fails (one transaction)', async () => {
+    const g = await newGroup(5);
+    await expect(nodeA.store.run(async (uow) => {
+      await uow.send(claimGroup, g.id, { type: 'CLAIM', at: now(), thingId: 'a' });
+      throw new Error('domain write failed');
+    })).rejects.toThrow('domain write failed');
+    const stored = await nodeA.store.get(claimGroup, g.id);
+    expect(stored?.snapshot.context.consumed).toBe(0);
+    const [{ count }] = await db.sql<{ count: number }[]>`select count(*)::int as count from domain_events where actor_id = ${g.id} and type = 'claimGroup.claimed'`;
+    expect(count).toBe(0);
+  });
+
+  it('publishes events after commit on this node and, through NOTIFY, on the other node', async () => {
+    const seenA: StoredEvent[] = [];
+    const seenB: StoredEvent[] = [];
+    nodeA.bus.on('claimGroup.revoked', (e: StoredEvent) => seenA.push(e));
+    nodeB.bus.on('claimGroup.revoked', (e: StoredEvent) => seenB.push(e));
+    const g = await newGroup(1);
+    await nodeA.store.send(claimGroup, g.id, { type: 'REVOKE', at: now(), by: 'alice' });
+    expect(seenA.map((e) => e.actorId)).toContain(g.id);
+    await expect.poll(() => seenB.map((e) => e.actorId), { timeout: 5000 }).toContain(g.id);
+    const ev = seenB.find((e) => e.actorId === g.id)!;
+    expect(ev.payload.by).toBe('alice');
+    expect(seenA.filter((e) => e.actorId === g.id)).toHaveLength(1);
+  });
+
+  it('does not publish events of a rolled-back transaction to other nodes', async () => {
+    const seenB: string[] = [];
+    nodeB.bus.on('claimGroup.revoked', (e: StoredEvent) => seenB.push(e.actorId));
+    const g = await newGroup(1);
+    await nodeA.store.run(async (uow) => {
+      await uow.send(claimGroup, g.id, { type: 'REVOKE', at: now() });
+      throw new Error('abort');
+    }).catch(() => {});
+    const marker = await newGroup(1);
+    await nodeA.store.send(claimGroup, marker.id, { type: 'REVOKE', at: now() });
+    await expect.poll(() => seenB, { timeout: 5000 }).toContain(marker.id);
+    expect(seenB).not.toContain(g.id);
+  });
+});

@@ -16,8 +16,36 @@ import type { DevIssuer } from './http/auth/devIssuer.js';
  * free of domain imports): `declare module '../gateway.js' { interface Services { trust: TrustService } }`.
  * Cross-domain calls go through these services, never through another domain's repo.
  */
-// eslint-disable-next-line @typescript-eslint/no-empty-object-type
-export interface Services {}
+export interface Services {
+  /** broker domain: disconnects a device's MQTT session on whichever node holds it */
+  deviceSessions: DeviceSessions;
+  /** trust domain: the device CA's current CRL (regenerated at once on revocation) */
+  crl: CrlSource;
+  /** trust domain: which account owns a thing (tenant routes of other domains answer 404 across accounts) */
+  thingDirectory: ThingDirectory;
+  /** quotas domain: the applied value of a quota for an account (its organization's when it is a member) */
+  quotaGate: QuotaGate;
+}
+
+export interface DeviceSessions {
+  /** `disconnected: false` means the device was connected nowhere (the broker's 404) */
+  disconnect(thingId: string): Promise<{ disconnected: boolean }>;
+}
+
+export interface CrlSource {
+  /** cluster topic broadcast after every regeneration; payload `{ number }` */
+  readonly changedTopic: 'pki.crl-changed';
+  current(): Promise<{ pem: string; der: Buffer; number: number }>;
+}
+
+export interface ThingDirectory {
+  accountOf(thingId: string): Promise<string | undefined>;
+}
+
+export interface QuotaGate {
+  /** applied value, or null when the quota has no limit; throws for an unknown quota code */
+  limit(accountId: string, serviceCode: string, quotaCode: string): Promise<number | null>;
+}
 
 /** Everything a domain needs, built once per gateway process. */
 export interface Gateway {

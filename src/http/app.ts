@@ -1,6 +1,7 @@
 import Fastify, { type FastifyBaseLogger } from 'fastify';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
+import websocket from '@fastify/websocket';
 import { z } from 'zod';
 import { jsonSchemaTransform, serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { DomainModule, Gateway, ZodApp } from '../gateway.js';
@@ -48,6 +49,8 @@ export async function buildHttp(gw: Gateway, domains: DomainModule[]): Promise<Z
     transform: jsonSchemaTransform,
   });
   await app.register(swaggerUi, { routePrefix: '/docs' });
+  // One WebSocket server for every domain (telemetry stream, notification stream).
+  await app.register(websocket, { options: { maxPayload: 64 * 1024 } });
 
   gw.auth.install(app);
   installHttpMetrics(app, gw.metrics);

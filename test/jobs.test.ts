@@ -1,0 +1,39 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Jobs } from '../src/jobs.js';
+import { createLogger } from '../src/log.js';
+import { createTestDatabase, type TestDatabase } from './helpers/db.js';
+
+let db: TestDatabase;
+let jobs: Jobs;
+const attempts: { n: number; at: number }[] = [];
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  jobs = new Jobs(db.url, createLogger('silent', false));
+  jobs.define<{ n: number }>('flaky', async ({ n }) => {
+    attempts.push({ n, at: Date.now() });
+    if (attempts.length < 3) throw new Error('transient failure');
+  }, { retryLimit: 4, retryDelay: 1 });
+  await jobs.start();
+});
+afterAll(async () => {
+  await jobs.stop();
+  await db.drop();
+});
+
+describe('durable jobs (pg-boss)', () => {
+  it('retries a failing job with backoff until it succeeds, and records it in Postgres', async () => {
+    const id = await jobs.send('flaky', { n: 7 });
+    expect(id).toBeTruthy();
+    await expect.poll(() => attempts.length, { timeout: 30_000, interval: 250 }).toBe(3);
+    expect(attempts.every((a) => a.n === 7)).toBe(true);
+    // backoff: the second wait is longer than the first
+    const gap1 = attempts[1].at - attempts[0].at;
+    const gap2 = attempts[2].at - attempts[1].at;
+    expect(gap2).toBeGreaterThan(gap1);
+    await expect.poll(async () => {
+      const [row] = await db.sql<{ state: string; retry_count: number }[]>`select state, retry_count from pgboss.job where id = ${id}`;
+      return row?.state;
+    }, { timeout: 10_000 }).toBe('completed');
+  });
+});

@@ -25,7 +25,10 @@ export class Jobs {
 
   constructor(connectionString: string, private readonly log: Logger) {
     this.boss = new PgBoss({ connectionString, schema: 'pgboss', max: 4, application_name: 'device-gateway-jobs' });
-    this.boss.on('error', (err) => this.log.error({ err }, 'job queue error'));
+    // Log message and code only: pg errors carry the whole client (connection parameters) with them.
+    // 57P01 = the server is shutting down (Ctrl-C reaches the embedded PostgreSQL too): not an error.
+    this.boss.on('error', (err: Error & { code?: string }) =>
+      this.log[err.code === '57P01' ? 'debug' : 'error']({ error: err.message, code: err.code }, 'job queue error'));
   }
 
   define<T extends object>(name: string, handler: JobHandler<T>, options: JobOptions = {}): void {

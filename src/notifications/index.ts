@@ -1,6 +1,54 @@
-import type { DomainModule } from '../gateway.js';
+import type { DomainModule, Gateway, ZodApp } from '../gateway.js';
+import type { StoredEvent } from '../actors/store.js';
+import { Mailer } from './mailer.js';
+import { NotificationsService, NOTIFYING_EVENTS } from './service.js';
+import { StreamHub } from './streams.js';
+import { apiRoutes, consoleRoutes, feedRoutes } from './routes.js';
 
-/** Domain module of src/notifications/ (see src/gateway.ts DomainModule): services, routes, workers. */
+declare module '../gateway.js' {
+  interface Services {
+    notifications: NotificationsService;
+  }
+}
+
+const unsubscribers = new WeakMap<Gateway, () => void>();
+
+/** Domain module of src/notifications/: publish, templates, preferences, feed, SSE/WebSocket streams, email, console page. */
 export const notificationsDomain: DomainModule = {
   name: 'notifications',
+  async init(gw: Gateway) {
+    const hub = new StreamHub(gw.cluster, gw.config.SSE_HEARTBEAT_SECONDS * 1000, gw.log.child({ component: 'notifications' }));
+    const svc = new NotificationsService(gw, new Mailer(gw.config, gw.log), hub);
+    gw.services.notifications = svc;
+    await svc.seed();
+    gw.jobs.define('notifications.sweep', () => svc.sweep(), { schedule: '17 * * * *', retryLimit: 1 });
+  },
+  async routes(app: ZodApp, gw: Gateway) {
+    const svc = gw.services.notifications!;
+    // Streams end before the HTTP server waits for its open connections (graceful shutdown).
+    app.addHook('preClose', async () => svc.hub.closeAll());
+    for (const prefix of ['/api/notifications', '/console/notifications']) {
+      await app.register(feedRoutes(svc, prefix), { prefix });
+    }
+    await app.register(apiRoutes(svc, gw));
+    await app.register(consoleRoutes);
+  },
+  async start(gw: Gateway) {
+    const svc = gw.services.notifications!;
+    svc.hub.start();
+    // gw.bus fires on every node; the unique source_event_id makes one notification cluster-wide.
+    const handlers = NOTIFYING_EVENTS.map((type) => {
+      const h = (ev: StoredEvent) => {
+        svc.fromDomainEvent(ev).catch((err) => gw.log.error({ err, event: ev.id, type: ev.type }, 'notification from domain event failed'));
+      };
+      gw.bus.on(type, h);
+      return () => gw.bus.off(type, h);
+    });
+    unsubscribers.set(gw, () => handlers.forEach((off) => off()));
+  },
+  async stop(gw: Gateway) {
+    unsubscribers.get(gw)?.();
+    unsubscribers.delete(gw);
+    gw.services.notifications?.hub.stop();
+  },
 };

@@ -1,0 +1,137 @@
+import crypto from 'node:crypto';
+import type { Gateway } from '../gateway.js';
+import * as repo from './repo.js';
+
+const INVALIDATE = 'iam.invalidate';
+const ACK = 'iam.invalidate-ack';
+/** A node is live when it heartbeated within this many seconds. */
+const LIVE_WITHIN_S = 15;
+const HEARTBEAT_MS = 5_000;
+/** How long a revoking call waits for the other nodes' acknowledgements. */
+const ACK_TIMEOUT_MS = 3_000;
+/** Upper bound of any entry's age, whatever happens to invalidation messages. */
+export const ENTRY_TTL_MS = 60_000;
+const MAX_ENTRIES = 100_000;
+
+interface Entry<V> { value: V; at: number }
+
+/**
+ * Node-local caches of the IAM hot path (credentials by access key id, roles, assignments,
+ * SCPs and capabilities per account), invalidated across nodes through `gw.cluster`.
+ *
+ * Guarantee (docs/decisions.md, IAM): a change that must take effect at once (deactivation,
+ * revocation, deletion, capability/SCP/assignment change) is committed, then `invalidate(keys,
+ * { wait: true })` drops the keys locally, broadcasts them and waits until every live node (heart-
+ * beat in `iam_cache_nodes`) acknowledged having dropped them; only then does the API answer. So the
+ * next request on any node misses the cache and reads the committed row. A loader that raced with
+ * an invalidation does not store its (possibly stale) result: every invalidation bumps `epoch`.
+ * A node that cannot heartbeat drops all its caches; no entry lives longer than ENTRY_TTL_MS.
+ */
+export class IamCache {
+  private epoch = 0;
+  private readonly maps = new Map<string, Map<string, Entry<unknown>>>();
+  private readonly pending = new Map<string, { waiting: Set<string>; done: () => void }>();
+  private timer?: NodeJS.Timeout;
+
+  constructor(private readonly gw: Gateway) {
+    gw.cluster.on<{ id: string; keys: string[]; from: string }>(INVALIDATE, async (msg) => {
+      this.drop(msg.keys);
+      if (msg.from !== gw.cluster.nodeId) await gw.cluster.notify(ACK, { id: msg.id, node: gw.cluster.nodeId });
+    });
+    gw.cluster.on<{ id: string; node: string }>(ACK, (msg) => {
+      const p = this.pending.get(msg.id);
+      if (!p) return;
+      p.waiting.delete(msg.node);
+      if (p.waiting.size === 0) p.done();
+    });
+  }
+
+  async start(): Promise<void> {
+    await repo.heartbeat(this.gw.sql, this.gw.cluster.nodeId);
+    this.timer = setInterval(() => {
+      repo.heartbeat(this.gw.sql, this.gw.cluster.nodeId).catch((err) => {
+        this.gw.log.warn({ err }, 'iam: heartbeat failed; dropping all IAM caches');
+        this.clear();
+      });
+    }, HEARTBEAT_MS);
+    this.timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    await repo.forgetNode(this.gw.sql, this.gw.cluster.nodeId).catch(() => {});
+  }
+
+  /** Cached value of `key` in map `name`, loading it on a miss. */
+  async get<V>(name: string, key: string, load: () => Promise<V>): Promise<V> {
+    let map = this.maps.get(name);
+    if (!map) this.maps.set(name, (map = new Map()));
+    const hit = map.get(key);
+    const now = Date.now();
+    if (hit && now - hit.at < ENTRY_TTL_MS) return hit.value as V;
+    const epoch = this.epoch;
+    const value = await load();
+    if (this.epoch === epoch) {
+      if (map.size >= MAX_ENTRIES) map.clear();
+      map.set(key, { value, at: now });
+    }
+    return value;
+  }
+
+  /** Sets a value known to be current (the caller just wrote it). */
+  set<V>(name: string, key: string, value: V): void {
+    let map = this.maps.get(name);
+    if (!map) this.maps.set(name, (map = new Map()));
+    map.set(key, { value, at: Date.now() });
+  }
+
+  /** Peek without loading (undefined when absent or stale). */
+  peek<V>(name: string, key: string): V | undefined {
+    const hit = this.maps.get(name)?.get(key);
+    return hit && Date.now() - hit.at < ENTRY_TTL_MS ? (hit.value as V) : undefined;
+  }
+
+  private drop(keys: string[]): void {
+    this.epoch++;
+    for (const k of keys) {
+      const i = k.indexOf(':');
+      this.maps.get(k.slice(0, i))?.delete(k.slice(i + 1));
+    }
+  }
+
+  clear(): void {
+    this.epoch++;
+    for (const m of this.maps.values()) m.clear();
+  }
+
+  /**
+   * Drops `keys` (`<map>:<key>`) on every node. With `wait`, resolves once every live node
+   * acknowledged (or after ACK_TIMEOUT_MS, logging the nodes that did not answer).
+   */
+  async invalidate(keys: string[], opts: { wait: boolean }): Promise<void> {
+    if (keys.length === 0) return;
+    const id = crypto.randomUUID();
+    if (!opts.wait) {
+      await this.gw.cluster.broadcast(INVALIDATE, { id, keys, from: this.gw.cluster.nodeId });
+      return;
+    }
+    const others = await repo.liveNodes(this.gw.sql, this.gw.cluster.nodeId, LIVE_WITHIN_S);
+    const waiting = new Set(others);
+    let timeout: NodeJS.Timeout | undefined;
+    const acked = new Promise<void>((resolve) => {
+      this.pending.set(id, { waiting, done: resolve });
+      if (waiting.size === 0) resolve();
+      timeout = setTimeout(() => {
+        this.gw.log.warn({ nodes: [...waiting], keys }, 'iam: nodes did not acknowledge a cache invalidation in time');
+        resolve();
+      }, ACK_TIMEOUT_MS);
+    });
+    try {
+      await this.gw.cluster.broadcast(INVALIDATE, { id, keys, from: this.gw.cluster.nodeId });
+      await acked;
+    } finally {
+      clearTimeout(timeout);
+      this.pending.delete(id);
+    }
+  }
+}

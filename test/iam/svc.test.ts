@@ -1,0 +1,112 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createAccount, type TestAccount } from '../helpers/accounts.js';
+import { expectProblem, startTestGateway, type TestGateway } from '../helpers/gateway.js';
+import { svc, svcHeaders, userWithCredential } from './helpers.js';
+
+let gw: TestGateway;
+let node2: TestGateway;
+let acct: TestAccount;
+beforeAll(async () => {
+  gw = await startTestGateway({ NODE_ID: 'iam-svc-a' });
+  node2 = await startTestGateway({ NODE_ID: 'iam-svc-b', JOBS: 'false' }, { db: gw.db });
+  acct = await createAccount(gw);
+});
+afterAll(async () => {
+  await node2?.close();
+  await gw?.close();
+});
+
+describe('SVC authentication (spec error table, 401 rows for static keys)', () => {
+  it('authenticates as the credential principal and account with the roles the IdP last asserted', async () => {
+    const { credential } = await userWithCredential(gw, acct, 'svc-alice', ['operator']);
+    const res = await gw.http.get('/iam/v1/whoami', { headers: svcHeaders(credential) });
+    expect(res.status).toBe(200);
+    expect(res.body).toEqual({ sub: 'svc-alice', realm: `acc-${acct.id}`, via: 'credential', account_id: acct.id, roles: ['operator'], access_key_id: credential.access_key_id });
+    // operator cannot manage credentials (role layer)
+    expect(expectProblem(await gw.http.get(`/iam/v1/accounts/${acct.id}/credentials`, { headers: svcHeaders(credential) }), 403).detail).toMatch(/insufficient role/);
+    // the identity provider now asserts admin: the credential follows (on every node)
+    const admin = await gw.token({ realm: `acc-${acct.id}`, sub: 'svc-alice', roles: ['admin'] });
+    expect((await gw.http.get('/iam/v1/whoami', { token: admin })).body.roles).toEqual(['admin']);
+    for (const node of [gw, node2]) {
+      const list = await node.http.get(`/iam/v1/accounts/${acct.id}/credentials`, { headers: svcHeaders(credential) });
+      expect(list.status).toBe(200);
+    }
+  });
+
+  it('a user the IdP never asserted roles for has no access', async () => {
+    const res = await gw.http.post(`/iam/v1/accounts/${acct.id}/credentials`, { principal_id: 'never-signed-in' }, { token: acct.admin });
+    expect(expectProblem(await gw.http.get('/iam/v1/whoami', { headers: svcHeaders(res.body) }), 403).detail).toMatch(/insufficient role.*no roles/);
+  });
+
+  it('credential format invalid', async () => {
+    const cases = [
+      'SVC !!!notbase64',
+      `SVC ${Buffer.from('no-colon-here').toString('base64')}`,
+      `SVC ${Buffer.from('AKIA0123456789ABCDEF:' + 'a'.repeat(54)).toString('base64')}`,
+      `SVC ${Buffer.from('AKSV0123456789abcdef:' + 'a'.repeat(54)).toString('base64')}`,
+      `SVC ${Buffer.from('AKSV0123456789ABCDEF:short').toString('base64')}`,
+      'SVC',
+    ];
+    for (const authorization of cases) {
+      const b = expectProblem(await gw.http.get('/iam/v1/whoami', { headers: { authorization } }), 401);
+      expect(b.detail).toMatch(authorization === 'SVC' ? /no svc credentials/ : /credential format invalid/);
+    }
+  });
+
+  it('credential not found', async () => {
+    const b = expectProblem(await gw.http.get('/iam/v1/whoami', { headers: { authorization: svc('AKSV0123456789ABCDEF', 'a'.repeat(54)) } }), 401);
+    expect(b.detail).toMatch(/credential not found/);
+  });
+
+  it('secret key invalid', async () => {
+    const { credential } = await userWithCredential(gw, acct, 'svc-bob', ['viewer']);
+    const wrong = credential.secret_key.slice(0, -1) + (credential.secret_key.endsWith('A') ? 'B' : 'A');
+    const b = expectProblem(await gw.http.get('/iam/v1/whoami', { headers: { authorization: svc(credential.access_key_id, wrong) } }), 401);
+    expect(b.detail).toMatch(/secret key invalid/);
+  });
+
+  it('credential inactive: takes effect on the very next request on every node, and back', async () => {
+    const { credential } = await userWithCredential(gw, acct, 'svc-carol', ['viewer']);
+    // warm both nodes' caches
+    for (const node of [gw, node2]) expect((await node.http.get('/iam/v1/whoami', { headers: svcHeaders(credential) })).status).toBe(200);
+    const off = await gw.http.put(`/iam/v1/accounts/${acct.id}/credentials/${credential.id}`, { status: 'INACTIVE' }, { token: acct.admin });
+    expect(off.status).toBe(200);
+    for (const node of [node2, gw]) {
+      const b = expectProblem(await node.http.get('/iam/v1/whoami', { headers: svcHeaders(credential) }), 401);
+      expect(b.detail).toMatch(/credential inactive/);
+    }
+    // node 2 verifies tokens of its own development issuer (its own PUBLIC_BASE_URL)
+    const admin2 = await node2.token({ realm: `acc-${acct.id}`, sub: 'admin-2', roles: ['admin'] });
+    const on = await node2.http.put(`/iam/v1/accounts/${acct.id}/credentials/${credential.id}`, { status: 'ACTIVE' }, { token: admin2 });
+    expect(on.status).toBe(200);
+    for (const node of [gw, node2]) {
+      const res = await node.http.get('/iam/v1/whoami', { headers: svcHeaders(credential) });
+      expect(res.status, res.text).toBe(200);
+    }
+    // deletion, too
+    expect((await node2.http.delete(`/iam/v1/accounts/${acct.id}/credentials/${credential.id}`, { token: admin2 })).status).toBe(204);
+    expect(expectProblem(await gw.http.get('/iam/v1/whoami', { headers: svcHeaders(credential) }), 401).detail).toMatch(/not found/);
+  });
+
+  it('an acknowledged invalidation has reached every live node when it resolves', async () => {
+    const a = gw.gw.services.iam!.cache;
+    const b = node2.gw.services.iam!.cache;
+    b.set('cap', 'probe-account', new Set(['x']));
+    await a.invalidate(['cap:probe-account'], { wait: true });
+    expect(b.peek('cap', 'probe-account')).toBeUndefined();
+  });
+
+  it('last_used_at is kept up to date (batched, not a write per request)', async () => {
+    const { credential } = await userWithCredential(gw, acct, 'svc-dan', ['admin']);
+    const before = (await gw.http.get(`/iam/v1/accounts/${acct.id}/credentials/${credential.id}`, { token: acct.admin })).body;
+    expect(before.last_used_at).toBeNull();
+    expect((await gw.http.get('/iam/v1/whoami', { headers: svcHeaders(credential) })).status).toBe(200);
+    const after = (await gw.http.get(`/iam/v1/accounts/${acct.id}/credentials/${credential.id}`, { token: acct.admin })).body;
+    expect(after.last_used_at).not.toBeNull();
+  });
+
+  it('an unsupported scheme names SVC', async () => {
+    const b = expectProblem(await gw.http.get('/iam/v1/whoami', { headers: { authorization: 'Digest x' } }), 401);
+    expect(b.detail).toMatch(/SVC/);
+  });
+});

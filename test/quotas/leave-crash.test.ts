@@ -1,0 +1,178 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it, inject } from 'vitest';
+import { freePort } from '../../src/db/embedded.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+import { HttpClient } from '../helpers/gateway.js';
+import { waitFor } from '../helpers/wait.js';
+
+/**
+ * The leave saga survives crashes: the gateway runs as a real child process; the test-only
+ * FAULT_INJECT variable makes it exit right after a step commits; a restarted process resumes.
+ */
+let db: TestDatabase;
+let port: number;
+let dataDir: string;
+let child: ChildProcess | undefined;
+let output = '';
+let http: HttpClient;
+
+async function startProcess(fault?: string): Promise<ChildProcess> {
+  output = '';
+  const p = spawn(path.resolve('node_modules/.bin/tsx'), ['src/main.ts'], {
+    env: {
+      ...process.env,
+      DATABASE_URL: db.url,
+      HTTP_PORT: String(port),
+      HTTP_HOST: '127.0.0.1',
+      MQTT_PORT: '0',
+      MQTT_HOST: '127.0.0.1',
+      CERTS_DIR: inject('certsDir'),
+      DATA_DIR: dataDir,
+      PUBLIC_BASE_URL: `http://127.0.0.1:${port}`,
+      LOG_LEVEL: 'warn',
+      LOG_PRETTY: 'false',
+      FAULT_INJECT: fault ?? '',
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  p.stdout!.on('data', (d) => (output += d));
+  p.stderr!.on('data', (d) => (output += d));
+  await waitFor(() => output.includes('ready in') || p.exitCode !== null, 60_000, 'gateway start');
+  if (p.exitCode !== null) throw new Error(`gateway exited at start:\n${output}`);
+  child = p;
+  return p;
+}
+
+const exited = (p: ChildProcess) => new Promise<number | null>((resolve) => (p.exitCode !== null ? resolve(p.exitCode) : p.once('exit', (code) => resolve(code))));
+
+async function token(realm: string, sub: string, roles: string[]): Promise<string> {
+  const res = await http.post('/dev/token', { realm, sub, roles });
+  expect(res.status).toBe(200);
+  return res.body.access_token;
+}
+
+beforeAll(async () => {
+  db = await createTestDatabase({ migrated: false });
+  port = await freePort();
+  dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'gw-quotas-crash-'));
+  http = new HttpClient(`http://127.0.0.1:${port}`);
+});
+afterAll(async () => {
+  if (child && child.exitCode === null) {
+    child.kill('SIGTERM');
+    await exited(child);
+  }
+  await db?.drop();
+  if (dataDir) fs.rmSync(dataDir, { recursive: true, force: true });
+});
+
+describe('leave saga durability', () => {
+  it('crashes after the leave starts and after the last approval, restarts twice, and converges to departed', async () => {
+    // process 1: set up, then crash right after the leave's first transaction commits
+    let p = await startProcess('leave-after-start');
+    const platform = await token('platform', 'crash-admin', ['platform-admin']);
+    const mgmt = crypto.randomUUID();
+    const member = crypto.randomUUID();
+    for (const id of [mgmt, member]) expect((await http.post('/platform/v1/accounts', { id, name: id }, { token: platform })).status).toBe(201);
+    const mgmtAdmin = await token(`acc-${mgmt}`, 'boss', ['admin']);
+    const memberAdmin = await token(`acc-${member}`, 'leaver', ['admin']);
+    const org = (await http.post('/api/v1/organizations', { name: 'crashy' }, { token: mgmtAdmin })).body.id;
+    for (const [code, value] of [['member-accounts-per-organization', 15], ['delegated-administrators-per-organization', 30]] as const) {
+      const req = await http.post(`/api/v1/organizations/${org}/quota-requests`, { quota_code: code, desired_value: value }, { token: mgmtAdmin });
+      expect(req.status).toBe(201);
+      expect((await http.put(`/api/v1/quota-requests/${req.body.id}/approve`, undefined, { token: platform })).status).toBe(200);
+    }
+    expect((await http.post(`/api/v1/organizations/${org}/members`, { account_id: member }, { token: mgmtAdmin })).status).toBe(201);
+    await expect(http.delete(`/api/v1/organizations/${org}/members/${member}`, { token: memberAdmin })).rejects.toThrow();
+    expect(await exited(p)).toBe(86);
+    expect(output).toContain('FAULT_INJECT=leave-after-start');
+    const [leaveRow] = await db.sql<{ id: string; state: string }[]>`select id, state from actors where type = 'organizationLeave'`;
+    expect(leaveRow.state).toBe('seeding');
+
+    // process 2: the start-up sweep resumes seeding; crash right after the final approval commits
+    p = await startProcess('leave-after-decision');
+    const leave = await waitFor(async () => {
+      const r = await http.get(`/api/v1/organizations/${org}/leaves/${leaveRow.id}`, { token: memberAdmin });
+      return r.body.state === 'awaitingDecisions' ? r.body : undefined;
+    }, 30_000, 'seeding resumed');
+    expect(leave.request_ids).toHaveLength(2);
+    const queue = await http.get('/api/v1/quota-requests?page=0&size=20', { token: platform });
+    expect(queue.body.items.filter((r: any) => r.leave_request_account_id === member)).toHaveLength(2);
+    expect((await http.put(`/api/v1/quota-requests/${leave.request_ids[0]}/approve`, undefined, { token: platform })).status).toBe(200);
+    await expect(http.put(`/api/v1/quota-requests/${leave.request_ids[1]}/approve`, undefined, { token: platform })).rejects.toThrow();
+    expect(await exited(p)).toBe(86);
+    const [mid] = await db.sql<{ state: string }[]>`select state from actors where type = 'organizationLeave' and id = ${leaveRow.id}`;
+    expect(mid.state).toBe('departing');
+    const [stillMember] = await db.sql`select status from organization_members where account_id = ${member}`;
+    expect(stillMember.status).toBe('leaving');
+
+    // process 3: no fault; the departure step resumes and the account leaves with its elevated values
+    await startProcess();
+    const done = await waitFor(async () => {
+      const r = await http.get(`/api/v1/organizations/${org}/leaves/${leaveRow.id}`, { token: memberAdmin });
+      return r.body.state === 'departed' ? r.body : undefined;
+    }, 30_000, 'departure resumed');
+    expect(done.outcome).toBe('departed');
+    expect((await http.get('/api/v1/accounts/me/organization', { token: memberAdmin })).status).toBe(404);
+    const quotas = await http.get('/api/v1/accounts/me/quotas', { token: memberAdmin });
+    expect(quotas.body.scope).toBe('account');
+    const by = Object.fromEntries(quotas.body.items.map((q: any) => [q.quota_code, q.applied_value]));
+    expect(by['member-accounts-per-organization']).toBe(15);
+    expect(by['delegated-administrators-per-organization']).toBe(30);
+    const members = await http.get(`/api/v1/organizations/${org}/members`, { token: mgmtAdmin });
+    expect(members.body.items.map((m: any) => m.account_id)).toEqual([mgmt]);
+  });
+  it('crashes after seeding and after a denial, and converges to blocked with the account kept', async () => {
+    if (child && child.exitCode === null) {
+      child.kill('SIGTERM');
+      await exited(child);
+    }
+    let p = await startProcess('leave-after-seed');
+    const platform = await token('platform', 'crash-admin', ['platform-admin']);
+    const mgmt = crypto.randomUUID();
+    const member = crypto.randomUUID();
+    for (const id of [mgmt, member]) expect((await http.post('/platform/v1/accounts', { id, name: id }, { token: platform })).status).toBe(201);
+    const mgmtAdmin = await token(`acc-${mgmt}`, 'boss', ['admin']);
+    const memberAdmin = await token(`acc-${member}`, 'leaver', ['admin']);
+    const org = (await http.post('/api/v1/organizations', { name: 'crashy-2' }, { token: mgmtAdmin })).body.id;
+    for (const [code, value] of [['member-accounts-per-organization', 12], ['scps-per-organization', 12_000]] as const) {
+      const req = await http.post(`/api/v1/organizations/${org}/quota-requests`, { quota_code: code, desired_value: value }, { token: mgmtAdmin });
+      expect((await http.put(`/api/v1/quota-requests/${req.body.id}/approve`, undefined, { token: platform })).status).toBe(200);
+    }
+    expect((await http.post(`/api/v1/organizations/${org}/members`, { account_id: member }, { token: mgmtAdmin })).status).toBe(201);
+    const started = await http.delete(`/api/v1/organizations/${org}/members/${member}`, { token: memberAdmin });
+    expect(started.status).toBe(202);
+    const leaveId = started.body.id;
+    // the seeding job commits, then the process dies
+    expect(await exited(p)).toBe(86);
+    expect(output).toContain('FAULT_INJECT=leave-after-seed');
+
+    p = await startProcess('leave-after-decision');
+    const leave = (await http.get(`/api/v1/organizations/${org}/leaves/${leaveId}`, { token: memberAdmin })).body;
+    expect(leave.state).toBe('awaitingDecisions');
+    await expect(http.put(`/api/v1/quota-requests/${leave.request_ids[0]}/deny`, { reason: 'keep the capacity' }, { token: platform })).rejects.toThrow();
+    expect(await exited(p)).toBe(86);
+    const [mid] = await db.sql<{ state: string }[]>`select state from actors where type = 'organizationLeave' and id = ${leaveId}`;
+    expect(mid.state).toBe('blocking');
+
+    await startProcess();
+    const done = await waitFor(async () => {
+      const r = await http.get(`/api/v1/organizations/${org}/leaves/${leaveId}`, { token: memberAdmin });
+      return r.body.state === 'blocked' ? r.body : undefined;
+    }, 30_000, 'unblock resumed');
+    expect(done.outcome).toBe('blocked');
+    const me = await http.get('/api/v1/accounts/me/organization', { token: memberAdmin });
+    expect(me.body).toMatchObject({ id: org, membership: { status: 'active' } });
+    const second = await http.get(`/api/v1/quota-requests/${leave.request_ids[1]}`, { token: platform });
+    expect(second.body.status).toBe('cancelled');
+    const [n] = await db.sql`select count(*)::int as n from quotas where account_id = ${member}`;
+    expect(n.n).toBe(0);
+    const events = await db.sql`select account_id, payload from domain_events where type = 'organization.leaveBlocked' and actor_id = ${leaveId}`;
+    expect(events).toHaveLength(1);
+    expect(events[0].account_id).toBe(member);
+  });
+});

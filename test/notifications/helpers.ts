@@ -105,7 +105,7 @@ export class SseClient {
   }
 
   notifications() {
-    return this.events.filter((e) => e.event === 'notification').map((e) => ({ id: e.id, ...JSON.parse(e.data) }));
+    return this.events.filter((e) => e.event === 'notification').map((e) => ({ eventId: e.id, ...JSON.parse(e.data) }));
   }
 
   close() {

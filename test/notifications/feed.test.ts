@@ -19,7 +19,7 @@ describe('feed', () => {
     if (res.status !== 201) throw new Error(`publish: ${res.status} ${res.text}`);
     return res.body.id as string;
   };
-  const as = (token: string, account?: string) => ({ token, headers: account ? { 'x-account-id': account } : {} });
+  const as = (token: string, account?: string): { token: string; headers: Record<string, string> } => ({ token, headers: account ? { 'x-account-id': account } : {} });
 
   beforeAll(async () => {
     gw = await startTestGateway();

@@ -57,3 +57,21 @@ export function evaluateScps(scps: readonly AttachedScp[], action: string, resou
   }
   return undefined;
 }
+
+/** A copy where a single Statement object and single Action/Resource strings become arrays (for validation). */
+export function normalizeScpDocument(raw: unknown): unknown {
+  if (!raw || typeof raw !== 'object' || Array.isArray(raw)) return raw;
+  const doc = { ...(raw as Record<string, unknown>) };
+  const wrap = (v: unknown) => (typeof v === 'string' || (v && typeof v === 'object' && !Array.isArray(v)) ? [v] : v);
+  doc.Statement = wrap(doc.Statement);
+  if (Array.isArray(doc.Statement)) {
+    doc.Statement = doc.Statement.map((st) => {
+      if (!st || typeof st !== 'object' || Array.isArray(st)) return st;
+      const copy = { ...(st as Record<string, unknown>) };
+      if (typeof copy.Action === 'string') copy.Action = [copy.Action];
+      if (typeof copy.Resource === 'string') copy.Resource = [copy.Resource];
+      return copy;
+    });
+  }
+  return doc;
+}

@@ -105,13 +105,14 @@ const resourcePattern = z.string().min(1).max(512);
 export const scpStatementSchema = z.strictObject({
   Sid: z.string().max(128).optional(),
   Effect: z.enum(['Allow', 'Deny']),
-  Action: z.union([actionPattern, z.array(actionPattern).min(1)]),
-  Resource: z.union([resourcePattern, z.array(resourcePattern).min(1)]),
+  Action: z.array(actionPattern).min(1),
+  Resource: z.array(resourcePattern).min(1),
 });
 export const scpDocumentSchema = z.strictObject({
   Version: z.string().regex(/^\d{4}-\d{2}-\d{2}$/, 'a date-like version such as 2012-10-17'),
-  Statement: z.union([scpStatementSchema, z.array(scpStatementSchema).min(1)]),
+  Statement: z.array(scpStatementSchema).min(1),
 });
+/** Validates a document after `normalizeScpDocument` (single Statement/Action/Resource as arrays). */
 
 export const createScpBody = z.strictObject({
   name: z.string().trim().min(1).max(128).regex(/^[A-Za-z0-9._+=,@-]+$/, 'letters, digits and ._+=,@-'),

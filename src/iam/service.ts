@@ -9,7 +9,7 @@ import { isUuid } from '../http/auth/principal.js';
 import type { RouteAuth } from '../http/auth/plugin.js';
 import { staticCredentialMachine } from '../../machines/staticCredential.js';
 import { IamCache } from './cache.js';
-import { evaluateScps, type AttachedScp, type ScpDocument } from './policy.js';
+import { evaluateScps, normalizeScpDocument, type AttachedScp, type ScpDocument } from './policy.js';
 import * as repo from './repo.js';
 import {
   ACCESS_KEY_ID, CAPABILITIES, SCP_DOCUMENT_SIZE_DEFAULT, SCPS_PER_ENTITY_DEFAULT, SECRET_KEY, SESSION_TOKEN,
@@ -390,9 +390,10 @@ export class IamService {
         throw badRequest(`document is not valid JSON: ${(err as Error).message}`);
       }
     }
-    const parsed = scpDocumentSchema.safeParse(raw);
+    const parsed = scpDocumentSchema.safeParse(normalizeScpDocument(raw));
     if (!parsed.success) throw badRequest(`document is not a valid SCP: ${formatIssues(parsed.error)}`, { type: 'invalid-scp' });
-    const row = await repo.insertScp(this.gw.sql, { id: crypto.randomUUID(), name: input.name, description: input.description ?? '', document: parsed.data as ScpDocument, size: text.length, by });
+    // stored as submitted (a single Statement object or Action string stays so); validated normalized
+    const row = await repo.insertScp(this.gw.sql, { id: crypto.randomUUID(), name: input.name, description: input.description ?? '', document: raw as ScpDocument, size: text.length, by });
     if (!row) throw conflict(`an SCP named ${input.name} already exists`);
     return viewScp(row);
   }

@@ -66,6 +66,7 @@ describe('quota defaults and standalone quotas', () => {
     expectProblem(await gw.http.put(`/api/v1/quota-requests/00000000-0000-4000-8000-000000000000/approve`, undefined, { token: platform }), 404);
     expectProblem(await gw.http.get('/api/v1/quota-requests?size=1000', { token: platform }), 400);
 
+    expectProblem(await gw.http.put(`/api/v1/quota-requests/${ok.body.id}/deny`, undefined, { token: platform }), 400);
     const denied = await gw.http.put(`/api/v1/quota-requests/${ok.body.id}/deny`, { reason: 'not justified' }, { token: platform });
     expect(denied.status).toBe(200);
     expect(denied.body).toMatchObject({ status: 'denied', decision_reason: 'not justified' });
@@ -148,6 +149,16 @@ describe('organizations', () => {
     await elevate(gw, org, management, 'member-accounts-per-organization', 11);
     const ok = await gw.http.post(`/api/v1/organizations/${org}/members`, { account_id: extra.id }, { token: management.admin });
     expect(ok.status).toBe(201);
+  });
+
+  it('concurrent additions never exceed member-accounts-per-organization', async () => {
+    const { org, management } = await createOrganization(gw);
+    for (let i = 0; i < 8; i++) await addMember(gw, org, management);
+    const candidates = await Promise.all([createAccount(gw), createAccount(gw), createAccount(gw)]);
+    const results = await Promise.all(candidates.map((c) => gw.http.post(`/api/v1/organizations/${org}/members`, { account_id: c.id }, { token: management.admin })));
+    expect(results.map((r) => r.status).sort()).toEqual([201, 409, 409]);
+    const members = await gw.http.get(`/api/v1/organizations/${org}/members`, { token: management.viewer });
+    expect(members.body.items).toHaveLength(10);
   });
 
   it('organization requests can be cancelled by the organization', async () => {
@@ -295,5 +306,15 @@ describe('leaving an organization', () => {
     await waitLeave(gw, org, res.body.id, member.viewer, ['departed']);
     const [ev] = await gw.db.sql`select count(*)::int as n from domain_events where type = 'organization.memberDeparted' and actor_id = ${res.body.id}`;
     expect(ev.n).toBe(1);
+  });
+});
+
+describe('OpenAPI', () => {
+  it('documents the quota and organization routes', async () => {
+    const res = await gw.http.get('/docs/json');
+    expect(res.status).toBe(200);
+    for (const p of ['/api/v1/quotas/defaults', '/api/v1/accounts/me/quotas', '/api/v1/quota-requests', '/api/v1/quota-requests/{requestId}/deny', '/api/v1/organizations/{orgId}/members/{accountId}']) {
+      expect(Object.keys(res.body.paths)).toContain(p);
+    }
   });
 });

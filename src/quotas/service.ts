@@ -2,6 +2,7 @@ import crypto from 'node:crypto';
 import type { ActorKind, UnitOfWork } from '../actors/store.js';
 import type { Gateway, QuotaGate } from '../gateway.js';
 import { conflict, forbidden, notFound, unprocessable } from '../http/problem.js';
+import { isUuid } from '../http/auth/principal.js';
 import { quotaRequestMachine, type QuotaRequestKind } from '../../machines/quotaRequest.js';
 import { organizationLeaveMachine, type OrganizationLeaveContext } from '../../machines/organizationLeave.js';
 import { repo, type QuotaRow, type RequestRow, type OrganizationRow, type MemberRow } from './repo.js';
@@ -156,6 +157,7 @@ export class QuotasService implements QuotaGate {
   async limit(accountId: string, serviceCode: string, quotaCode: string): Promise<number | null> {
     const d = await repo.defaultOf(this.sql, serviceCode, quotaCode);
     if (!d) throw notFound(`unknown quota ${serviceCode}/${quotaCode}`);
+    if (!isUuid(accountId)) return d.default_value;
     const m = await repo.membership(this.sql, accountId);
     if (m) {
       const q = await repo.quotaValue(this.sql, { organizationId: m.organization_id }, serviceCode, quotaCode);

@@ -26,7 +26,7 @@ export const MAX_STATIC_PER_USER = 2;
 const LAST_USED_FLUSH_MS = 5_000;
 const SESSION_DESCRIPTION = 'Temporary credentials (STS get-session-token, identity center)';
 
-const sha256 = (s: string) => crypto.createHash('sha256').update(s).digest();
+const sha256 = (s: string): Buffer => crypto.hash('sha256', s, 'buffer');
 /** Constant-time comparison of a presented secret with a stored SHA-256 hash. */
 const hashMatches = (presented: string, stored: Buffer) => crypto.timingSafeEqual(sha256(presented), stored);
 const iso = (d: Date | string | null) => (d === null ? null : new Date(d).toISOString());
@@ -87,7 +87,7 @@ const assignmentKey = (realm: string, principalId: string, accountId: string) =>
  */
 export class IamService {
   readonly cache: IamCache;
-  private lastUsed = new Map<string, string>();
+  private lastUsed = new Map<string, number>();
   private flushTimer?: NodeJS.Timeout;
 
   constructor(private readonly gw: Gateway) {
@@ -240,7 +240,7 @@ export class IamService {
 
   async authenticateSvc(credentials: string, request: FastifyRequest): Promise<Principal> {
     const { accessKeyId, secret } = parseSvc(credentials);
-    const c = await this.cache.get('cred', accessKeyId, () => this.loadCredential(accessKeyId));
+    const c = this.cache.peek<CachedCredential>('cred', accessKeyId) ?? (await this.cache.get('cred', accessKeyId, () => this.loadCredential(accessKeyId)));
     if (!c) throw unauthorized(`credential not found: no access key ${accessKeyId}`, { type: 'credential-not-found' });
     if (!hashMatches(secret, c.secretHash)) throw unauthorized(`secret key invalid for access key ${accessKeyId}`, { type: 'secret-invalid' });
     if (c.status === 'REVOKED') throw unauthorized(`temporary credential ${accessKeyId} has been revoked`, { type: 'credential-revoked' });
@@ -253,11 +253,13 @@ export class IamService {
       if (typeof token !== 'string' || !SESSION_TOKEN.test(token) || !hashMatches(token, c.tokenHash!)) {
         throw unauthorized(`session token invalid for access key ${accessKeyId}`, { type: 'session-token-invalid' });
       }
-      roles = (await this.assignmentRoles(c.realm, c.principalId, c.accountId)) ?? [];
+      const key = assignmentKey(c.realm, c.principalId, c.accountId);
+      roles = (this.cache.peek<string[] | null>('assign', key) ?? (await this.assignmentRoles(c.realm, c.principalId, c.accountId))) ?? [];
     } else {
-      roles = (await this.principalRoles(c.accountId, c.principalId)) ?? [];
+      const key = rolesKey(c.accountId, c.principalId);
+      roles = (this.cache.peek<string[] | undefined>('roles', key) ?? (await this.principalRoles(c.accountId, c.principalId))) ?? [];
     }
-    this.lastUsed.set(accessKeyId, new Date().toISOString());
+    this.lastUsed.set(accessKeyId, Date.now());
     return {
       via: 'credential',
       sub: c.principalId,
@@ -282,7 +284,7 @@ export class IamService {
     if (this.lastUsed.size === 0) return;
     const batch = this.lastUsed;
     this.lastUsed = new Map();
-    await repo.touchCredentials(this.gw.sql, [...batch.keys()], [...batch.values()]);
+    await repo.touchCredentials(this.gw.sql, [...batch.keys()], [...batch.values()].map((t) => new Date(t).toISOString()));
   }
 
   // --- roles and assignments -------------------------------------------------------------------
@@ -456,27 +458,38 @@ export class IamService {
 
   // --- authorization layers --------------------------------------------------------------------
 
-  async checkScp(principal: Principal, route: RouteAuth, request: FastifyRequest): Promise<void> {
+  /** SCP layer: synchronous when the account's SCPs are cached (the hot path). */
+  checkScp(principal: Principal, route: RouteAuth, request: FastifyRequest): void | Promise<void> {
     if (!principal.accountId) return;
-    const scps = await this.scpsOf(principal.accountId);
+    const cached = this.cache.peek<AttachedScp[]>('scp', principal.accountId);
+    if (cached) return this.applyScps(cached, principal.accountId, route, request);
+    const accountId = principal.accountId;
+    return this.scpsOf(accountId).then((scps) => this.applyScps(scps, accountId, route, request));
+  }
+
+  private applyScps(scps: AttachedScp[], accountId: string, route: RouteAuth, request: FastifyRequest): void {
     if (scps.length === 0) return;
     const denied = evaluateScps(scps, route.action, request.url.split('?')[0]);
     if (denied) {
-      throw forbidden(`action ${route.action} denied by policy ${denied.scp.name} (${denied.scp.id}): an explicit Deny in a service control policy of account ${principal.accountId} blocks it regardless of roles and capabilities`, {
+      throw forbidden(`action ${route.action} denied by policy ${denied.scp.name} (${denied.scp.id}): an explicit Deny in a service control policy of account ${accountId} blocks it regardless of roles and capabilities`, {
         type: 'denied-by-policy', extra: { action: route.action, policy_id: denied.scp.id, policy_name: denied.scp.name },
       });
     }
   }
 
-  async checkCapability(principal: Principal, route: RouteAuth): Promise<void> {
+  /** Capability layer: only routes that declare a capability pay for it. */
+  checkCapability(principal: Principal, route: RouteAuth): void | Promise<void> {
     if (!route.capability || !principal.accountId) return;
-    const caps = await this.capabilitiesOf(principal.accountId);
-    if (caps.has(route.capability)) return;
-    const hint = route.capability === 'enroll_things'
-      ? '; join existing devices with POST /api/v1/things/join and an access_code instead'
-      : '; a platform admin grants capabilities';
-    throw forbidden(`account not qualified: ${route.action} requires capability ${route.capability}, which account ${principal.accountId} does not hold${hint}`, {
-      type: 'account-not-qualified', extra: { action: route.action, capability: route.capability },
+    const accountId = principal.accountId;
+    const capability = route.capability;
+    return this.capabilitiesOf(accountId).then((caps) => {
+      if (caps.has(capability)) return;
+      const hint = capability === 'enroll_things'
+        ? '; join existing devices with POST /api/v1/things/join and an access_code instead'
+        : '; a platform admin grants capabilities';
+      throw forbidden(`account not qualified: ${route.action} requires capability ${capability}, which account ${accountId} does not hold${hint}`, {
+        type: 'account-not-qualified', extra: { action: route.action, capability },
+      });
     });
   }
 

@@ -72,13 +72,13 @@ describe('authorization layers: role, then SCP explicit deny, then capability', 
     const a = await createAccount(gw);
     const principal = { via: 'jwt' as const, sub: 'x', realm: `acc-${a.id}`, realmKind: 'acc' as const, accountId: a.id, roles: ['operator'] };
     const route = { action: 'things:Thing:Create', roles: ['admin', 'operator'], capability: 'enroll_things' };
-    await expect(iam.checkCapability(principal, route)).rejects.toMatchObject({
+    await expect(Promise.resolve().then(() => iam.checkCapability(principal, route))).rejects.toMatchObject({
       status: 403, detail: expect.stringMatching(/^account not qualified: things:Thing:Create requires capability enroll_things.*POST \/api\/v1\/things\/join.*access_code/),
     });
-    await expect(iam.checkCapability(principal, { ...route, capability: 'manage_ota_rollouts' })).rejects.toMatchObject({ detail: expect.not.stringMatching(/join/) });
+    await expect(Promise.resolve().then(() => iam.checkCapability(principal, { ...route, capability: 'manage_ota_rollouts' }))).rejects.toMatchObject({ detail: expect.not.stringMatching(/join/) });
     await iam.grantCapability(a.id, 'enroll_things', 'test');
-    await expect(iam.checkCapability(principal, route)).resolves.toBeUndefined();
-    await expect(iam.checkCapability(principal, { ...route, capability: undefined })).resolves.toBeUndefined();
+    await expect(Promise.resolve().then(() => iam.checkCapability(principal, route))).resolves.toBeUndefined();
+    await expect(Promise.resolve().then(() => iam.checkCapability(principal, { ...route, capability: undefined }))).resolves.toBeUndefined();
   });
 });
 

@@ -4,6 +4,7 @@ import path from 'node:path';
 import nodeCrypto from 'node:crypto';
 import * as x509 from '@peculiar/x509';
 import type { Sql } from '../db/client.js';
+import * as der from './der.js';
 
 type Crypto = nodeCrypto.webcrypto.Crypto;
 type CryptoKey = nodeCrypto.webcrypto.CryptoKey;
@@ -16,6 +17,9 @@ const RSA_GEN = { ...RSA_SIGN, publicExponent: new Uint8Array([1, 0, 1]), modulu
 const EC_GEN = { name: 'ECDSA', namedCurve: 'P-256' } as const;
 const PKI_LOCK = 7_211_043;
 const DAY = 86_400_000;
+const SHA256_WITH_RSA = der.sequence(der.oid('1.2.840.113549.1.1.11'), Buffer.from([0x05, 0x00]));
+const OID_CN = der.oid('2.5.4.3');
+const OID_SKI = der.oid('2.5.29.14');
 
 const FILES = {
   rootCert: 'root-ca.crt', rootKey: 'root-ca.key',
@@ -63,6 +67,8 @@ export class Pki {
     /** PEM of the broker server certificate and key (for the TLS listener) */
     readonly serverCertPem: string,
     readonly serverKeyPem: string,
+    /** DER pieces every device certificate shares: issuer Name and the constant extensions */
+    private readonly template: { issuer: Buffer; extensions: Buffer; caKey: nodeCrypto.KeyObject },
   ) {}
 
   get rootPem(): string { return this.rootCert.toString('pem') + '\n'; }
@@ -82,7 +88,75 @@ export class Pki {
     const rootCert = new x509.X509Certificate(read('rootCert'));
     const deviceCaCert = new x509.X509Certificate(read('deviceCaCert'));
     const deviceCaKey = await importRsaKey(read('deviceCaKey'));
-    return new Pki(options, rootCert, deviceCaCert, deviceCaKey, read('serverCert'), read('serverKey'));
+    const template = {
+      issuer: Buffer.from(deviceCaCert.subjectName.toArrayBuffer()),
+      extensions: Buffer.concat([
+        new x509.BasicConstraintsExtension(false, undefined, true),
+        new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature | x509.KeyUsageFlags.keyEncipherment, true),
+        new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.clientAuth]),
+        new x509.CRLDistributionPointsExtension([options.crlUrl]),
+        await x509.AuthorityKeyIdentifierExtension.create(deviceCaCert, false, webcrypto),
+      ].map((e) => Buffer.from(e.rawData))),
+      caKey: nodeCrypto.createPrivateKey(read('deviceCaKey')),
+    };
+    return new Pki(options, rootCert, deviceCaCert, deviceCaKey, read('serverCert'), read('serverKey'), template);
+  }
+
+  /**
+   * A 32-byte key for `label` derived (HKDF-SHA256) from the device CA key: every node sharing
+   * the PKI derives the same one, and it changes with the CA. Seals secrets the gateway must read back.
+   */
+  deriveKey(label: string): Buffer {
+    const ikm = this.template.caKey.export({ type: 'pkcs8', format: 'der' });
+    return Buffer.from(nodeCrypto.hkdfSync('sha256', ikm, Buffer.alloc(0), `device-gateway/${label}`, 32));
+  }
+
+  /** The device CA private key, for signing gateway-issued tokens (device licenses). */
+  get deviceCaSigningKey(): nodeCrypto.KeyObject { return this.template.caKey; }
+
+  /** A fresh EC P-256 key pair (generated off the event loop): SPKI DER and PKCS#8 PEM. */
+  generateDeviceKeyPair(): Promise<{ spki: Buffer; privateKeyPem: string }> {
+    return new Promise((resolve, reject) => {
+      nodeCrypto.generateKeyPair('ec', {
+        namedCurve: 'prime256v1',
+        publicKeyEncoding: { type: 'spki', format: 'der' },
+        privateKeyEncoding: { type: 'pkcs8', format: 'pem' },
+      }, (err, spki, privateKeyPem) => (err ? reject(err) : resolve({ spki, privateKeyPem })));
+    });
+  }
+
+  /** Verifies a PEM CSR's self-signature and returns its SubjectPublicKeyInfo DER; its subject is ignored. */
+  async spkiFromCsr(pem: string): Promise<Buffer> {
+    const csr = new x509.Pkcs10CertificateRequest(pem);
+    if (!(await csr.verify(webcrypto))) throw new Error('CSR signature does not verify');
+    return Buffer.from(csr.publicKey.rawData);
+  }
+
+  /**
+   * Device certificate (CN = thingId, DS + KE, clientAuth, CRL distribution point, AKI/SKI,
+   * random 128-bit serial), as DER assembled from the pre-encoded constant parts and signed with
+   * native RSA off the event loop: about 10x faster than building it through WebCrypto.
+   */
+  async signDeviceCertificate(thingId: string, spki: Buffer, days: number): Promise<{ pem: string; serial: string; notAfter: Date }> {
+    const serial = randomSerial();
+    const notBefore = new Date(Math.floor(Date.now() / 1000) * 1000 - 5 * 60_000);
+    const notAfter = new Date(notBefore.getTime() + days * DAY);
+    const publicKeyBits = subjectPublicKeyBits(spki);
+    const ski = der.sequence(OID_SKI, der.octetString(der.octetString(nodeCrypto.createHash('sha1').update(publicKeyBits).digest())));
+    const tbs = der.sequence(
+      der.explicit(0, Buffer.from([0x02, 0x01, 0x02])),
+      der.integerFromHex(serial),
+      SHA256_WITH_RSA,
+      this.template.issuer,
+      der.sequence(der.time(notBefore), der.time(notAfter)),
+      der.sequence(der.set(der.sequence(OID_CN, der.utf8String(thingId)))),
+      spki,
+      der.explicit(3, der.sequence(this.template.extensions, ski)),
+    );
+    const signature = await new Promise<Buffer>((resolve, reject) =>
+      nodeCrypto.sign('sha256', tbs, this.template.caKey, (err, sig) => (err ? reject(err) : resolve(sig))));
+    const cert = der.sequence(tbs, SHA256_WITH_RSA, der.bitString(signature));
+    return { pem: toPem(cert, 'CERTIFICATE'), serial, notAfter };
   }
 
   /** A fresh EC P-256 key pair for a device that sent no CSR. */
@@ -98,30 +172,10 @@ export class Pki {
     return csr.publicKey.export(webcrypto);
   }
 
-  /** Device certificate: CN = thingId, DS + KE, clientAuth, CRL distribution point, unique serial. */
+  /** Same as signDeviceCertificate, for a WebCrypto public key. */
   async issueDeviceCertificate(thingId: string, publicKey: CryptoKey, days: number): Promise<{ pem: string; serial: string; notAfter: Date }> {
-    const serial = randomSerial();
-    const notBefore = new Date(Date.now() - 5 * 60_000);
-    const notAfter = new Date(notBefore.getTime() + days * DAY);
-    const cert = await x509.X509CertificateGenerator.create({
-      serialNumber: serial,
-      subject: `CN=${thingId}`,
-      issuer: this.deviceCaCert.subject,
-      notBefore,
-      notAfter,
-      publicKey,
-      signingKey: this.deviceCaKey,
-      signingAlgorithm: RSA_SIGN,
-      extensions: [
-        new x509.BasicConstraintsExtension(false, undefined, true),
-        new x509.KeyUsagesExtension(x509.KeyUsageFlags.digitalSignature | x509.KeyUsageFlags.keyEncipherment, true),
-        new x509.ExtendedKeyUsageExtension([x509.ExtendedKeyUsage.clientAuth]),
-        new x509.CRLDistributionPointsExtension([this.options.crlUrl]),
-        await x509.AuthorityKeyIdentifierExtension.create(this.deviceCaCert, false, webcrypto),
-        await x509.SubjectKeyIdentifierExtension.create(publicKey, false, webcrypto),
-      ],
-    }, webcrypto);
-    return { pem: cert.toString('pem') + '\n', serial, notAfter };
+    const spki = Buffer.from(await webcrypto.subtle.exportKey('spki', publicKey));
+    return this.signDeviceCertificate(thingId, spki, days);
   }
 
   /** CRL signed by the device CA. `pem` uses the `X509 CRL` label Node's TLS expects. */
@@ -142,6 +196,28 @@ export class Pki {
     const der = Buffer.from(crl.rawData);
     return { der, pem: toPem(der, 'X509 CRL') };
   }
+}
+
+/** The subjectPublicKey BIT STRING contents (without the unused-bits byte) of an SPKI, for the SKI. */
+function subjectPublicKeyBits(spki: Buffer): Buffer {
+  // SPKI = SEQUENCE { AlgorithmIdentifier, BIT STRING }: skip the outer header and the algorithm.
+  let i = headerLength(spki, 0);
+  i += headerLength(spki, i) + contentLength(spki, i);
+  const start = i + headerLength(spki, i) + 1;
+  return spki.subarray(start, i + headerLength(spki, i) + contentLength(spki, i));
+}
+
+function headerLength(buf: Buffer, at: number): number {
+  const first = buf[at + 1];
+  return first < 0x80 ? 2 : 2 + (first & 0x7f);
+}
+
+function contentLength(buf: Buffer, at: number): number {
+  const first = buf[at + 1];
+  if (first < 0x80) return first;
+  let n = 0;
+  for (let k = 0; k < (first & 0x7f); k++) n = n * 256 + buf[at + 2 + k];
+  return n;
 }
 
 function crlNumberDer(n: number): ArrayBuffer {

@@ -1,6 +1,47 @@
-import type { DomainModule } from '../gateway.js';
+import type { DomainModule, Gateway } from '../gateway.js';
+import { CrlService } from './crl.js';
+import { DeviceService } from './devices.js';
+import { EnrollmentService } from './enrollment.js';
+import { ModelService } from './models.js';
+import { trustRoutes } from './routes.js';
+import { Sealer } from './secrets.js';
+import { TrustService } from './service.js';
 
-/** Domain module of src/trust/ (see src/gateway.ts DomainModule): services, routes, workers. */
+export interface TrustServices {
+  trust: TrustService;
+  models: ModelService;
+  enrollment: EnrollmentService;
+  devices: DeviceService;
+  crl: CrlService;
+}
+
+declare module '../gateway.js' {
+  interface Services {
+    trust: TrustService;
+    models: ModelService;
+    enrollment: EnrollmentService;
+  }
+}
+
+const byGateway = new WeakMap<Gateway, TrustServices>();
+
+/** Domain module of src/trust/: PKI services, models, things, claim groups, enrollment, revocation. */
 export const trustDomain: DomainModule = {
   name: 'trust',
+  init(gw: Gateway) {
+    const sealer = new Sealer(gw.pki.deriveKey('trust-sealed-secrets'));
+    const crl = new CrlService(gw);
+    const models = new ModelService(gw.sql, sealer);
+    const trust = new TrustService(gw, crl, models);
+    const services: TrustServices = { trust, models, crl, enrollment: new EnrollmentService(gw, models, sealer), devices: new DeviceService(gw) };
+    byGateway.set(gw, services);
+    Object.assign(gw.services, { trust, models, enrollment: services.enrollment, crl, thingDirectory: trust });
+    gw.jobs.define('trust.crl-refresh', () => crl.refreshIfOld(), { schedule: '17 * * * *' });
+  },
+  async routes(app, gw) {
+    await trustRoutes(app, gw, byGateway.get(gw)!);
+  },
+  async start(gw) {
+    await byGateway.get(gw)!.crl.current();
+  },
 };

@@ -1,0 +1,248 @@
+import crypto from 'node:crypto';
+import 'reflect-metadata';
+import * as x509 from '@peculiar/x509';
+import type { Gateway } from '../gateway.js';
+import type { UnitOfWork } from '../actors/store.js';
+import { badRequest, conflict, forbidden, unauthorized } from '../http/problem.js';
+import { repo, type Identity, type ModelRow, type ThingRow } from './repo.js';
+import { claimGroupKind, claimGroupStatus, thingKind } from './kinds.js';
+import { parseDescriptor, type ModelService } from './models.js';
+import { safeEqual, sha256, type Sealer } from './secrets.js';
+import type { EnrollBody, EnrollmentResponse } from './schemas.js';
+
+interface Issued { pem: string; serial: string; notAfter: Date; privateKeyPem?: string }
+
+/** Methods where the device proved who it is: a repeat enrollment gets its certificate back. */
+const PROVING_METHODS = new Set(['claim_token', 'symmetric_key', 'certificate', 'webhook']);
+
+/**
+ * POST /ddi/v1/enroll: one URL for every provisioning method. The token flow is chosen by an
+ * `enrollmentToken`; otherwise the model named by the device decides the method (an unregistered
+ * model may still enroll with a claim secret: the claim group speaks for the tenant).
+ * Certificates are signed before the transaction (native RSA off the event loop, so the locks
+ * are held for a few statements only); a signature that loses a race is discarded, never stored
+ * nor returned.
+ */
+export class EnrollmentService {
+  constructor(private readonly gw: Gateway, private readonly models: ModelService, private readonly sealer: Sealer) {}
+
+  async enroll(body: EnrollBody): Promise<EnrollmentResponse> {
+    if (body.enrollmentToken) return this.byToken(body.enrollmentToken, body.csr);
+    const { manufacturer, model: modelRef, serial } = body;
+    if (!manufacturer || !modelRef || !serial) throw badRequest('manufacturer, model and serial are required (or an enrollmentToken)');
+    const model = await this.models.resolve(modelRef);
+    const method = model?.provisioning_method ?? (body.claimSecret || body.provisioningMethod === 'claim_token' ? 'claim_token' : undefined);
+    if (!method) throw badRequest(`model ${modelRef} is not registered; enroll with a claimSecret or an enrollmentToken`);
+    if (body.provisioningMethod && body.provisioningMethod !== method) {
+      throw badRequest(`model ${modelRef} enrolls by ${method}, not ${body.provisioningMethod}`);
+    }
+    const modelName = model ? `${model.vid}:${model.pid}` : (parseDescriptor(modelRef) ? `${parseDescriptor(modelRef)!.vid}:${parseDescriptor(modelRef)!.pid}` : modelRef);
+    if (method === 'claim_token') return this.byClaim(body, { manufacturer, model: modelName, serial }, model);
+    await this.verify(method, model!, body, { manufacturer, serial });
+    return this.enrollIdentity({ accountId: model!.account_id, manufacturer, model: modelName, serial }, model!, method, body.csr);
+  }
+
+  // --- flows
+
+  private async byToken(token: string, csr?: string): Promise<EnrollmentResponse> {
+    const thing = await repo.thingByToken(this.gw.sql, sha256(token));
+    if (!thing) throw unauthorized('unknown enrollment token');
+    this.checkToken(thing);
+    const issued = await this.issue(thing.id, csr);
+    return this.gw.actors.run(async (uow) => {
+      if (!(await repo.consumeToken(uow.sql, thing.id))) throw forbidden('enrollment token was already used or has expired');
+      await this.store(uow, thing, issued, 'enrollment_token');
+      return this.response(thing.id, issued);
+    });
+  }
+
+  private checkToken(thing: ThingRow): void {
+    if (thing.revoked_at) throw forbidden('this thing was revoked');
+    if (thing.enrollment_token_used_at) throw forbidden('enrollment token was already used');
+    if (!thing.enrollment_token_expires_at || thing.enrollment_token_expires_at.getTime() <= Date.now()) throw forbidden('enrollment token has expired');
+  }
+
+  private async byClaim(body: EnrollBody, tuple: Omit<Identity, 'accountId'>, model: ModelRow | undefined): Promise<EnrollmentResponse> {
+    if (!body.claimSecret) throw badRequest('claimSecret is required for claim_token enrollment');
+    const hash = sha256(body.claimSecret);
+    const group = await repo.claimGroupBySecret(this.gw.sql, hash);
+    if (!group || !safeEqual(group.secret_hash, hash)) throw forbidden('claim secret is not valid');
+    if (model && model.account_id !== group.account_id) throw forbidden('claim secret is not valid for this model');
+    const identity = { accountId: group.account_id, ...tuple };
+    const stored = await this.gw.actors.get(claimGroupKind, group.id);
+    const status = stored ? claimGroupStatus(stored.state, stored.snapshot.context, new Date()) : 'revoked';
+    if (status === 'revoked' || status === 'expired') throw forbidden(`claim group is ${status}`, { extra: { status } });
+
+    const existing = await repo.thingByIdentity(this.gw.sql, identity);
+    if (existing) return this.repeat(existing, body.csr);
+    if (status === 'capped') throw forbidden('claim group is capped: maxDevices reached', { extra: { status } });
+
+    const thingId = crypto.randomUUID();
+    const issued = await this.issue(thingId, body.csr);
+    return this.gw.actors.run(async (uow) => {
+      await repo.lockIdentity(uow.sql, identity);
+      const again = await repo.thingByIdentity(uow.sql, identity);
+      if (again) return this.repeat(again, body.csr, uow);
+      const locked = await uow.load(claimGroupKind, group.id);
+      const now = new Date();
+      const current = locked ? claimGroupStatus(locked.state, locked.snapshot.context, now) : 'revoked';
+      if (current !== 'active') throw forbidden(`claim group is ${current}${current === 'capped' ? ': maxDevices reached' : ''}`, { extra: { status: current } });
+      const thing = { id: thingId, accountId: identity.accountId, modelId: model?.id ?? null, ...tuple, enrolledBy: 'claim_token', claimGroupId: group.id };
+      await repo.insertThing(uow.sql, thing);
+      await uow.send(claimGroupKind, group.id, { type: 'CLAIM', at: now.toISOString(), thingId });
+      await this.store(uow, { id: thingId, account_id: identity.accountId, ...tuple }, issued, 'claim_token');
+      return this.response(thingId, issued);
+    });
+  }
+
+  private async enrollIdentity(identity: Identity, model: ModelRow, method: string, csr?: string): Promise<EnrollmentResponse> {
+    const existing = await repo.thingByIdentity(this.gw.sql, identity);
+    if (existing) return this.repeatFor(method, existing, csr);
+    const thingId = crypto.randomUUID();
+    const issued = await this.issue(thingId, csr);
+    return this.gw.actors.run(async (uow) => {
+      await repo.lockIdentity(uow.sql, identity);
+      const again = await repo.thingByIdentity(uow.sql, identity);
+      if (again) return this.repeatFor(method, again, csr, uow);
+      const { accountId, ...tuple } = identity;
+      await repo.insertThing(uow.sql, { id: thingId, accountId, modelId: model.id, ...tuple, enrolledBy: method });
+      await this.store(uow, { id: thingId, account_id: accountId, ...tuple }, issued, method);
+      return this.response(thingId, issued);
+    });
+  }
+
+  private repeatFor(method: string, thing: ThingRow, csr?: string, uow?: UnitOfWork): Promise<EnrollmentResponse> {
+    if (!PROVING_METHODS.has(method)) throw conflict(`serial ${thing.serial} of ${thing.model} is already enrolled`);
+    return this.repeat(thing, csr, uow);
+  }
+
+  /** Idempotent re-enrollment: the same thingId and certificate, nothing re-issued. */
+  private async repeat(thing: ThingRow, csr?: string, uow?: UnitOfWork): Promise<EnrollmentResponse> {
+    if (thing.revoked_at) throw forbidden('this thing was revoked; it cannot enroll again');
+    const cert = await repo.currentCertificate(uow?.sql ?? this.gw.sql, thing.id);
+    if (!cert) throw conflict(`thing ${thing.id} is registered but not enrolled; enroll with its enrollment token`);
+    if (cert.revoked) throw forbidden('this thing was revoked; it cannot enroll again');
+    if (csr) {
+      const spki = await this.csrKey(csr);
+      const issuedKey = Buffer.from(new x509.X509Certificate(cert.pem).publicKey.rawData);
+      if (!spki.equals(issuedKey)) throw conflict('this device is already enrolled with another key');
+    }
+    const privateKeyPem = !csr && cert.sealed_private_key ? this.sealer.open(cert.sealed_private_key) : undefined;
+    return this.response(thing.id, { pem: cert.pem, serial: cert.serial, notAfter: cert.not_after, privateKeyPem });
+  }
+
+  // --- method checks
+
+  private async verify(method: string, model: ModelRow, body: EnrollBody, device: { manufacturer: string; serial: string }): Promise<void> {
+    const settings = model.provisioning as Record<string, any>;
+    switch (method) {
+      case 'none':
+        return;
+      case 'auto': {
+        if (settings.serialPattern && !new RegExp(`^(?:${settings.serialPattern})$`).test(device.serial)) {
+          throw forbidden(`serial ${device.serial} does not match the model's serial pattern`);
+        }
+        if (settings.manufacturers && !(settings.manufacturers as string[]).includes(device.manufacturer)) {
+          throw forbidden(`manufacturer ${device.manufacturer} is not allowed for this model`);
+        }
+        return;
+      }
+      case 'symmetric_key': {
+        if (!body.derivedKey) throw badRequest('derivedKey is required for symmetric_key enrollment');
+        const registrationId = body.registrationId ?? device.serial;
+        const groupKey = Buffer.from(this.models.secretOf(model), 'base64');
+        const expected = crypto.createHmac('sha256', groupKey).update(registrationId, 'utf8').digest();
+        if (!safeEqual(expected, Buffer.from(body.derivedKey, 'base64'))) throw forbidden('derivedKey does not match the registrationId');
+        return;
+      }
+      case 'certificate':
+        return this.verifyBirthCertificate(settings.manufacturerCaPem as string, body);
+      case 'webhook':
+        return this.askApprovalWebhook(model, device);
+      default:
+        throw forbidden(`provisioning method ${method} is not supported`);
+    }
+  }
+
+  /** The device shows a certificate from the model's manufacturer CA and a CSR signed by the same key. */
+  private async verifyBirthCertificate(caPem: string, body: EnrollBody): Promise<void> {
+    if (!body.deviceCertificate || !body.csr) throw badRequest('certificate enrollment needs deviceCertificate and a csr signed with its key');
+    let cert: x509.X509Certificate;
+    try { cert = new x509.X509Certificate(body.deviceCertificate); } catch { throw badRequest('deviceCertificate is not a PEM certificate'); }
+    const ca = new x509.X509Certificate(caPem);
+    const now = new Date();
+    const signed = cert.issuer === ca.subject && (await cert.verify({ publicKey: ca, date: now }).catch(() => false));
+    if (!signed) throw forbidden('deviceCertificate is not a valid certificate of the model\'s manufacturer CA');
+    const spki = await this.csrKey(body.csr);
+    if (!spki.equals(Buffer.from(cert.publicKey.rawData))) throw forbidden('the csr is not signed with the key of deviceCertificate');
+  }
+
+  /** Standard Webhooks signed POST; anything but a 2xx `{ "approved": true }` in time refuses (fail closed). */
+  private async askApprovalWebhook(model: ModelRow, device: { manufacturer: string; serial: string }): Promise<void> {
+    const settings = model.provisioning as { approvalUrl: string; timeoutMs?: number };
+    const id = `msg_${crypto.randomUUID()}`;
+    const timestamp = Math.floor(Date.now() / 1000).toString();
+    const payload = JSON.stringify({ type: 'enrollment.approval', modelId: model.id, descriptor: `${model.vid}:${model.pid}`, manufacturer: device.manufacturer, serial: device.serial });
+    const key = Buffer.from(this.models.secretOf(model).replace(/^whsec_/, ''), 'base64');
+    const signature = crypto.createHmac('sha256', key).update(`${id}.${timestamp}.${payload}`).digest('base64');
+    let approved = false;
+    let why = 'did not approve';
+    try {
+      const res = await fetch(settings.approvalUrl, {
+        method: 'POST', body: payload, redirect: 'error',
+        headers: { 'content-type': 'application/json', 'webhook-id': id, 'webhook-timestamp': timestamp, 'webhook-signature': `v1,${signature}` },
+        signal: AbortSignal.timeout(settings.timeoutMs ?? 5000),
+      });
+      const answer = (await res.json().catch(() => undefined)) as { approved?: unknown } | undefined;
+      approved = res.ok && answer?.approved === true;
+      if (!res.ok) why = `answered ${res.status}`;
+    } catch (err) {
+      why = (err as Error).name === 'TimeoutError' ? 'timed out' : 'could not be reached';
+    }
+    if (!approved) throw forbidden(`enrollment refused: the model's approval webhook ${why}`);
+  }
+
+  // --- issuance
+
+  private async csrKey(csr: string): Promise<Buffer> {
+    try {
+      return await this.gw.pki.spkiFromCsr(csr);
+    } catch {
+      throw badRequest('csr is not a PEM PKCS#10 request with a valid signature');
+    }
+  }
+
+  private async issue(thingId: string, csr?: string): Promise<Issued> {
+    if (csr) return this.gw.pki.signDeviceCertificate(thingId, await this.csrKey(csr), this.gw.config.DEVICE_CERT_DAYS);
+    const key = await this.gw.pki.generateDeviceKeyPair();
+    const cert = await this.gw.pki.signDeviceCertificate(thingId, key.spki, this.gw.config.DEVICE_CERT_DAYS);
+    return { ...cert, privateKeyPem: key.privateKeyPem };
+  }
+
+  /** Stores the certificate and births the Thing actor in ROLLEDOFF (same transaction). */
+  private async store(uow: UnitOfWork, thing: Pick<ThingRow, 'id' | 'account_id' | 'manufacturer' | 'model' | 'serial'>, issued: Issued, method: string): Promise<void> {
+    await repo.insertCertificate(uow.sql, {
+      serial: issued.serial, thingId: thing.id, pem: issued.pem, notAfter: issued.notAfter,
+      sealedKey: issued.privateKeyPem ? this.sealer.seal(issued.privateKeyPem) : null,
+    });
+    await uow.create(thingKind, thing.id, {
+      id: thing.id, accountId: thing.account_id, manufacturer: thing.manufacturer, model: thing.model, serial: thing.serial,
+      enrolledBy: method, enrolledAt: new Date().toISOString(),
+    });
+  }
+
+  private response(thingId: string, issued: Issued): EnrollmentResponse {
+    const { config, pki } = this.gw;
+    const brokerPort = config.MQTT_PUBLIC_PORT ?? (config.MQTT_PORT === 0 ? this.gw.services.broker?.port : config.MQTT_PORT) ?? 8883;
+    return {
+      certificate: issued.pem,
+      ...(issued.privateKeyPem ? { privateKey: issued.privateKeyPem } : {}),
+      caCertificate: pki.deviceCaPem,
+      mqttBrokerUrl: config.MQTT_PUBLIC_HOST,
+      mqttBrokerPort: brokerPort,
+      caBundlePem: pki.bundlePem,
+      twinTopicPrefix: `devices/${thingId}`,
+    };
+  }
+}
+

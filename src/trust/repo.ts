@@ -1,0 +1,177 @@
+import type { Db } from '../db/client.js';
+
+export interface ModelRow {
+  id: string;
+  account_id: string;
+  vid: string;
+  pid: string;
+  name: string;
+  internal: boolean;
+  provisioning_method: ProvisioningMethod;
+  provisioning: Record<string, unknown>;
+  provisioning_secret: Buffer | null;
+  created_at: Date;
+  updated_at: Date;
+}
+
+export const PROVISIONING_METHODS = ['none', 'auto', 'symmetric_key', 'certificate', 'webhook', 'claim_token'] as const;
+export type ProvisioningMethod = (typeof PROVISIONING_METHODS)[number];
+
+export interface ThingRow {
+  id: string;
+  account_id: string;
+  model_id: string | null;
+  manufacturer: string;
+  model: string;
+  serial: string;
+  metadata: Record<string, unknown>;
+  enrolled_by: string | null;
+  enrolled_at: Date | null;
+  claim_group_id: string | null;
+  enrollment_token_expires_at: Date | null;
+  enrollment_token_used_at: Date | null;
+  revoked_at: Date | null;
+  created_at: Date;
+}
+
+export interface CertificateRow {
+  serial: string;
+  thing_id: string;
+  pem: string;
+  sealed_private_key: Buffer | null;
+  not_after: Date;
+  revoked: boolean;
+  revoked_at: Date | null;
+}
+
+export interface Identity { accountId: string; manufacturer: string; model: string; serial: string }
+
+/** SQL of the trust domain. Every function takes the pool or the caller's transaction. */
+export const repo = {
+  // --- models
+  async insertModel(db: Db, m: Omit<ModelRow, 'created_at' | 'updated_at'>): Promise<ModelRow | undefined> {
+    const [row] = await db<ModelRow[]>`
+      insert into models (id, account_id, vid, pid, name, internal, provisioning_method, provisioning, provisioning_secret)
+      values (${m.id}, ${m.account_id}, ${m.vid}, ${m.pid}, ${m.name}, ${m.internal}, ${m.provisioning_method},
+        ${db.json(m.provisioning as never)}, ${m.provisioning_secret})
+      on conflict (vid, pid) do nothing returning *`;
+    return row;
+  },
+  async modelById(db: Db, id: string): Promise<ModelRow | undefined> {
+    const [row] = await db<ModelRow[]>`select * from models where id = ${id}`;
+    return row;
+  },
+  async modelByDescriptor(db: Db, vid: string, pid: string): Promise<ModelRow | undefined> {
+    const [row] = await db<ModelRow[]>`select * from models where vid = ${vid} and pid = ${pid}`;
+    return row;
+  },
+  async listModels(db: Db, accountId: string, limit: number, after?: string): Promise<ModelRow[]> {
+    return db<ModelRow[]>`
+      select * from models where account_id = ${accountId} and not internal
+        and ${after ? db`id > ${after}` : db`true`}
+      order by id limit ${limit + 1}`;
+  },
+
+  // --- things
+  async insertThing(db: Db, t: { id: string; accountId: string; modelId: string | null; manufacturer: string; model: string; serial: string;
+    metadata?: Record<string, unknown>; enrolledBy?: string; claimGroupId?: string; tokenHash?: Buffer; tokenExpiresAt?: Date }): Promise<boolean> {
+    const res = await db`
+      insert into things (id, account_id, model_id, manufacturer, model, serial, metadata, enrolled_by, enrolled_at,
+        claim_group_id, enrollment_token_hash, enrollment_token_expires_at)
+      values (${t.id}, ${t.accountId}, ${t.modelId}, ${t.manufacturer}, ${t.model}, ${t.serial}, ${db.json((t.metadata ?? {}) as never)},
+        ${t.enrolledBy ?? null}, ${t.enrolledBy ? db`now()` : null}, ${t.claimGroupId ?? null}, ${t.tokenHash ?? null}, ${t.tokenExpiresAt ?? null})
+      on conflict (account_id, manufacturer, model, serial) do nothing`;
+    return res.count === 1;
+  },
+  async thing(db: Db, id: string): Promise<ThingRow | undefined> {
+    const [row] = await db<ThingRow[]>`select * from things where id = ${id}`;
+    return row;
+  },
+  async thingByIdentity(db: Db, i: Identity): Promise<ThingRow | undefined> {
+    const [row] = await db<ThingRow[]>`
+      select * from things where account_id = ${i.accountId} and manufacturer = ${i.manufacturer} and model = ${i.model} and serial = ${i.serial}`;
+    return row;
+  },
+  async thingByToken(db: Db, hash: Buffer): Promise<ThingRow | undefined> {
+    const [row] = await db<ThingRow[]>`select * from things where enrollment_token_hash = ${hash}`;
+    return row;
+  },
+  /** Consumes an enrollment token once: false when used, expired or revoked meanwhile. */
+  async consumeToken(db: Db, thingId: string): Promise<boolean> {
+    const res = await db`
+      update things set enrollment_token_used_at = now(), enrolled_by = 'enrollment_token', enrolled_at = now()
+      where id = ${thingId} and enrollment_token_used_at is null and enrollment_token_expires_at > now() and revoked_at is null`;
+    return res.count === 1;
+  },
+  /** Serialises enrollments of one (tenant, manufacturer, model, serial) tuple until commit. */
+  async lockIdentity(db: Db, i: Identity): Promise<void> {
+    await db`select pg_advisory_xact_lock(hashtextextended(${JSON.stringify([i.accountId, i.manufacturer, i.model, i.serial])}, 0))`;
+  },
+  async markThingRevoked(db: Db, thingId: string): Promise<void> {
+    await db`update things set revoked_at = coalesce(revoked_at, now()) where id = ${thingId}`;
+  },
+  async moveThing(db: Db, thingId: string, accountId: string): Promise<void> {
+    await db`update things set account_id = ${accountId} where id = ${thingId}`;
+  },
+
+  // --- certificates
+  async insertCertificate(db: Db, c: { serial: string; thingId: string; pem: string; sealedKey: Buffer | null; notAfter: Date }): Promise<void> {
+    await db`
+      insert into device_certificates (serial, thing_id, pem, sealed_private_key, not_after)
+      values (${c.serial}, ${c.thingId}, ${c.pem}, ${c.sealedKey}, ${c.notAfter})`;
+  },
+  async currentCertificate(db: Db, thingId: string): Promise<CertificateRow | undefined> {
+    const [row] = await db<CertificateRow[]>`
+      select * from device_certificates where thing_id = ${thingId} order by created_at desc limit 1`;
+    return row;
+  },
+  async certificate(db: Db, serial: string): Promise<CertificateRow | undefined> {
+    const [row] = await db<CertificateRow[]>`select * from device_certificates where serial = ${serial}`;
+    return row;
+  },
+  async revokeCertificates(db: Db, thingId: string): Promise<string[]> {
+    const rows = await db<{ serial: string }[]>`
+      update device_certificates set revoked = true, revoked_at = now()
+      where thing_id = ${thingId} and not revoked returning serial`;
+    return rows.map((r) => r.serial);
+  },
+
+  // --- claim groups
+  async insertClaimGroup(db: Db, g: { id: string; accountId: string; secretHash: Buffer }): Promise<void> {
+    await db`insert into claim_groups (id, account_id, secret_hash) values (${g.id}, ${g.accountId}, ${g.secretHash})`;
+  },
+  async claimGroupBySecret(db: Db, hash: Buffer): Promise<{ id: string; account_id: string; secret_hash: Buffer } | undefined> {
+    const [row] = await db<{ id: string; account_id: string; secret_hash: Buffer }[]>`
+      select id, account_id, secret_hash from claim_groups where secret_hash = ${hash}`;
+    return row;
+  },
+  async claimGroupAccount(db: Db, id: string): Promise<string | undefined> {
+    const [row] = await db<{ account_id: string }[]>`select account_id from claim_groups where id = ${id}`;
+    return row?.account_id;
+  },
+
+  // --- licenses
+  async recordLicense(db: Db, l: { id: string; thingId: string; kind: 'request' | 'renew'; decision: 'granted' | 'denied'; reason?: string; expiresAt?: Date }): Promise<void> {
+    await db`
+      insert into device_licenses (id, thing_id, kind, decision, reason, expires_at)
+      values (${l.id}, ${l.thingId}, ${l.kind}, ${l.decision}, ${l.reason ?? null}, ${l.expiresAt ?? null})`;
+  },
+  async license(db: Db, id: string): Promise<{ id: string; thing_id: string; decision: string; expires_at: Date | null } | undefined> {
+    const [row] = await db<{ id: string; thing_id: string; decision: string; expires_at: Date | null }[]>`
+      select id, thing_id, decision, expires_at from device_licenses where id = ${id}`;
+    return row;
+  },
+
+  // --- access codes (join)
+  async insertAccessCode(db: Db, c: { hash: Buffer; thingId: string; accountId: string; expiresAt: Date }): Promise<void> {
+    await db`insert into thing_access_codes (code_hash, thing_id, issued_by_account, expires_at)
+      values (${c.hash}, ${c.thingId}, ${c.accountId}, ${c.expiresAt})`;
+  },
+  async useAccessCode(db: Db, hash: Buffer, accountId: string): Promise<{ thing_id: string; issued_by_account: string } | undefined> {
+    const [row] = await db<{ thing_id: string; issued_by_account: string }[]>`
+      update thing_access_codes set used_at = now(), used_by_account = ${accountId}
+      where code_hash = ${hash} and used_at is null and expires_at > now()
+      returning thing_id, issued_by_account`;
+    return row;
+  },
+};

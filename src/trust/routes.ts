@@ -1,0 +1,114 @@
+import { z } from 'zod';
+import type { Gateway, ZodApp } from '../gateway.js';
+import { accountOf, principalOf } from '../http/auth/plugin.js';
+import { forbidden } from '../http/problem.js';
+import type { TrustServices } from './index.js';
+import {
+  accessCodeSchema, claimGroupCreateSchema, claimGroupCreatedSchema, claimGroupSchema, deviceStatusSchema, emqxAuthnSchema,
+  emqxResultSchema, enrollSchema, enrollmentResponseSchema, joinSchema, joinedSchema, licenseRenewSchema, licenseRequestSchema,
+  licenseSchema, modelCreateSchema, modelCreatedSchema, modelSchema, revokedSchema, thingCreateSchema, thingCreatedSchema, thingIdParams,
+} from './schemas.js';
+
+const WRITE = ['admin', 'operator'] as const;
+const READ = ['admin', 'operator', 'viewer'] as const;
+const idParams = z.object({ id: z.uuid() });
+
+/** Device trust routes: tenant plane (/api/v1), device plane (/ddi/v1), public PKI endpoints. */
+export async function trustRoutes(app: ZodApp, gw: Gateway, s: TrustServices): Promise<void> {
+  // --- models (provisioning part)
+  app.post('/api/v1/models', {
+    config: { auth: { action: 'factory:Model:Create', roles: WRITE } },
+    schema: { tags: ['models'], summary: 'Create a device model (vid:pid) with its provisioning method', body: modelCreateSchema, response: { 201: modelCreatedSchema } },
+  }, async (request, reply) => reply.code(201).send(await s.models.create(accountOf(request), request.body)));
+  app.get('/api/v1/models', {
+    config: { auth: { action: 'factory:Model:List', roles: READ } },
+    schema: {
+      tags: ['models'], summary: 'List the account\'s models (keyset pagination by id)',
+      querystring: z.strictObject({ limit: z.coerce.number().int().min(1).max(100).default(20), after: z.uuid().optional() }),
+      response: { 200: z.object({ items: z.array(modelSchema), next_cursor: z.string().nullable() }) },
+    },
+  }, async (request) => s.models.list(accountOf(request), request.query.limit, request.query.after));
+  app.get('/api/v1/models/:id', {
+    config: { auth: { action: 'factory:Model:Read', roles: READ } },
+    schema: { tags: ['models'], summary: 'Read a model', params: idParams, response: { 200: modelSchema } },
+  }, async (request) => s.models.get(accountOf(request), request.params.id));
+
+  // --- things (tenant plane)
+  app.post('/api/v1/things', {
+    config: { auth: { action: 'factory:Thing:Enroll', roles: WRITE, capability: 'enroll_things' } },
+    schema: { tags: ['things'], summary: 'Register a device; returns its single-use enrollment token', body: thingCreateSchema, response: { 201: thingCreatedSchema } },
+  }, async (request, reply) => reply.code(201).send(await s.trust.registerThing(accountOf(request), request.body)));
+  app.delete('/api/v1/things/:thingId', {
+    config: { auth: { action: 'factory:Thing:Revoke', roles: WRITE } },
+    schema: { tags: ['things'], summary: 'Revoke a device: revoked flag, CRL regenerated, MQTT session disconnected', params: thingIdParams, response: { 200: revokedSchema } },
+  }, async (request) => s.trust.revokeThing(accountOf(request), request.params.thingId, principalOf(request).sub));
+  app.post('/api/v1/things/:thingId/access-code', {
+    config: { auth: { action: 'factory:Thing:Share', roles: WRITE } },
+    schema: { tags: ['things'], summary: 'Issue a single-use access code with which another account joins this thing', params: thingIdParams, response: { 201: accessCodeSchema } },
+  }, async (request, reply) => reply.code(201).send(await s.trust.issueAccessCode(accountOf(request), request.params.thingId)));
+  app.post('/api/v1/things/join', {
+    config: { auth: { action: 'factory:Thing:Join', roles: WRITE } },
+    schema: { tags: ['things'], summary: 'Join a thing into the caller\'s account with an access code', body: joinSchema, response: { 200: joinedSchema } },
+  }, async (request) => s.trust.join(accountOf(request), request.body.access_code));
+
+  // --- claim groups
+  app.post('/api/v1/things/claim-groups', {
+    config: { auth: { action: 'factory:ClaimGroup:Create', roles: WRITE } },
+    schema: { tags: ['claim-groups'], summary: 'Create a claim group; the shared secret is shown once', body: claimGroupCreateSchema, response: { 201: claimGroupCreatedSchema } },
+  }, async (request, reply) => reply.code(201).send(await s.trust.createClaimGroup(accountOf(request), request.body)));
+  app.get('/api/v1/things/claim-groups/:id', {
+    config: { auth: { action: 'factory:ClaimGroup:Read', roles: READ } },
+    schema: { tags: ['claim-groups'], summary: 'Claim group status: consumed count; active, capped, expired or revoked', params: idParams, response: { 200: claimGroupSchema } },
+  }, async (request) => s.trust.getClaimGroup(accountOf(request), request.params.id));
+  app.delete('/api/v1/things/claim-groups/:id', {
+    config: { auth: { action: 'factory:ClaimGroup:Revoke', roles: WRITE } },
+    schema: { tags: ['claim-groups'], summary: 'Revoke the shared secret (issued certificates stay valid)', params: idParams, response: { 200: claimGroupSchema } },
+  }, async (request) => s.trust.revokeClaimGroup(accountOf(request), request.params.id, principalOf(request).sub));
+
+  // --- public PKI
+  app.get('/api/v1/certificates/crl', {
+    config: { auth: 'public' },
+    schema: { tags: ['certificates'], summary: 'Device CA revocation list (DER)', response: { 200: z.any().describe('application/pkix-crl') } },
+  }, async (_request, reply) => {
+    const crl = await s.crl.current();
+    return reply.type('application/pkix-crl').header('cache-control', 'no-cache').send(crl.der);
+  });
+  app.get('/api/v1/certificates/ca', {
+    config: { auth: 'public' },
+    schema: { tags: ['certificates'], summary: 'Device CA certificate (PEM); ?chain=true adds the root', querystring: z.strictObject({ chain: z.enum(['true', 'false']).optional() }), response: { 200: z.string() } },
+  }, async (request, reply) => reply.type('application/x-pem-file').send(request.query.chain === 'true' ? gw.pki.bundlePem : gw.pki.deviceCaPem));
+
+  // --- device plane
+  app.post('/ddi/v1/enroll', {
+    config: { auth: 'public' },
+    schema: { tags: ['devices'], summary: 'Enroll a device (every provisioning method)', body: enrollSchema, response: { 200: enrollmentResponseSchema } },
+  }, async (request) => s.enrollment.enroll(request.body));
+  app.get('/ddi/v1/:thingId/device/status', {
+    config: { auth: 'public' },
+    schema: { tags: ['devices'], summary: 'Device status (enrollment token or mutual TLS)', params: thingIdParams, response: { 200: deviceStatusSchema } },
+  }, async (request) => {
+    await s.devices.authenticate(request, request.params.thingId);
+    return s.devices.status(request.params.thingId);
+  });
+  app.post('/ddi/v1/:thingId/license/request', {
+    config: { auth: 'public' },
+    schema: { tags: ['devices'], summary: 'Request a license token', params: thingIdParams, body: licenseRequestSchema.optional(), response: { 200: licenseSchema } },
+  }, async (request) => {
+    await s.devices.authenticate(request, request.params.thingId);
+    return s.devices.requestLicense(request.params.thingId, request.body?.features);
+  });
+  app.post('/ddi/v1/:thingId/license/renew', {
+    config: { auth: 'public' },
+    schema: { tags: ['devices'], summary: 'Renew a license token', params: thingIdParams, body: licenseRenewSchema, response: { 200: licenseSchema } },
+  }, async (request) => {
+    await s.devices.authenticate(request, request.params.thingId);
+    return s.devices.renewLicense(request.params.thingId, request.body.license);
+  });
+  app.post('/ddi/v1/authn/emqx', {
+    config: { auth: 'public' },
+    schema: { tags: ['devices'], summary: 'Broker authentication callback (internal networks only)', body: emqxAuthnSchema, response: { 200: emqxResultSchema } },
+  }, async (request) => {
+    if (!s.devices.isInternal(request.socket.remoteAddress)) throw forbidden('this endpoint answers internal networks only');
+    return { result: await s.devices.authnEmqx(request.body) };
+  });
+}

@@ -1,0 +1,125 @@
+import crypto from 'node:crypto';
+import type { Gateway, ThingDirectory } from '../gateway.js';
+import { conflict, forbidden, notFound } from '../http/problem.js';
+import { repo } from './repo.js';
+import { claimGroupKind, claimGroupStatus, thingKind } from './kinds.js';
+import type { CrlService } from './crl.js';
+import type { ModelService } from './models.js';
+import { newSecret, sha256 } from './secrets.js';
+
+const ACCESS_CODE_TTL_MS = 7 * 86_400_000;
+
+/**
+ * Tenant plane of device trust: registering things (enrollment tokens), claim groups, revocation,
+ * access codes for joining a thing into another account; and the thing directory other domains use.
+ */
+export class TrustService implements ThingDirectory {
+  constructor(private readonly gw: Gateway, private readonly crl: CrlService, private readonly models: ModelService) {}
+
+  async accountOf(thingId: string): Promise<string | undefined> {
+    const [row] = await this.gw.sql<{ account_id: string }[]>`select account_id from things where id = ${thingId}`;
+    return row?.account_id;
+  }
+
+  /** POST /api/v1/things: registers a device and hands out its single-use enrollment token. */
+  async registerThing(accountId: string, input: { manufacturer: string; model: string; serial: string; metadata?: Record<string, unknown> }) {
+    const model = await this.models.resolve(input.model);
+    const modelRef = model && model.account_id === accountId ? model : undefined;
+    const id = crypto.randomUUID();
+    const enrollmentToken = newSecret('et_');
+    const expiresAt = new Date(Date.now() + this.gw.config.ENROLLMENT_TOKEN_TTL * 1000);
+    const inserted = await repo.insertThing(this.gw.sql, {
+      id, accountId, modelId: modelRef?.id ?? null, manufacturer: input.manufacturer,
+      model: modelRef ? `${modelRef.vid}:${modelRef.pid}` : input.model, serial: input.serial,
+      metadata: input.metadata, tokenHash: sha256(enrollmentToken), tokenExpiresAt: expiresAt,
+    });
+    if (!inserted) throw conflict(`serial ${input.serial} of ${input.manufacturer} ${input.model} is already registered in this account`);
+    return { thingId: id, enrollmentToken, expiresAt: expiresAt.toISOString() };
+  }
+
+  /**
+   * DELETE /api/v1/things/{id}, in the spec's order: (1) the certificates' revoked flag and (2)
+   * the regenerated CRL commit in one transaction; then every node loads the CRL; (3) the
+   * broker disconnects the device's session wherever it is (not connected counts as success).
+   * Revoking again repeats steps 2 and 3 harmlessly.
+   */
+  async revokeThing(accountId: string, thingId: string, by: string) {
+    const { serials, number } = await this.gw.actors.run(async (uow) => {
+      const [thing] = await uow.sql<{ account_id: string; revoked_at: Date | null }[]>`
+        select account_id, revoked_at from things where id = ${thingId} for update`;
+      if (!thing || thing.account_id !== accountId) throw notFound(`thing ${thingId} not found`);
+      const revokedNow = await repo.revokeCertificates(uow.sql, thingId);
+      await repo.markThingRevoked(uow.sql, thingId);
+      if (!thing.revoked_at) {
+        const serial = revokedNow[0] ?? null;
+        const actor = await uow.load(thingKind, thingId);
+        if (actor) await uow.send(thingKind, thingId, { type: 'REVOKE', at: new Date().toISOString(), serial, by });
+        else await uow.emit('thing', thingId, { type: 'thing.revoked', thingId, serial, by }, accountId);
+      }
+      const crl = await this.crl.regenerate(uow.sql);
+      return { serials: revokedNow, number: crl.number };
+    });
+    await this.crl.announce(number);
+    const sessions = this.gw.services.deviceSessions;
+    const { disconnected } = sessions ? await sessions.disconnect(thingId) : { disconnected: false };
+    return { thingId, revoked: true as const, revokedSerials: serials, crlNumber: number, disconnected };
+  }
+
+  // --- claim groups
+
+  async createClaimGroup(accountId: string, input: { name: string; maxDevices: number; ttlDays: number }) {
+    const id = crypto.randomUUID();
+    const sharedSecret = newSecret('cgs_');
+    const createdAt = new Date().toISOString();
+    await this.gw.actors.run(async (uow) => {
+      await repo.insertClaimGroup(uow.sql, { id, accountId, secretHash: sha256(sharedSecret) });
+      await uow.create(claimGroupKind, id, { id, accountId, name: input.name, maxDevices: input.maxDevices, ttlDays: input.ttlDays, createdAt });
+    });
+    return { id, name: input.name, sharedSecret, maxDevices: input.maxDevices, ttlDays: input.ttlDays, createdAt };
+  }
+
+  async getClaimGroup(accountId: string, id: string) {
+    const stored = await this.gw.actors.get(claimGroupKind, id);
+    if (!stored || stored.snapshot.context.accountId !== accountId) throw notFound(`claim group ${id} not found`);
+    const c = stored.snapshot.context;
+    const status = claimGroupStatus(stored.state, c, new Date());
+    return {
+      id, name: c.name, maxDevices: c.maxDevices, ttlDays: c.ttlDays, createdAt: c.createdAt, expiresAt: c.expiresAt,
+      consumed: c.consumed, status, revoked: status === 'revoked',
+    };
+  }
+
+  /** Revokes the shared secret only: certificates already issued through it stay valid. Idempotent. */
+  async revokeClaimGroup(accountId: string, id: string, by: string) {
+    await this.gw.actors.run(async (uow) => {
+      const stored = await uow.load(claimGroupKind, id);
+      if (!stored || stored.snapshot.context.accountId !== accountId) throw notFound(`claim group ${id} not found`);
+      if (stored.state !== 'revoked') await uow.send(claimGroupKind, id, { type: 'REVOKE', at: new Date().toISOString(), by });
+    });
+    return this.getClaimGroup(accountId, id);
+  }
+
+  // --- joining a thing by access code
+
+  async issueAccessCode(accountId: string, thingId: string) {
+    const owner = await this.accountOf(thingId);
+    if (owner !== accountId) throw notFound(`thing ${thingId} not found`);
+    const accessCode = newSecret('ac_');
+    const expiresAt = new Date(Date.now() + ACCESS_CODE_TTL_MS);
+    await repo.insertAccessCode(this.gw.sql, { hash: sha256(accessCode), thingId, accountId, expiresAt });
+    return { accessCode, expiresAt: expiresAt.toISOString() };
+  }
+
+  /** The thing moves to the caller's account if the code is valid, unused and still owned by its issuer. */
+  async join(accountId: string, accessCode: string) {
+    return this.gw.actors.run(async (uow) => {
+      const used = await repo.useAccessCode(uow.sql, sha256(accessCode), accountId);
+      if (!used) throw forbidden('access_code is not valid, was already used or has expired');
+      const thing = await repo.thing(uow.sql, used.thing_id);
+      if (!thing || thing.account_id !== used.issued_by_account || thing.revoked_at) throw forbidden('access_code is no longer valid for this thing');
+      await repo.moveThing(uow.sql, thing.id, accountId);
+      await uow.emit('thing', thing.id, { type: 'thing.joined', thingId: thing.id, from: thing.account_id, to: accountId }, accountId);
+      return { thingId: thing.id, accountId };
+    });
+  }
+}

@@ -8,6 +8,10 @@ const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
 const hasChromium = fs.existsSync(CHROMIUM);
 if (!hasChromium) console.log(`console end-to-end test skipped: no Chromium at ${CHROMIUM} (apt-get install -y chromium, or set CHROMIUM_PATH)`);
 
+/** waits until the element's text equals `text` (evaluated in the page) */
+const textIs = (page: import('playwright-core').Page, id: string, text: string) =>
+  page.waitForFunction(([i, t]) => (globalThis as unknown as { document: { getElementById(x: string): { textContent: string } | null } }).document.getElementById(i)?.textContent === t, [id, text] as const);
+
 describe.skipIf(!hasChromium)('console page in headless Chromium', () => {
   let gw: TestGateway;
   let account: TestAccount;
@@ -47,21 +51,21 @@ describe.skipIf(!hasChromium)('console page in headless Chromium', () => {
     await page.click('#signin-button');
     await page.waitForSelector('li.item');
     expect(await page.textContent('#feed')).toContain('before sign-in');
-    await page.waitForFunction(() => document.getElementById('badge')!.textContent === '1');
-    await page.waitForFunction(() => document.getElementById('status')!.textContent === 'live');
+    await textIs(page, 'badge', '1');
+    await textIs(page, 'status', 'live');
 
     // published while the page is open: it appears without a reload, and the badge follows
     const id = await publish('arrived live');
     await page.waitForSelector(`li.item[data-id="${id}"]`);
     expect(await page.textContent(`li.item[data-id="${id}"] .title`)).toBe('arrived live');
     expect(await page.textContent(`li.item[data-id="${id}"] .body`)).toBe('<b>not bold</b>');
-    await page.waitForFunction(() => document.getElementById('badge')!.textContent === '2');
+    await textIs(page, 'badge', '2');
     const tenantId = await publish('for the whole account', 'tenant');
     await page.waitForSelector(`li.item[data-id="${tenantId}"]`);
-    await page.waitForFunction(() => document.getElementById('badge')!.textContent === '3');
+    await textIs(page, 'badge', '3');
 
     await page.click(`li.item[data-id="${id}"] button.mark-read`);
-    await page.waitForFunction(() => document.getElementById('badge')!.textContent === '2');
+    await textIs(page, 'badge', '2');
     await page.click(`li.item[data-id="${id}"] button.dismiss`);
     await page.waitForSelector(`li.item[data-id="${id}"]`, { state: 'detached' });
     const feed = await gw.http.get('/api/notifications/feed?dismissed=true', { token: await gw.token({ realm: `acc-${account.id}`, sub: 'eve', roles: ['viewer'] }), headers: { 'x-account-id': account.id } });

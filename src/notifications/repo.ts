@@ -227,11 +227,6 @@ export const repo = {
     await db`delete from notification_stream_events where created_at < now() - interval '1 day'`;
     await db`delete from notification_stream_sessions where expires_at < now() - interval '1 hour'`;
   },
-
-  async accountExists(db: Db, id: string): Promise<boolean> {
-    const [r] = await db`select 1 from accounts where id = ${id}`;
-    return Boolean(r);
-  },
 };
 
 /**

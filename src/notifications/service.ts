@@ -80,7 +80,7 @@ export class NotificationsService {
     if (!template) throw badRequest(`template ${req.template} is not in the catalogue (GET /api/notifications/templates lists it)`);
     if (req.scope === 'tenant') {
       if (!isUuid(req.to.subscriberId)) throw badRequest('to.subscriberId must be an account id (UUID) when scope is tenant');
-      if (!(await repo.accountExists(this.sql, req.to.subscriberId.toLowerCase()))) throw badRequest(`account ${req.to.subscriberId} does not exist`);
+      if (!(await this.gw.services.accounts?.get(req.to.subscriberId.toLowerCase()))) throw badRequest(`account ${req.to.subscriberId} does not exist`);
     }
     const subscriberId = req.scope === 'tenant' ? req.to.subscriberId.toLowerCase() : req.to.subscriberId;
     const rendered = this.renderStrict(template, req.data, req.actionUrl);

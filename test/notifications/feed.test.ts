@@ -181,6 +181,15 @@ describe('feed', () => {
     expect(r.body.items.find((c: any) => c.id === 'billing').name).toBe('Abrechnung');
   });
 
+  it('OpenAPI document lists the notification routes under both prefixes', async () => {
+    const docs = await gw.http.get('/docs/json');
+    expect(docs.status).toBe(200);
+    const paths = Object.keys(docs.body.paths);
+    for (const p of ['/api/notifications/publish', '/api/notifications/feed', '/console/notifications/feed', '/console/notifications/stream', '/console/notifications/stream/auth', '/api/notifications/preferences', '/console/notifications/unseen/count']) {
+      expect(paths).toContain(p);
+    }
+  });
+
   it('preferences: read defaults, replace, validation', async () => {
     const t = await userToken(gw, A.id, 'prefs-user');
     let r = await gw.http.get('/console/notifications/preferences', { token: t });

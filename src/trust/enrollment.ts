@@ -71,11 +71,11 @@ export class EnrollmentService {
     const identity = { accountId: group.account_id, ...tuple };
     const stored = await this.gw.actors.get(claimGroupKind, group.id);
     const status = stored ? claimGroupStatus(stored.state, stored.snapshot.context, new Date()) : 'revoked';
-    if (status === 'revoked' || status === 'expired') throw forbidden(`claim group is ${status}`, { extra: { status } });
+    if (status === 'revoked' || status === 'expired') throw forbidden(`claim group is ${status}`, { extra: { claimGroupStatus: status } });
 
     const existing = await repo.thingByIdentity(this.gw.sql, identity);
     if (existing) return this.repeat(existing, body.csr);
-    if (status === 'capped') throw forbidden('claim group is capped: maxDevices reached', { extra: { status } });
+    if (status === 'capped') throw forbidden('claim group is capped: maxDevices reached', { extra: { claimGroupStatus: status } });
 
     const thingId = crypto.randomUUID();
     const issued = await this.issue(thingId, body.csr);
@@ -86,7 +86,7 @@ export class EnrollmentService {
       const locked = await uow.load(claimGroupKind, group.id);
       const now = new Date();
       const current = locked ? claimGroupStatus(locked.state, locked.snapshot.context, now) : 'revoked';
-      if (current !== 'active') throw forbidden(`claim group is ${current}${current === 'capped' ? ': maxDevices reached' : ''}`, { extra: { status: current } });
+      if (current !== 'active') throw forbidden(`claim group is ${current}${current === 'capped' ? ': maxDevices reached' : ''}`, { extra: { claimGroupStatus: current } });
       const thing = { id: thingId, accountId: identity.accountId, modelId: model?.id ?? null, ...tuple, enrolledBy: 'claim_token', claimGroupId: group.id };
       await repo.insertThing(uow.sql, thing);
       await uow.send(claimGroupKind, group.id, { type: 'CLAIM', at: now.toISOString(), thingId });

@@ -1,0 +1,158 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestGateway, expectProblem, type TestGateway } from '../helpers/gateway.js';
+import { createAccount, type TestAccount } from '../helpers/accounts.js';
+import { createClaimGroup, enrollDevice } from '../helpers/devices.js';
+
+let gw: TestGateway;
+let account: TestAccount;
+
+beforeAll(async () => {
+  gw = await startTestGateway();
+  account = await createAccount(gw, { capabilities: ['enroll_things'] });
+});
+afterAll(async () => gw?.close());
+
+const claim = (secret: string, serial: string, extra: Record<string, unknown> = {}) =>
+  gw.http.post('/ddi/v1/enroll', { provisioningMethod: 'claim_token', claimSecret: secret, manufacturer: 'Acme', model: 'FFF1:8001', serial, ...extra });
+
+async function certificatesOfGroup(groupId: string): Promise<number> {
+  const [row] = await gw.db.sql<{ n: number }[]>`
+    select count(*)::int as n from device_certificates c join things t on t.id = c.thing_id where t.claim_group_id = ${groupId}`;
+  return row.n;
+}
+
+describe('claim groups', () => {
+  it('creates a group: shared secret shown once, status active', async () => {
+    const res = await gw.http.post('/api/v1/things/claim-groups', { name: 'line 7', maxDevices: 3, ttlDays: 2 }, { token: account.operator });
+    expect(res.status).toBe(201);
+    expect(Object.keys(res.body).sort()).toEqual(['createdAt', 'id', 'maxDevices', 'name', 'sharedSecret', 'ttlDays']);
+    const read = await gw.http.get(`/api/v1/things/claim-groups/${res.body.id}`, { token: account.viewer });
+    expect(read.status).toBe(200);
+    expect(read.body).toMatchObject({ id: res.body.id, consumed: 0, status: 'active', maxDevices: 3, ttlDays: 2, revoked: false });
+    expect(read.body.sharedSecret).toBeUndefined();
+    const [row] = await gw.db.sql<{ secret_hash: Buffer }[]>`select secret_hash from claim_groups where id = ${res.body.id}`;
+    expect(row.secret_hash.length).toBe(32);
+    expect(JSON.stringify(await gw.db.sql`select * from actors where id = ${res.body.id}`)).not.toContain(res.body.sharedSecret);
+  });
+
+  it('validates input and hides other accounts\' groups', async () => {
+    expectProblem(await gw.http.post('/api/v1/things/claim-groups', { name: 'x', maxDevices: 0, ttlDays: 1 }, { token: account.operator }), 400);
+    expectProblem(await gw.http.post('/api/v1/things/claim-groups', { name: 'x', maxDevices: 1, ttlDays: 1, extra: 1 }, { token: account.operator }), 400);
+    expectProblem(await gw.http.post('/api/v1/things/claim-groups', { name: 'x', maxDevices: 1, ttlDays: 1 }, { token: account.viewer }), 403);
+    const g = await createClaimGroup(gw, account);
+    const other = await createAccount(gw);
+    expectProblem(await gw.http.get(`/api/v1/things/claim-groups/${g.id}`, { token: other.viewer }), 404);
+    expectProblem(await gw.http.delete(`/api/v1/things/claim-groups/${g.id}`, { token: other.operator }), 404);
+  });
+
+  it('100 concurrent claims against maxDevices 10 give exactly 10 certificates', async () => {
+    const g = await createClaimGroup(gw, account, { maxDevices: 10 });
+    const results = await Promise.all(Array.from({ length: 100 }, (_, i) => claim(g.sharedSecret, `RACE-${i}`)));
+    const ok = results.filter((r) => r.status === 200);
+    expect(ok).toHaveLength(10);
+    for (const r of results.filter((x) => x.status !== 200)) expect(expectProblem(r, 403).detail).toContain('capped');
+    expect(new Set(ok.map((r) => r.body.twinTopicPrefix)).size).toBe(10);
+    expect(await certificatesOfGroup(g.id)).toBe(10);
+    const status = await gw.http.get(`/api/v1/things/claim-groups/${g.id}`, { token: account.viewer });
+    expect(status.body).toMatchObject({ consumed: 10, status: 'capped' });
+    // a device that already claimed may still repeat its claim on a capped group
+    const first = ok[0];
+    const again = results.indexOf(first);
+    const repeat = await claim(g.sharedSecret, `RACE-${again}`);
+    expect(repeat.status).toBe(200);
+    expect(repeat.body.certificate).toBe(first.body.certificate);
+  });
+
+  it('20 concurrent claims with the same tuple give one thingId and one certificate', async () => {
+    const g = await createClaimGroup(gw, account, { maxDevices: 50 });
+    const results = await Promise.all(Array.from({ length: 20 }, () => claim(g.sharedSecret, 'SAME-1')));
+    expect(results.map((r) => r.status)).toEqual(Array(20).fill(200));
+    expect(new Set(results.map((r) => r.body.twinTopicPrefix)).size).toBe(1);
+    expect(new Set(results.map((r) => r.body.certificate)).size).toBe(1);
+    expect(new Set(results.map((r) => r.body.privateKey)).size).toBe(1);
+    expect(await certificatesOfGroup(g.id)).toBe(1);
+    const status = await gw.http.get(`/api/v1/things/claim-groups/${g.id}`, { token: account.viewer });
+    expect(status.body.consumed).toBe(1);
+  });
+
+  it('a revoked group refuses claims (403) and its certificates stay valid', async () => {
+    const g = await createClaimGroup(gw, account);
+    const device = await enrollDevice(gw, account, { claimSecret: g.sharedSecret });
+    const del = await gw.http.delete(`/api/v1/things/claim-groups/${g.id}`, { token: account.operator });
+    expect(del.status).toBe(200);
+    expect(del.body).toMatchObject({ status: 'revoked', revoked: true, consumed: 1 });
+    expect(expectProblem(await claim(g.sharedSecret, 'AFTER-REVOKE'), 403).detail).toContain('revoked');
+    // revoking again is harmless
+    expect((await gw.http.delete(`/api/v1/things/claim-groups/${g.id}`, { token: account.operator })).status).toBe(200);
+    const cert = await gw.db.sql<{ revoked: boolean }[]>`select revoked from device_certificates where thing_id = ${device.thingId}`;
+    expect(cert).toEqual([{ revoked: false }]);
+    const authn = await gw.http.post('/ddi/v1/authn/emqx', { clientid: device.thingId, username: device.thingId, cert_cn: device.thingId });
+    expect(authn.body).toEqual({ result: 'allow' });
+  });
+
+  it('an expired group refuses claims with 403 and reads as expired', async () => {
+    const g = await createClaimGroup(gw, account, { ttlDays: 1 });
+    expect((await claim(g.sharedSecret, 'BEFORE-EXPIRY')).status).toBe(200);
+    // move the group's creation two days back (the TTL is computed from the snapshot's expiresAt)
+    await gw.db.sql`update actors set snapshot = jsonb_set(snapshot, '{context,expiresAt}', to_jsonb(${new Date(Date.now() - 86_400_000).toISOString()}::text))
+      where type = 'claimGroup' and id = ${g.id}`;
+    expect(expectProblem(await claim(g.sharedSecret, 'AFTER-EXPIRY'), 403).detail).toContain('expired');
+    expect(expectProblem(await claim(g.sharedSecret, 'BEFORE-EXPIRY'), 403).detail).toContain('expired');
+    const status = await gw.http.get(`/api/v1/things/claim-groups/${g.id}`, { token: account.viewer });
+    expect(status.body.status).toBe('expired');
+  });
+
+  it('unknown secrets and missing fields are refused', async () => {
+    expectProblem(await claim('cgs_unknown', 'X'), 403);
+    expectProblem(await gw.http.post('/ddi/v1/enroll', { provisioningMethod: 'claim_token', manufacturer: 'a', model: 'b', serial: 'c' }), 400);
+    expectProblem(await gw.http.post('/ddi/v1/enroll', { claimSecret: 'x', manufacturer: 'a', model: 'b' }), 400);
+    expectProblem(await gw.http.post('/ddi/v1/enroll', { claimSecret: 'x', manufacturer: 'a', model: 'b', serial: 'c', surprise: true }), 400);
+  });
+});
+
+describe('enrollment tokens', () => {
+  it('POST /api/v1/things needs enroll_things, answers thingId and a token', async () => {
+    const plain = await createAccount(gw);
+    expectProblem(await gw.http.post('/api/v1/things', { manufacturer: 'Acme', model: 'm', serial: 's' }, { token: plain.operator }), 403);
+    const res = await gw.http.post('/api/v1/things', { manufacturer: 'Acme', model: 'm', serial: 'TOKEN-1' }, { token: account.operator });
+    expect(res.status).toBe(201);
+    expect(res.body.thingId).toMatch(/^[0-9a-f-]{36}$/);
+    expect(res.body.enrollmentToken).toMatch(/^et_/);
+    expect(Date.parse(res.body.expiresAt) - Date.now()).toBeGreaterThan(23 * 3600_000);
+    expectProblem(await gw.http.post('/api/v1/things', { manufacturer: 'Acme', model: 'm', serial: 'TOKEN-1' }, { token: account.operator }), 409);
+    const [row] = await gw.db.sql<{ h: Buffer }[]>`select enrollment_token_hash as h from things where id = ${res.body.thingId}`;
+    expect(row.h.length).toBe(32);
+  });
+
+  it('a token used twice at once works once', async () => {
+    const res = await gw.http.post('/api/v1/things', { manufacturer: 'Acme', model: 'm', serial: 'TOKEN-RACE' }, { token: account.operator });
+    const [a, b] = await Promise.all([1, 2].map(() => gw.http.post('/ddi/v1/enroll', { enrollmentToken: res.body.enrollmentToken })));
+    const statuses = [a.status, b.status].sort();
+    expect(statuses).toEqual([200, 403]);
+    const winner = a.status === 200 ? a : b;
+    expect(winner.body.twinTopicPrefix).toBe(`devices/${res.body.thingId}`);
+    expectProblem(await gw.http.post('/ddi/v1/enroll', { enrollmentToken: res.body.enrollmentToken }), 403);
+    const certs = await gw.db.sql`select 1 from device_certificates where thing_id = ${res.body.thingId}`;
+    expect(certs.length).toBe(1);
+  });
+
+  it('an expired token is refused; an unknown one is 401', async () => {
+    const res = await gw.http.post('/api/v1/things', { manufacturer: 'Acme', model: 'm', serial: 'TOKEN-OLD' }, { token: account.operator });
+    await gw.db.sql`update things set enrollment_token_expires_at = now() - interval '1 second' where id = ${res.body.thingId}`;
+    expect(expectProblem(await gw.http.post('/ddi/v1/enroll', { enrollmentToken: res.body.enrollmentToken }), 403).detail).toContain('expired');
+    expectProblem(await gw.http.post('/ddi/v1/enroll', { enrollmentToken: 'et_nope' }), 401);
+  });
+
+  it('ENROLLMENT_TOKEN_TTL sets the lifetime', async () => {
+    const short = await startTestGateway({ ENROLLMENT_TOKEN_TTL: '60' });
+    try {
+      const acc = await createAccount(short, { capabilities: ['enroll_things'] });
+      const res = await short.http.post('/api/v1/things', { manufacturer: 'Acme', model: 'm', serial: 's' }, { token: acc.operator });
+      const ttl = Date.parse(res.body.expiresAt) - Date.now();
+      expect(ttl).toBeLessThanOrEqual(60_000);
+      expect(ttl).toBeGreaterThan(0);
+    } finally {
+      await short.close();
+    }
+  });
+});

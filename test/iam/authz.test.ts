@@ -176,3 +176,16 @@ describe('capabilities (platform admins grant and revoke; account admins read)',
     expect((await gw.http.get(`/platform/v1/accounts/${a.id}/capabilities`, { token: platform })).body.capabilities).toEqual(['manage_ota_rollouts']);
   });
 });
+
+describe('OpenAPI', () => {
+  it('documents every IAM route', async () => {
+    const doc = (await gw.http.get('/docs/json')).body;
+    for (const p of ['/iam/v1/accounts/{accountId}/credentials', '/iam/v1/accounts/{accountId}/credentials/{credentialId}', '/iam/v1/sts/get-session-token',
+      '/iam/v1/sts/sessions', '/iam/v1/sts/revoke-session', '/iam/v1/sts/revoke-all-sessions', '/platform/v1/scps', '/platform/v1/accounts/{accountId}/scps/{scpId}',
+      '/platform/v1/accounts/{accountId}/capabilities/{capability}', '/platform/v1/accounts/{accountId}/assignments/{realm}/{principalId}',
+      '/iam/v1/accounts/{accountId}/capabilities', '/iam/v1/accounts/{accountId}/scps', '/iam/v1/whoami']) {
+      expect(doc.paths[p], p).toBeDefined();
+    }
+    expect(Object.keys(doc.paths['/iam/v1/accounts/{accountId}/credentials/{credentialId}']).sort()).toEqual(['delete', 'get', 'put']);
+  });
+});

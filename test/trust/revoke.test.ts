@@ -1,0 +1,107 @@
+import 'reflect-metadata';
+import * as x509 from '@peculiar/x509';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestGateway, expectProblem, type TestGateway } from '../helpers/gateway.js';
+import { createAccount, type TestAccount } from '../helpers/accounts.js';
+import { enrollDevice, revokeDevice } from '../helpers/devices.js';
+import type { StoredEvent } from '../../src/actors/store.js';
+
+let gw: TestGateway;
+let account: TestAccount;
+
+beforeAll(async () => {
+  gw = await startTestGateway();
+  account = await createAccount(gw, { capabilities: ['enroll_things'] });
+});
+afterAll(async () => gw?.close());
+
+async function crlSerials(base = gw.httpUrl): Promise<string[]> {
+  const res = await fetch(`${base}/api/v1/certificates/crl`);
+  return new x509.X509Crl(Buffer.from(await res.arrayBuffer())).entries.map((e) => e.serialNumber.toLowerCase());
+}
+
+describe('revocation', () => {
+  it('sets the flag, regenerates the CRL, then disconnects; emits thing.revoked; twice is fine', async () => {
+    const device = await enrollDevice(gw, account);
+    const services = gw.gw.services;
+    const original = services.deviceSessions;
+    const seen: { thingId: string; crlHasSerial: boolean; flag: boolean }[] = [];
+    services.deviceSessions = {
+      async disconnect(thingId) {
+        const crl = await services.crl!.current();
+        const [row] = await gw.db.sql<{ revoked: boolean }[]>`select revoked from device_certificates where thing_id = ${thingId}`;
+        seen.push({ thingId, crlHasSerial: new x509.X509Crl(crl.der).entries.some((e) => e.serialNumber.toLowerCase() === device.serial), flag: row.revoked });
+        return { disconnected: seen.length === 1 };
+      },
+    };
+    const events: StoredEvent[] = [];
+    const listener = (e: StoredEvent) => events.push(e);
+    gw.gw.bus.on('thing.revoked', listener);
+    const crlChanges: number[] = [];
+    const off = gw.gw.cluster.on<{ number: number }>('pki.crl-changed', ({ number }) => { crlChanges.push(number); });
+    try {
+      expect(await crlSerials()).not.toContain(device.serial);
+      const first = await revokeDevice(gw, account, device.thingId);
+      expect(first).toMatchObject({ thingId: device.thingId, revoked: true, revokedSerials: [device.serial], disconnected: true });
+      expect(seen).toEqual([{ thingId: device.thingId, crlHasSerial: true, flag: true }]);
+      expect(await crlSerials()).toContain(device.serial);
+      expect(crlChanges).toEqual([first.crlNumber]);
+      const second = await revokeDevice(gw, account, device.thingId);
+      expect(second).toMatchObject({ revokedSerials: [], disconnected: false });
+      expect(second.crlNumber).toBeGreaterThan(first.crlNumber);
+      expect(seen).toHaveLength(2);
+      expect(events.filter((e) => e.actorId === device.thingId)).toHaveLength(1);
+      expect(events[0]).toMatchObject({ accountId: account.id, payload: { thingId: device.thingId, serial: device.serial } });
+      expect(typeof events[0].payload.by).toBe('string');
+    } finally {
+      services.deviceSessions = original;
+      gw.gw.bus.off('thing.revoked', listener);
+      off();
+    }
+  });
+
+  it('a revoked device cannot enroll again nor authenticate at the broker callback', async () => {
+    const secret = (await gw.http.post('/api/v1/things/claim-groups', { name: 'g', maxDevices: 5, ttlDays: 1 }, { token: account.operator })).body.sharedSecret;
+    const device = await enrollDevice(gw, account, { claimSecret: secret, serial: 'REVOKED-1' });
+    const ids = { clientid: device.thingId, username: device.thingId, cert_cn: device.thingId };
+    expect((await gw.http.post('/ddi/v1/authn/emqx', ids)).body.result).toBe('allow');
+    await revokeDevice(gw, account, device.thingId);
+    expect((await gw.http.post('/ddi/v1/authn/emqx', ids)).body.result).toBe('deny');
+    const again = await gw.http.post('/ddi/v1/enroll', { provisioningMethod: 'claim_token', claimSecret: secret, manufacturer: 'Acme', model: 'sensor-1', serial: 'REVOKED-1' });
+    expect(expectProblem(again, 403).detail).toContain('revoked');
+    const [actor] = await gw.db.sql<{ state: string; snapshot: any }[]>`select state, snapshot from actors where type = 'thing' and id = ${device.thingId}`;
+    expect(actor.state).toBe('ROLLEDOFF');
+    expect(actor.snapshot.context.revokedAt).toBeTruthy();
+  });
+
+  it('other accounts get 404; viewers 403; unknown ids 404; bad ids 400', async () => {
+    const device = await enrollDevice(gw, account);
+    const other = await createAccount(gw);
+    expectProblem(await gw.http.delete(`/api/v1/things/${device.thingId}`, { token: other.operator }), 404);
+    expectProblem(await gw.http.delete(`/api/v1/things/${device.thingId}`, { token: account.viewer }), 403);
+    expectProblem(await gw.http.delete(`/api/v1/things/${crypto.randomUUID()}`, { token: account.operator }), 404);
+    expectProblem(await gw.http.delete('/api/v1/things/not-a-uuid', { token: account.operator }), 400);
+    expectProblem(await gw.http.delete(`/api/v1/things/${device.thingId}`), 401);
+    const [row] = await gw.db.sql<{ revoked: boolean }[]>`select revoked from device_certificates where thing_id = ${device.thingId}`;
+    expect(row.revoked).toBe(false);
+  });
+
+  it('a second node serves the new CRL after a revocation on the first', async () => {
+    const second = await startTestGateway({ NODE_ID: 'trust-node-b' }, { db: gw.db });
+    try {
+      const device = await enrollDevice(gw, account);
+      expect(await crlSerials(second.httpUrl)).not.toContain(device.serial);
+      await revokeDevice(gw, account, device.thingId);
+      // the broadcast reaches the other node asynchronously (NOTIFY): poll its CRL
+      let serials: string[] = [];
+      for (let i = 0; i < 50 && !serials.includes(device.serial); i++) {
+        serials = await crlSerials(second.httpUrl);
+        if (!serials.includes(device.serial)) await new Promise((r) => setTimeout(r, 100));
+      }
+      expect(serials).toContain(device.serial);
+      expect(await second.gw.services.thingDirectory!.accountOf(device.thingId)).toBe(account.id);
+    } finally {
+      await second.stop();
+    }
+  });
+});

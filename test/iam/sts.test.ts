@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { expectProblem, startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { CLEANUP_JOB } from '../../src/iam/index.js';
+import { waitFor } from '../helpers/wait.js';
 import { idcUser, platformToken, svc, svcHeaders } from './helpers.js';
 
 let gw: TestGateway;
@@ -162,5 +163,11 @@ describe('STS', () => {
     expect(deleted).toBeGreaterThanOrEqual(1);
     expect(await gw.db.sql`select 1 from iam_credentials where access_key_id = ${c.access_key_id}`).toHaveLength(0);
     expect((await gw.db.sql`select 1 from iam_credentials where kind = 'temporary' and expires_at <= now()`)).toHaveLength(0);
+    // the durable job itself (as the scheduler would queue it) does the same
+    const d = (await sessionToken(idc, { account_id: acct.id, duration_seconds: 900 })).body;
+    await gw.db.sql`update iam_credentials set expires_at = now() - interval '1 minute' where access_key_id = ${d.access_key_id}`;
+    await gw.gw.jobs.send(CLEANUP_JOB, {});
+    await waitFor(async () => (await gw.db.sql`select 1 from iam_credentials where access_key_id = ${d.access_key_id}`).length === 0, 20_000, 'cleanup job');
+    expect(expectProblem(await gw.http.get('/iam/v1/whoami', { headers: svcHeaders(d) }), 401).detail).toMatch(/not found/);
   });
 });

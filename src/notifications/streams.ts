@@ -75,7 +75,12 @@ export class StreamHub {
 
   /** Publishes a committed stream event to every node (this one first). */
   async publish(ev: StreamEvent): Promise<void> {
-    await this.cluster.broadcast(STREAM_TOPIC, ev);
+    try {
+      await this.cluster.broadcast(STREAM_TOPIC, ev);
+    } catch (err) {
+      // the event is committed: clients of other nodes get it on their next (re)connect via Last-Event-ID
+      this.log.error({ err, seq: ev.seq }, 'stream event broadcast failed');
+    }
   }
 
   private dispatch(ev: StreamEvent): void {

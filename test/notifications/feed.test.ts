@@ -60,6 +60,19 @@ describe('feed', () => {
     expectProblem(await gw.http.get('/api/notifications/feed', as(u1, 'not-a-uuid')), 400);
   });
 
+  it('identity-center users: tenant notifications of the account they are assigned to and name in X-Account-Id', async () => {
+    const root = await gw.token({ realm: 'platform', sub: 'root', roles: ['platform-admin'] });
+    const assign = await gw.http.put(`/platform/v1/accounts/${A.id}/assignments/idc-corp/ivy`, { roles: ['viewer'] }, { token: root });
+    expect([200, 201]).toContain(assign.status);
+    const ivy = await gw.token({ realm: 'idc-corp', sub: 'ivy', roles: [] });
+    await publish({ to: { subscriberId: 'ivy' }, data: { subject: 'ivy personal', message: '-' } });
+    expect(titles(await gw.http.get('/api/notifications/feed', as(ivy, A.id)))).toEqual(['ivy personal', 'A critical']);
+    // not assigned to B: the identity-center resolver gives no roles there (403), and B's items never show
+    const other = await gw.http.get('/api/notifications/feed', as(ivy, B.id));
+    expect(other.status).toBe(403);
+    expectProblem(await gw.http.patch(`/api/notifications/${ids.tenantB}/read`, undefined, as(ivy, A.id)), 404);
+  });
+
   it('401 without a token; 403 for a token with no reader role', async () => {
     expectProblem(await gw.http.get('/api/notifications/feed'), 401);
     expectProblem(await gw.http.get('/console/notifications/unseen/count'), 401);

@@ -75,16 +75,21 @@ export async function iamRoutes(app: ZodApp, gw: Gateway, iam: IamService): Prom
     request.principal = p;
     return p;
   }
+  /** Authenticates before the body is parsed: no credentials is 401, a wrong realm 400, whatever the body. */
+  const stsAuth = async (request: FastifyRequest) => {
+    await stsCaller(request);
+  };
   const authorize = (p: Principal, route: RouteAuth, request: FastifyRequest) => gw.auth.authorize(p, route, request);
 
   app.post('/iam/v1/sts/get-session-token', {
     config: { auth: 'public' },
+    onRequest: stsAuth,
     schema: {
       tags: ['iam', 'sts'], summary: 'Exchange an identity-center JWT for temporary credentials (ASIA key, secret, session token)', security: stsSecurity,
       body: s.getSessionTokenBody, response: { 200: s.sessionTokenSchema },
     },
   }, async (request) => {
-    const p = await stsCaller(request);
+    const p = principalOf(request);
     const roles = await iam.assignmentRoles(p.realm, p.sub, request.body.account_id);
     if (roles) await authorize({ ...p, accountId: request.body.account_id, roles }, { action: 'sts:SessionToken:Create', roles: ACCOUNT_ROLES }, request);
     return iam.getSessionToken(p, request.body.account_id, request.body.duration_seconds);
@@ -92,12 +97,13 @@ export async function iamRoutes(app: ZodApp, gw: Gateway, iam: IamService): Prom
 
   app.get('/iam/v1/sts/sessions', {
     config: { auth: 'public' },
+    onRequest: stsAuth,
     schema: {
       tags: ['iam', 'sts'], summary: "List the caller's active temporary credentials in an account", security: stsSecurity,
       querystring: s.sessionsQuery, headers: s.accountIdHeader, response: { 200: z.array(s.sessionItemSchema) },
     },
   }, async (request) => {
-    const p = await stsCaller(request);
+    const p = principalOf(request);
     iam.requireAccountHeader(p, request, request.query.accountId);
     await authorize(p, { action: 'sts:Session:List', roles: ACCOUNT_ROLES }, request);
     return iam.listSessions(p, request.query.accountId);
@@ -105,13 +111,14 @@ export async function iamRoutes(app: ZodApp, gw: Gateway, iam: IamService): Prom
 
   app.post('/iam/v1/sts/revoke-session', {
     config: { auth: 'public' },
+    onRequest: stsAuth,
     schema: {
       tags: ['iam', 'sts'], summary: 'Revoke one of the caller\'s temporary credentials', security: stsSecurity,
       headers: s.accountIdHeader, body: s.revokeSessionBody,
       response: { 200: z.object({ message: z.string(), access_key_id: z.string() }) },
     },
   }, async (request) => {
-    const p = await stsCaller(request);
+    const p = principalOf(request);
     const header = request.headers['x-account-id'];
     iam.requireAccountHeader(p, request, typeof header === 'string' ? header : '');
     await authorize(p, { action: 'sts:Session:Revoke', roles: ACCOUNT_ROLES }, request);
@@ -120,13 +127,14 @@ export async function iamRoutes(app: ZodApp, gw: Gateway, iam: IamService): Prom
 
   app.post('/iam/v1/sts/revoke-all-sessions', {
     config: { auth: 'public' },
+    onRequest: stsAuth,
     schema: {
       tags: ['iam', 'sts'], summary: "Revoke all of the caller's temporary credentials in an account", security: stsSecurity,
       headers: s.accountIdHeader, body: s.revokeAllBody,
       response: { 200: z.object({ message: z.string(), revoked_count: z.number().int() }) },
     },
   }, async (request) => {
-    const p = await stsCaller(request);
+    const p = principalOf(request);
     iam.requireAccountHeader(p, request, request.body.account_id);
     await authorize(p, { action: 'sts:Session:Revoke', roles: ACCOUNT_ROLES }, request);
     return iam.revokeAllSessions(p, request.body.account_id);

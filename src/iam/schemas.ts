@@ -65,7 +65,7 @@ export const sessionItemSchema = z.object({
   last_used_at: z.string(),
   expires_at: z.string(),
 });
-export const revokeSessionBody = z.strictObject({ access_key_id: z.string().min(1).max(64) });
+export const revokeSessionBody = z.strictObject({ access_key_id: z.string().regex(/^ASIA[0-9A-F]{16}$/, 'a temporary access key id: ASIA followed by 16 upper-case hex characters') });
 export const revokeAllBody = z.strictObject({ account_id: z.uuid() });
 export const accountIdHeader = z.object({ 'x-account-id': z.string().optional().describe('the account acted on (UUID)') });
 

@@ -30,6 +30,9 @@ describe('STS', () => {
     const creds = (await sessionToken(idc, { account_id: acct.id })).body;
     expectProblem(await gw.http.post('/iam/v1/sts/get-session-token', { account_id: acct.id }, { headers: svcHeaders(creds) }), 400);
     expectProblem(await gw.http.post('/iam/v1/sts/get-session-token', { account_id: acct.id }), 401);
+    // authentication comes before body validation
+    expectProblem(await gw.http.post('/iam/v1/sts/get-session-token', { bogus: 1 }), 401);
+    expect(expectProblem(await sessionToken(acct.admin, { bogus: 1 }), 400).detail).toMatch(/identity-center/);
   });
 
   it('issues temporary credentials in the spec formats; they authenticate with the assignment roles', async () => {
@@ -118,6 +121,7 @@ describe('STS', () => {
     expectProblem(await gw.http.post('/iam/v1/sts/revoke-session', { access_key_id: s1.access_key_id }, { token: bea, headers: h }), 404);
     expectProblem(await gw.http.post('/iam/v1/sts/revoke-session', { access_key_id: other.access_key_id }, { token: bea, headers: h }), 404);
     expectProblem(await gw.http.post('/iam/v1/sts/revoke-session', {}, { token: bea, headers: h }), 400);
+    expect(expectProblem(await gw.http.post('/iam/v1/sts/revoke-session', { access_key_id: 'AKSV0000000000000000' }, { token: bea, headers: h }), 400).detail).toMatch(/access_key_id/);
 
     expectProblem(await gw.http.post('/iam/v1/sts/revoke-all-sessions', { account_id: acct.id }, { token: bea, headers: h }), 400);
     const all = await gw.http.post('/iam/v1/sts/revoke-all-sessions', { account_id: acct2.id }, { token: bea, headers: h });

@@ -46,6 +46,11 @@ export class IamCache {
     });
   }
 
+  /** Registers this node as live before it serves any request (called from the domain's init). */
+  async register(): Promise<void> {
+    await repo.heartbeat(this.gw.sql, this.gw.cluster.nodeId);
+  }
+
   async start(): Promise<void> {
     await repo.heartbeat(this.gw.sql, this.gw.cluster.nodeId);
     this.timer = setInterval(() => {

@@ -15,9 +15,11 @@ export const CLEANUP_JOB = 'iam.cleanup-expired-credentials';
 /** Domain module of src/iam/: credentials, STS, SVC scheme, idc assignments, SCP and capability layers. */
 export const iamDomain: DomainModule = {
   name: 'iam',
-  init(gw: Gateway) {
+  async init(gw: Gateway) {
     const iam = new IamService(gw);
     gw.services.iam = iam;
+    // live for acknowledged invalidations before the HTTP server accepts requests
+    await iam.cache.register();
 
     gw.auth.registerScheme('SVC', (credentials, request) => iam.authenticateSvc(credentials, request));
 

@@ -4,8 +4,9 @@
  *     user-scope (one stream receives) and tenant-scope (fan-out to all 1,000 streams);
  *  2. memory per open stream with N streams (default 10,000), against a baseline of N idle
  *     TCP connections to the same server measured in the same run.
- * The gateway runs as a child process (embedded PostgreSQL in a temporary folder) so that its
- * resident memory (VmRSS from /proc) is not mixed with the client's.
+ * Each gateway runs as a fresh child process (embedded PostgreSQL in a temporary folder) so that
+ * its resident memory (VmRSS from /proc) is not mixed with the client's; the idle baseline and the
+ * SSE measurement use two fresh gateways with the same warm-up (RSS does not shrink after frees).
  * Options: --streams 1000 --memory-streams 10000 --samples 300 --fanout-samples 30 --no-write
  * Rewrites its section of docs/benchmarks.md.
  */
@@ -106,7 +107,15 @@ async function inBatches<T>(n: number, batch: number, fn: (i: number) => Promise
   return out;
 }
 
-async function main() {
+interface Child {
+  base: string;
+  port: number;
+  pid: number;
+  stop(): Promise<void>;
+}
+
+/** A fresh gateway process with its own embedded PostgreSQL in a temporary folder. */
+async function startChild(): Promise<Child> {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-notify-'));
   const port = await freePort();
   const base = `http://127.0.0.1:${port}`;
@@ -119,37 +128,60 @@ async function main() {
     },
     stdio: ['ignore', 'ignore', 'inherit'],
   });
+  const stop = async () => {
+    if (child.exitCode === null) {
+      child.kill('SIGTERM');
+      await new Promise((r) => (child.exitCode !== null ? r(null) : child.once('exit', r)));
+    }
+    fs.rmSync(tmp, { recursive: true, force: true });
+  };
+  for (let i = 0; ; i++) {
+    if (child.exitCode !== null) throw new Error('gateway exited');
+    const ok = await request(base, 'GET', '/healthz').then((r) => r.status === 200, () => false);
+    if (ok) break;
+    if (i > 600) {
+      await stop();
+      throw new Error('gateway did not start');
+    }
+    await sleep(200);
+  }
+  return { base, port, pid: child.pid!, stop };
+}
+
+/** Tokens and `users` stream cookies (the same warm-up for every gateway of the run). */
+async function prepare(base: string, users: number) {
+  const token = async (realm: string, sub: string, roles: string[]) => JSON.parse((await request(base, 'POST', '/dev/token', { realm, sub, roles, expires_in: 7200 })).text).access_token as string;
+  const accountId = crypto.randomUUID();
+  const publisher = await token('platform', 'bench-publisher', ['notification-publisher']);
+  const cookies = await inBatches(users, 50, async (i) => {
+    const t = await token(`acc-${accountId}`, `user-${i}`, ['viewer']);
+    const r = await request(base, 'POST', '/api/notifications/stream/auth', undefined, { authorization: `Bearer ${t}`, 'x-account-id': accountId });
+    if (r.status !== 204) throw new Error(`stream auth ${r.status} ${r.text}`);
+    return String(r.headers['set-cookie']).split(';')[0];
+  });
+  const publish = (body: Record<string, unknown>) =>
+    request(base, 'POST', '/api/notifications/publish', { channel: ['in_app'], template: 'general/message', ...body }, { authorization: `Bearer ${publisher}` });
+  // warm-up: the publish path, the authorization call, the stream path
+  const warm = await openStream(base, cookies[0]);
+  for (let i = 0; i < 50; i++) await publish({ to: { subscriberId: `user-${i % users}` }, data: { subject: 'warm-up', message: '-' } });
+  warm.close();
+  return { accountId, cookies, publish };
+}
+
+async function main() {
+  const children: Child[] = [];
   const streams: Stream[] = [];
   const idle: net.Socket[] = [];
+  const s = (a: number[]) => a.slice().sort((x, y) => x - y);
   try {
-    for (let i = 0; ; i++) {
-      if (child.exitCode !== null) throw new Error('gateway exited');
-      const ok = await request(base, 'GET', '/healthz').then((r) => r.status === 200, () => false);
-      if (ok) break;
-      if (i > 600) throw new Error('gateway did not start');
-      await sleep(200);
-    }
-    const pid = child.pid!;
-    const token = async (realm: string, sub: string, roles: string[]) => JSON.parse((await request(base, 'POST', '/dev/token', { realm, sub, roles, expires_in: 7200 })).text).access_token as string;
-    const accountId = crypto.randomUUID();
-    const publisher = await token('platform', 'bench-publisher', ['notification-publisher']);
-    const auth = { authorization: `Bearer ${publisher}` };
-
-    // 1,000 users with one stream each
+    // ---- 1. latency with STREAMS open streams
+    const A = await startChild();
+    children.push(A);
+    const a = await prepare(A.base, STREAMS);
     console.log(`opening ${STREAMS} SSE streams…`);
-    const cookies = await inBatches(STREAMS, 50, async (i) => {
-      const t = await token(`acc-${accountId}`, `user-${i}`, ['viewer']);
-      const r = await request(base, 'POST', '/api/notifications/stream/auth', undefined, { authorization: `Bearer ${t}`, 'x-account-id': accountId });
-      if (r.status !== 204) throw new Error(`stream auth ${r.status} ${r.text}`);
-      return String(r.headers['set-cookie']).split(';')[0];
-    });
-    const latencyStreams = await inBatches(STREAMS, 100, (i) => openStream(base, cookies[i]));
+    const latencyStreams = await inBatches(STREAMS, 100, (i) => openStream(A.base, a.cookies[i]));
     streams.push(...latencyStreams);
     await sleep(1000);
-
-    const publish = (body: Record<string, unknown>) => request(base, 'POST', '/api/notifications/publish', { channel: ['in_app'], template: 'general/message', ...body }, auth);
-    // warm-up
-    for (let i = 0; i < 20; i++) await publish({ to: { subscriberId: `user-${i}` }, data: { subject: 'warm-up', message: '-' } });
 
     console.log(`user-scope publish -> SSE, ${SAMPLES} samples…`);
     const userLat: number[] = [];
@@ -160,7 +192,7 @@ async function main() {
         latencyStreams[k].onFrame = (d, at) => d.notification?.title === subject && resolve(at);
       });
       const t0 = performance.now();
-      const res = await publish({ to: { subscriberId: `user-${k}` }, data: { subject, message: '-' } });
+      const res = await a.publish({ to: { subscriberId: `user-${k}` }, data: { subject, message: '-' } });
       if (res.status !== 201) throw new Error(`publish ${res.status} ${res.text}`);
       userLat.push((await got) - t0);
       latencyStreams[k].onFrame = undefined;
@@ -171,46 +203,55 @@ async function main() {
     const fanLast: number[] = [];
     for (let i = 0; i < FANOUT; i++) {
       const subject = `t-${i}`;
-      const arrivals: Promise<number>[] = latencyStreams.map((s) => new Promise<number>((resolve) => {
-        s.onFrame = (d, at) => d.notification?.title === subject && resolve(at);
+      const arrivals: Promise<number>[] = latencyStreams.map((st) => new Promise<number>((resolve) => {
+        st.onFrame = (d, at) => d.notification?.title === subject && resolve(at);
       }));
       const t0 = performance.now();
-      const res = await publish({ scope: 'tenant', to: { subscriberId: accountId }, data: { subject, message: '-' } });
+      const res = await a.publish({ scope: 'tenant', to: { subscriberId: a.accountId }, data: { subject, message: '-' } });
       if (res.status !== 201) throw new Error(`publish ${res.status} ${res.text}`);
       const ats = await Promise.all(arrivals);
       for (const at of ats) fanLat.push(at - t0);
       fanLast.push(Math.max(...ats) - t0);
     }
-    for (const s of latencyStreams) s.onFrame = undefined;
+    for (const st of latencyStreams) st.onFrame = undefined;
     const publishOnly: number[] = [];
-    for (let i = 0; i < 50; i++) {
+    for (let i = 0; i < 100; i++) {
       const t0 = performance.now();
-      await publish({ to: { subscriberId: 'nobody-listening' }, data: { subject: 'x', message: '-' } });
+      await a.publish({ to: { subscriberId: 'nobody-listening' }, data: { subject: 'x', message: '-' } });
       publishOnly.push(performance.now() - t0);
     }
+    for (const st of streams.splice(0)) st.close();
+    await A.stop();
 
-    // memory: N idle TCP connections vs N SSE streams
-    for (const s of streams.splice(0)) s.close();
-    const rssBase = await settledRss(pid);
+    // ---- 2. memory: a fresh gateway with MEM_STREAMS idle TCP connections (baseline) …
+    const B = await startChild();
+    children.push(B);
+    await prepare(B.base, STREAMS);
+    const idleBefore = await settledRss(B.pid);
     console.log(`memory: ${MEM_STREAMS} idle connections…`);
     for (let i = 0; i < MEM_STREAMS; i += 500) {
       await Promise.all(Array.from({ length: Math.min(500, MEM_STREAMS - i) }, () => new Promise<void>((resolve, reject) => {
-        const sock = net.connect(port, '127.0.0.1', () => resolve());
+        const sock = net.connect(B.port, '127.0.0.1', () => resolve());
         sock.on('error', reject);
         idle.push(sock);
       })));
     }
-    const rssIdle = await settledRss(pid);
-    for (const s of idle.splice(0)) s.destroy();
-    const rssBase2 = await settledRss(pid);
+    const idleAfter = await settledRss(B.pid);
+    for (const sock of idle.splice(0)) sock.destroy();
+    await B.stop();
+
+    // … and another fresh gateway, same warm-up, with MEM_STREAMS open SSE streams
+    const C = await startChild();
+    children.push(C);
+    const c = await prepare(C.base, STREAMS);
+    const sseBefore = await settledRss(C.pid);
     console.log(`memory: ${MEM_STREAMS} SSE streams…`);
-    const memStreams = await inBatches(MEM_STREAMS, 200, (i) => openStream(base, cookies[i % cookies.length]));
+    const memStreams = await inBatches(MEM_STREAMS, 200, (i) => openStream(C.base, c.cookies[i % c.cookies.length]));
     streams.push(...memStreams);
-    const rssSse = await settledRss(pid);
-    // are they all live? one tenant notification reaches every stream
+    const sseAfter = await settledRss(C.pid);
     let delivered = 0;
-    const all = Promise.all(memStreams.map((s) => new Promise<void>((resolve) => {
-      s.onFrame = (d) => {
+    const all = Promise.all(memStreams.map((st) => new Promise<void>((resolve) => {
+      st.onFrame = (d) => {
         if (d.notification?.title === 'memory-check') {
           delivered++;
           resolve();
@@ -218,46 +259,46 @@ async function main() {
       };
     })));
     const t0 = performance.now();
-    await publish({ scope: 'tenant', to: { subscriberId: accountId }, data: { subject: 'memory-check', message: '-' } });
+    await c.publish({ scope: 'tenant', to: { subscriberId: c.accountId }, data: { subject: 'memory-check', message: '-' } });
     await Promise.race([all, sleep(60_000)]);
-    const fan10k = performance.now() - t0;
+    const fanAll = performance.now() - t0;
+    for (const st of streams.splice(0)) st.close();
+    await C.stop();
 
-    const s = (a: number[]) => a.slice().sort((x, y) => x - y);
     const u = s(userLat), f = s(fanLat), fl = s(fanLast), po = s(publishOnly);
-    const idleKb = (rssIdle - rssBase) / MEM_STREAMS;
-    const sseKb = (rssSse - rssBase2) / MEM_STREAMS;
+    const idleKb = (idleAfter - idleBefore) / MEM_STREAMS;
+    const sseKb = (sseAfter - sseBefore) / MEM_STREAMS;
     const results = {
       userP50: pct(u, 50), userP99: pct(u, 99), fanP50: pct(f, 50), fanP99: pct(f, 99), fanLastP50: pct(fl, 50), fanLastP99: pct(fl, 99),
-      publishP50: pct(po, 50), publishP99: pct(po, 99), rssBase, rssIdle, rssBase2, rssSse, idleKb, sseKb, delivered, fan10k,
+      publishP50: pct(po, 50), publishP99: pct(po, 99), idleBefore, idleAfter, sseBefore, sseAfter, idleKb, sseKb, delivered, fanAll,
     };
     console.log(JSON.stringify(results, null, 2));
 
     const ms = (x: number) => `${x.toFixed(1)} ms`;
+    const mib = (kb: number) => `${(kb / 1024).toFixed(1)} MiB`;
     const section = [
       '## Notifications (`npm run bench:notify`)',
       '',
-      `Measured ${new Date().toISOString().slice(0, 10)} on ${os.cpus().length} cores, Node ${process.versions.node}; gateway in a child process with embedded`,
-      'PostgreSQL; client and gateway on the same machine. Latency = from sending `POST /api/notifications/publish`',
-      'to the `event: notification` frame arriving on the SSE connection (includes the publish transaction,',
-      'the authorization call over HTTP and the cluster broadcast).',
+      `Measured ${new Date().toISOString().slice(0, 16)}Z on ${os.cpus().length} cores, Node ${process.versions.node}; each gateway is a fresh child process`,
+      'with embedded PostgreSQL; client and gateway on the same machine. Latency = from sending',
+      '`POST /api/notifications/publish` to the `event: notification` frame arriving on the SSE connection',
+      '(includes the publish transaction, the authorization call over HTTP and the cluster broadcast).',
       '',
-      `| ${STREAMS} open SSE streams | p50 | p99 |`,
+      `| ${STREAMS} open SSE streams (${STREAMS} users of one account) | p50 | p99 |`,
       '|---|---|---|',
-      `| baseline: publish request alone (no listener), ${publishOnly.length} samples | ${ms(results.publishP50)} | ${ms(results.publishP99)} |`,
+      `| baseline: the publish request alone (no listener), ${publishOnly.length} samples | ${ms(results.publishP50)} | ${ms(results.publishP99)} |`,
       `| user scope -> its one stream, ${SAMPLES} samples | ${ms(results.userP50)} | ${ms(results.userP99)} |`,
-      `| tenant scope -> every stream (per-stream arrival), ${FANOUT} x ${STREAMS} | ${ms(results.fanP50)} | ${ms(results.fanP99)} |`,
-      `| tenant scope -> last of ${STREAMS} streams | ${ms(results.fanLastP50)} | ${ms(results.fanLastP99)} |`,
+      `| tenant scope -> every stream (arrival at each), ${FANOUT} x ${STREAMS} | ${ms(results.fanP50)} | ${ms(results.fanP99)} |`,
+      `| tenant scope -> the last of the ${STREAMS} streams | ${ms(results.fanLastP50)} | ${ms(results.fanLastP99)} |`,
       '',
-      `Memory (gateway VmRSS, median of 5 samples after settling), ${MEM_STREAMS} connections:`,
+      `Memory (gateway VmRSS, median of 5 samples after settling; two fresh gateways with the same warm-up), ${MEM_STREAMS} connections:`,
       '',
-      '| State | RSS | per connection |',
-      '|---|---|---|',
-      `| baseline, no connections | ${(rssBase / 1024).toFixed(1)} MiB | |`,
-      `| ${MEM_STREAMS} idle TCP connections (baseline) | ${(rssIdle / 1024).toFixed(1)} MiB | ${idleKb.toFixed(1)} KiB |`,
-      `| after closing them | ${(rssBase2 / 1024).toFixed(1)} MiB | |`,
-      `| ${MEM_STREAMS} open SSE streams | ${(rssSse / 1024).toFixed(1)} MiB | **${sseKb.toFixed(1)} KiB** |`,
+      '| Gateway | before | with the connections | per connection |',
+      '|---|---|---|---|',
+      `| baseline: ${MEM_STREAMS} idle TCP connections | ${mib(idleBefore)} | ${mib(idleAfter)} | ${idleKb.toFixed(1)} KiB |`,
+      `| ${MEM_STREAMS} open SSE streams | ${mib(sseBefore)} | ${mib(sseAfter)} | **${sseKb.toFixed(1)} KiB** |`,
       '',
-      `With ${MEM_STREAMS} streams open, one tenant-scope notification reached ${delivered} of them in ${ms(fan10k)}.`,
+      `With the ${MEM_STREAMS} streams open, one tenant-scope notification reached ${delivered} of them in ${ms(fanAll)}.`,
       '',
     ].join('\n');
     if (!args['no-write']) {
@@ -269,12 +310,10 @@ async function main() {
       console.log('docs/benchmarks.md updated');
     }
   } finally {
-    for (const s of streams) s.close();
-    for (const s of idle) s.destroy();
+    for (const st of streams) st.close();
+    for (const sock of idle) sock.destroy();
     agent.destroy();
-    child.kill('SIGTERM');
-    await new Promise((r) => (child.exitCode !== null ? r(null) : child.once('exit', r)));
-    fs.rmSync(tmp, { recursive: true, force: true });
+    for (const ch of children) await ch.stop().catch(() => {});
   }
 }
 

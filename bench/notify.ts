@@ -173,6 +173,7 @@ async function main() {
   const streams: Stream[] = [];
   const idle: net.Socket[] = [];
   const s = (a: number[]) => a.slice().sort((x, y) => x - y);
+  const loadBefore = os.loadavg()[0];
   try {
     // ---- 1. latency with STREAMS open streams
     const A = await startChild();
@@ -283,6 +284,7 @@ async function main() {
       'with embedded PostgreSQL; client and gateway on the same machine. Latency = from sending',
       '`POST /api/notifications/publish` to the `event: notification` frame arriving on the SSE connection',
       '(includes the publish transaction, the authorization call over HTTP and the cluster broadcast).',
+      `1-minute load average ${loadBefore.toFixed(1)} at the start and ${os.loadavg()[0].toFixed(1)} at the end (other work on the machine shows here).`,
       '',
       `| ${STREAMS} open SSE streams (${STREAMS} users of one account) | p50 | p99 |`,
       '|---|---|---|',

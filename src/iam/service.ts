@@ -5,7 +5,6 @@ import type { Gateway } from '../gateway.js';
 import type { ActorKind } from '../actors/store.js';
 import { badRequest, conflict, forbidden, notFound, unauthorized, unprocessable } from '../http/problem.js';
 import type { Principal } from '../http/auth/principal.js';
-import { isUuid } from '../http/auth/principal.js';
 import type { RouteAuth } from '../http/auth/plugin.js';
 import { staticCredentialMachine } from '../../machines/staticCredential.js';
 import { IamCache } from './cache.js';
@@ -523,4 +522,3 @@ export function parseSvc(credentials: string): { accessKeyId: string; secret: st
   return { accessKeyId, secret };
 }
 
-export { isUuid };

@@ -96,6 +96,16 @@ describe('SVC authentication (spec error table, 401 rows for static keys)', () =
     expect(b.peek('cap', 'probe-account')).toBeUndefined();
   });
 
+  it('the hot path is served from the node cache (no database read per request)', async () => {
+    const { credential } = await userWithCredential(gw, acct, 'svc-erin', ['viewer']);
+    expect((await gw.http.get('/iam/v1/whoami', { headers: svcHeaders(credential) })).status).toBe(200);
+    // a change behind the service's back (no invalidation) is not seen: the row is not read again
+    await gw.db.sql`update iam_credentials set status = 'INACTIVE' where id = ${credential.id}`;
+    for (let i = 0; i < 5; i++) expect((await gw.http.get('/iam/v1/whoami', { headers: svcHeaders(credential) })).status).toBe(200);
+    await gw.gw.services.iam!.cache.invalidate([`cred:${credential.access_key_id}`], { wait: true });
+    expect(expectProblem(await gw.http.get('/iam/v1/whoami', { headers: svcHeaders(credential) }), 401).detail).toMatch(/inactive/);
+  });
+
   it('last_used_at is kept up to date (batched, not a write per request)', async () => {
     const { credential } = await userWithCredential(gw, acct, 'svc-dan', ['admin']);
     const before = (await gw.http.get(`/iam/v1/accounts/${acct.id}/credentials/${credential.id}`, { token: acct.admin })).body;

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { expectProblem, startTestGateway, type TestGateway } from '../helpers/gateway.js';
-import { svc, svcHeaders, userWithCredential } from './helpers.js';
+import { idcUser, svc, svcHeaders, userWithCredential } from './helpers.js';
 
 let gw: TestGateway;
 let node2: TestGateway;
@@ -86,6 +86,15 @@ describe('SVC authentication (spec error table, 401 rows for static keys)', () =
     // deletion, too
     expect((await node2.http.delete(`/iam/v1/accounts/${acct.id}/credentials/${credential.id}`, { token: admin2 })).status).toBe(204);
     expect(expectProblem(await gw.http.get('/iam/v1/whoami', { headers: svcHeaders(credential) }), 401).detail).toMatch(/not found/);
+  });
+
+  it('a revoked temporary credential is refused on the very next request on the other node', async () => {
+    const fed = await idcUser(gw, acct.id, 'svc-fed', ['viewer']);
+    const c = (await gw.http.post('/iam/v1/sts/get-session-token', { account_id: acct.id }, { token: fed })).body;
+    for (const node of [gw, node2]) expect((await node.http.get('/iam/v1/whoami', { headers: svcHeaders(c) })).status).toBe(200);
+    const revoked = await gw.http.post('/iam/v1/sts/revoke-session', { access_key_id: c.access_key_id }, { token: fed, headers: { 'x-account-id': acct.id } });
+    expect(revoked.status).toBe(200);
+    expect(expectProblem(await node2.http.get('/iam/v1/whoami', { headers: svcHeaders(c) }), 401).detail).toMatch(/revoked/);
   });
 
   it('an acknowledged invalidation has reached every live node when it resolves', async () => {

@@ -161,10 +161,16 @@ export function feedRoutes(svc: NotificationsService, prefix: string) {
         closed = true;
         detach?.();
       });
+      res.on('error', (err) => request.log.debug({ err }, 'notification stream write failed'));
+      const write = (text: string) => {
+        if (!res.writableEnded && !res.destroyed) res.write(text);
+      };
       const sink: StreamSink = {
-        send: (seq: number, data: StreamData) => void res.write(`id: ${seq}\nevent: notification\ndata: ${JSON.stringify(data)}\n\n`),
-        heartbeat: () => void res.write(': heartbeat\n\n'),
-        close: () => res.end(),
+        send: (seq: number, data: StreamData) => write(`id: ${seq}\nevent: notification\ndata: ${JSON.stringify(data)}\n\n`),
+        heartbeat: () => write(': heartbeat\n\n'),
+        close: () => {
+          if (!res.writableEnded) res.end();
+        },
         backlog: () => res.writableLength,
       };
       try {
@@ -196,8 +202,12 @@ export function feedRoutes(svc: NotificationsService, prefix: string) {
       });
       socket.on('message', () => {}); // the stream is one-way; client messages are ignored
       const sink: StreamSink = {
-        send: (seq, data) => socket.send(JSON.stringify({ id: seq, event: 'notification', data })),
-        heartbeat: () => socket.ping(),
+        send: (seq, data) => {
+          if (socket.readyState === socket.OPEN) socket.send(JSON.stringify({ id: seq, event: 'notification', data }));
+        },
+        heartbeat: () => {
+          if (socket.readyState === socket.OPEN) socket.ping();
+        },
         close: () => socket.close(1001, 'server closing'),
         backlog: () => socket.bufferedAmount,
       };

@@ -36,8 +36,12 @@ class Connection {
       this.pending.push(ev);
       return;
     }
-    this.sink.send(ev.seq, ev.data);
-    if (this.sink.backlog() > MAX_BACKLOG) this.sink.close();
+    try {
+      this.sink.send(ev.seq, ev.data);
+      if (this.sink.backlog() > MAX_BACKLOG) this.sink.close();
+    } catch {
+      this.sink.close();
+    }
   }
 }
 

@@ -90,6 +90,7 @@ async function main() {
     const noAuth: number[] = [];
     const svc: number[] = [];
     let errors = 0;
+    const loadBefore = os.loadavg()[0];
     for (let i = 0; i < rounds; i++) {
       const a = await run(open, {}, duration);
       const b = await run(authed, { authorization }, duration);
@@ -115,6 +116,8 @@ async function main() {
         '`GET /bench/v1/items` (SVC static credential, role + SCP + capability layers) and the same handler',
         'registered without authentication (`GET /bench/v1/items-public`). In process, authenticate + authorize',
         'of an SVC request costs about 4 µs; the rest of the gap is HTTP work on the extra header and noise.',
+        `Load average (1 min) when the run started: ${loadBefore.toFixed(2)} (client and server share the machine;`,
+        'per-round ratios vary with other load, hence the median).',
         '',
         '| Route | Requests/s (mean) |',
         '|---|---|',

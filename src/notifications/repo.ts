@@ -157,22 +157,27 @@ export const repo = {
   },
 
   async feed(db: Db, reader: Reader, q: FeedQuery): Promise<NotificationItem[]> {
+    const filter: BranchFilter = { read: q.read, includeDismissed: q.dismissed === 'true', severity: q.severity };
+    const take = q.offset + q.limit + 1;
     const rows = await db<NotificationRow[]>`
-      ${withVisible(db, reader)}
-      select * from visible v
-      where true
-        ${q.read === 'true' ? db`and v.is_read` : q.read === 'false' ? db`and not v.is_read` : db``}
-        ${q.dismissed === 'true' ? db`` : db`and not v.is_dismissed`}
-        ${q.severity ? db`and v.severity = any(${q.severity})` : db``}
+      ${marksCte(db, reader)}
+      select v.* from marks m, lateral (
+        (${branch(db, reader.sub, 'user', reader.sub, filter)} order by n.seq desc limit ${take})
+        ${reader.accountId ? db`union all (${branch(db, reader.sub, 'tenant', reader.accountId, filter)} order by n.seq desc limit ${take})` : db``}
+      ) v
       order by v.seq desc
       limit ${q.limit + 1} offset ${q.offset}`;
     return rows.map(toItem);
   },
 
   async unseenCount(db: Db, reader: Reader): Promise<number> {
+    const filter: BranchFilter = { read: 'false', includeDismissed: false };
     const [r] = await db<{ count: number }[]>`
-      ${withVisible(db, reader)}
-      select count(*)::int as count from visible v where not v.is_read and not v.is_dismissed`;
+      ${marksCte(db, reader)}
+      select count(*)::int as count from marks m, lateral (
+        ${branch(db, reader.sub, 'user', reader.sub, filter)}
+        ${reader.accountId ? db`union all ${branch(db, reader.sub, 'tenant', reader.accountId, filter)}` : db``}
+      ) v`;
     return r.count;
   },
 
@@ -229,29 +234,43 @@ export const repo = {
   },
 };
 
-/**
- * `with visible as (...)`: the reader's notifications with per-user read/dismissed state
- * (receipt, or at/below the read-all / dismiss-all watermark of its scope).
- */
-function withVisible(db: Db, reader: Reader) {
-  const acc = reader.accountId;
+interface BranchFilter {
+  read: 'true' | 'false' | 'all';
+  includeDismissed: boolean;
+  severity?: Severity[];
+}
+
+/** `with marks as (...)`: the reader's read-all / dismiss-all watermarks (one row, zeros when none). */
+function marksCte(db: Db, reader: Reader) {
+  const acc = reader.accountId ?? '';
   return db`
     with marks as (
       select
         coalesce(max(read_through) filter (where scope_key = ''), 0) as ru,
         coalesce(max(dismissed_through) filter (where scope_key = ''), 0) as du,
-        coalesce(max(read_through) filter (where scope_key = ${acc ?? ''} and scope_key <> ''), 0) as rt,
-        coalesce(max(dismissed_through) filter (where scope_key = ${acc ?? ''} and scope_key <> ''), 0) as dt
+        coalesce(max(read_through) filter (where scope_key = ${acc} and scope_key <> ''), 0) as rt,
+        coalesce(max(dismissed_through) filter (where scope_key = ${acc} and scope_key <> ''), 0) as dt
       from notification_marks where user_sub = ${reader.sub}
-    ),
-    visible as (
-      select n.seq, n.id, n.scope, n.subscriber_id, n.template_id, n.category_id, n.severity, n.title, n.body, n.data, n.action_url, n.created_at,
-        (r.read_at is not null or n.seq <= case when n.scope = 'user' then m.ru else m.rt end) as is_read,
-        (r.dismissed_at is not null or n.seq <= case when n.scope = 'user' then m.du else m.dt end) as is_dismissed
-      from notifications n
-      cross join marks m
-      left join notification_receipts r on r.user_sub = ${reader.sub} and r.notification_seq = n.seq
-      where (n.scope = 'user' and n.subscriber_id = ${reader.sub})
-        ${acc ? db`or (n.scope = 'tenant' and n.subscriber_id = ${acc})` : db``}
     )`;
+}
+
+/**
+ * One scope's notifications of the reader with their per-user state: read / dismissed when a
+ * receipt says so or when at or below the scope's watermark (`m` = the marks row). Unread and
+ * not-dismissed filters bound the index range by the watermark, so after read-all or dismiss-all
+ * only newer rows are visited.
+ */
+function branch(db: Db, sub: string, scope: 'user' | 'tenant', subscriber: string, f: BranchFilter) {
+  const rw = scope === 'user' ? db`m.ru` : db`m.rt`;
+  const dw = scope === 'user' ? db`m.du` : db`m.dt`;
+  return db`
+    select n.seq, n.id, n.scope, n.subscriber_id, n.template_id, n.category_id, n.severity, n.title, n.body, n.data, n.action_url, n.created_at,
+      (r.read_at is not null or n.seq <= ${rw}) as is_read,
+      (r.dismissed_at is not null or n.seq <= ${dw}) as is_dismissed
+    from notifications n
+    left join notification_receipts r on r.user_sub = ${sub} and r.notification_seq = n.seq
+    where n.scope = ${scope} and n.subscriber_id = ${subscriber}
+      ${f.includeDismissed ? db`` : db`and n.seq > ${dw} and r.dismissed_at is null`}
+      ${f.read === 'false' ? db`and n.seq > ${rw} and r.read_at is null` : f.read === 'true' ? db`and (n.seq <= ${rw} or r.read_at is not null)` : db``}
+      ${f.severity ? db`and n.severity = any(${f.severity})` : db``}`;
 }

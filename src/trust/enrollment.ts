@@ -6,9 +6,13 @@ import type { UnitOfWork } from '../actors/store.js';
 import { badRequest, conflict, forbidden, unauthorized } from '../http/problem.js';
 import { repo, type Identity, type ModelRow, type ThingRow } from './repo.js';
 import { claimGroupKind, claimGroupStatus, thingKind } from './kinds.js';
+import type { ClaimGroupContext } from '../../machines/claimGroup.js';
 import { parseDescriptor, type ModelService } from './models.js';
 import { safeEqual, sha256, type Sealer } from './secrets.js';
 import type { EnrollBody, EnrollmentResponse } from './schemas.js';
+
+/** A concurrent enrollment of the same identity committed first (the transaction rolls back). */
+class AlreadyEnrolled extends Error {}
 
 interface Issued { pem: string; serial: string; notAfter: Date; privateKeyPem?: string }
 
@@ -51,7 +55,8 @@ export class EnrollmentService {
     const issued = await this.issue(thing.id, csr);
     return this.gw.actors.run(async (uow) => {
       if (!(await repo.consumeToken(uow.sql, thing.id))) throw forbidden('enrollment token was already used or has expired');
-      await this.store(uow, thing, issued, 'enrollment_token');
+      await repo.insertCertificate(uow.sql, { thingId: thing.id, ...this.certificateRow(issued) });
+      await this.birth(uow, thing, 'enrollment_token');
       return this.response(thing.id, issued);
     });
   }
@@ -65,34 +70,30 @@ export class EnrollmentService {
   private async byClaim(body: EnrollBody, tuple: Omit<Identity, 'accountId'>, model: ModelRow | undefined): Promise<EnrollmentResponse> {
     if (!body.claimSecret) throw badRequest('claimSecret is required for claim_token enrollment');
     const hash = sha256(body.claimSecret);
-    const group = await repo.claimGroupBySecret(this.gw.sql, hash);
+    const group = await repo.claimContext(this.gw.sql, hash, tuple);
     if (!group || !safeEqual(group.secret_hash, hash)) throw forbidden('claim secret is not valid');
     if (model && model.account_id !== group.account_id) throw forbidden('claim secret is not valid for this model');
-    const identity = { accountId: group.account_id, ...tuple };
-    const stored = await this.gw.actors.get(claimGroupKind, group.id);
-    const status = stored ? claimGroupStatus(stored.state, stored.snapshot.context, new Date()) : 'revoked';
+    const status = group.state ? claimGroupStatus(group.state, group.context as ClaimGroupContext, new Date()) : 'revoked';
     if (status === 'revoked' || status === 'expired') throw forbidden(`claim group is ${status}`, { extra: { claimGroupStatus: status } });
-
-    const existing = await repo.thingByIdentity(this.gw.sql, identity);
-    if (existing) return this.repeat(existing, body.csr);
+    const identity = { accountId: group.account_id, ...tuple };
+    if (group.existing) return this.repeat(await this.thingOf(group.existing), body.csr);
     if (status === 'capped') throw forbidden('claim group is capped: maxDevices reached', { extra: { claimGroupStatus: status } });
 
     const thingId = crypto.randomUUID();
     const issued = await this.issue(thingId, body.csr);
-    return this.gw.actors.run(async (uow) => {
-      await repo.lockIdentity(uow.sql, identity);
-      const again = await repo.thingByIdentity(uow.sql, identity);
-      if (again) return this.repeat(again, body.csr, uow);
+    const thing = { id: thingId, accountId: identity.accountId, modelId: model?.id ?? null, ...tuple, enrolledBy: 'claim_token', claimGroupId: group.id };
+    return this.firstEnrollment(identity, body.csr, () => this.gw.actors.run(async (uow) => {
+      // the identity first: a concurrent claim of the same tuple waits here, then sees ours
+      if (!(await repo.insertEnrolledThing(uow.sql, thing, this.certificateRow(issued)))) throw new AlreadyEnrolled();
+      await this.birth(uow, { id: thingId, account_id: identity.accountId, ...tuple }, 'claim_token');
+      // the group's row lock last, so claims of one group serialise over as few statements as possible
       const locked = await uow.load(claimGroupKind, group.id);
       const now = new Date();
       const current = locked ? claimGroupStatus(locked.state, locked.snapshot.context, now) : 'revoked';
       if (current !== 'active') throw forbidden(`claim group is ${current}${current === 'capped' ? ': maxDevices reached' : ''}`, { extra: { claimGroupStatus: current } });
-      const thing = { id: thingId, accountId: identity.accountId, modelId: model?.id ?? null, ...tuple, enrolledBy: 'claim_token', claimGroupId: group.id };
-      await repo.insertThing(uow.sql, thing);
       await uow.send(claimGroupKind, group.id, { type: 'CLAIM', at: now.toISOString(), thingId });
-      await this.store(uow, { id: thingId, account_id: identity.accountId, ...tuple }, issued, 'claim_token');
       return this.response(thingId, issued);
-    });
+    }));
   }
 
   private async enrollIdentity(identity: Identity, model: ModelRow, method: string, csr?: string): Promise<EnrollmentResponse> {
@@ -100,15 +101,32 @@ export class EnrollmentService {
     if (existing) return this.repeatFor(method, existing, csr);
     const thingId = crypto.randomUUID();
     const issued = await this.issue(thingId, csr);
-    return this.gw.actors.run(async (uow) => {
-      await repo.lockIdentity(uow.sql, identity);
-      const again = await repo.thingByIdentity(uow.sql, identity);
-      if (again) return this.repeatFor(method, again, csr, uow);
-      const { accountId, ...tuple } = identity;
-      await repo.insertThing(uow.sql, { id: thingId, accountId, modelId: model.id, ...tuple, enrolledBy: method });
-      await this.store(uow, { id: thingId, account_id: accountId, ...tuple }, issued, method);
+    const { accountId, ...tuple } = identity;
+    return this.firstEnrollment(identity, csr, () => this.gw.actors.run(async (uow) => {
+      if (!(await repo.insertEnrolledThing(uow.sql, { id: thingId, accountId, modelId: model.id, ...tuple, enrolledBy: method }, this.certificateRow(issued)))) {
+        throw new AlreadyEnrolled();
+      }
+      await this.birth(uow, { id: thingId, account_id: accountId, ...tuple }, method);
       return this.response(thingId, issued);
-    });
+    }), method);
+  }
+
+  /** Runs a first enrollment; when a concurrent one of the same identity won, answers as a repeat. */
+  private async firstEnrollment(identity: Identity, csr: string | undefined, work: () => Promise<EnrollmentResponse>, method = 'claim_token'): Promise<EnrollmentResponse> {
+    try {
+      return await work();
+    } catch (err) {
+      if (!(err instanceof AlreadyEnrolled)) throw err;
+      const winner = await repo.thingByIdentity(this.gw.sql, identity);
+      if (!winner) throw conflict('enrollment raced with another one; retry');
+      return this.repeatFor(method, winner, csr);
+    }
+  }
+
+  private async thingOf(id: string): Promise<ThingRow> {
+    const thing = await repo.thing(this.gw.sql, id);
+    if (!thing) throw conflict('thing changed meanwhile; retry');
+    return thing;
   }
 
   private repeatFor(method: string, thing: ThingRow, csr?: string, uow?: UnitOfWork): Promise<EnrollmentResponse> {
@@ -219,12 +237,15 @@ export class EnrollmentService {
     return { ...cert, privateKeyPem: key.privateKeyPem };
   }
 
-  /** Stores the certificate and births the Thing actor in ROLLEDOFF (same transaction). */
-  private async store(uow: UnitOfWork, thing: Pick<ThingRow, 'id' | 'account_id' | 'manufacturer' | 'model' | 'serial'>, issued: Issued, method: string): Promise<void> {
-    await repo.insertCertificate(uow.sql, {
-      serial: issued.serial, thingId: thing.id, pem: issued.pem, notAfter: issued.notAfter,
+  private certificateRow(issued: Issued) {
+    return {
+      serial: issued.serial, pem: issued.pem, notAfter: issued.notAfter,
       sealedKey: issued.privateKeyPem ? this.sealer.seal(issued.privateKeyPem) : null,
-    });
+    };
+  }
+
+  /** Births the Thing actor in ROLLEDOFF (same transaction as its rows). */
+  private async birth(uow: UnitOfWork, thing: Pick<ThingRow, 'id' | 'account_id' | 'manufacturer' | 'model' | 'serial'>, method: string): Promise<void> {
     await uow.create(thingKind, thing.id, {
       id: thing.id, accountId: thing.account_id, manufacturer: thing.manufacturer, model: thing.model, serial: thing.serial,
       enrolledBy: method, enrolledAt: new Date().toISOString(),

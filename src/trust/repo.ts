@@ -103,10 +103,6 @@ export const repo = {
       where id = ${thingId} and enrollment_token_used_at is null and enrollment_token_expires_at > now() and revoked_at is null`;
     return res.count === 1;
   },
-  /** Serialises enrollments of one (tenant, manufacturer, model, serial) tuple until commit. */
-  async lockIdentity(db: Db, i: Identity): Promise<void> {
-    await db`select pg_advisory_xact_lock(hashtextextended(${JSON.stringify([i.accountId, i.manufacturer, i.model, i.serial])}, 0))`;
-  },
   async markThingRevoked(db: Db, thingId: string): Promise<void> {
     await db`update things set revoked_at = coalesce(revoked_at, now()) where id = ${thingId}`;
   },
@@ -136,7 +132,35 @@ export const repo = {
     return rows.map((r) => r.serial);
   },
 
+  /**
+   * Inserts the thing and its first certificate in one statement; false (nothing written) when
+   * the identity is already taken, after waiting for a concurrent inserter of it to finish.
+   */
+  async insertEnrolledThing(db: Db, t: { id: string; accountId: string; modelId: string | null; manufacturer: string; model: string; serial: string;
+    enrolledBy: string; claimGroupId?: string }, c: { serial: string; pem: string; sealedKey: Buffer | null; notAfter: Date }): Promise<boolean> {
+    const rows = await db`
+      with thing as (
+        insert into things (id, account_id, model_id, manufacturer, model, serial, enrolled_by, enrolled_at, claim_group_id)
+        values (${t.id}, ${t.accountId}, ${t.modelId}, ${t.manufacturer}, ${t.model}, ${t.serial}, ${t.enrolledBy}, now(), ${t.claimGroupId ?? null})
+        on conflict (account_id, manufacturer, model, serial) do nothing
+        returning id)
+      insert into device_certificates (serial, thing_id, pem, sealed_private_key, not_after)
+      select ${c.serial}, id, ${c.pem}, ${c.sealedKey}, ${c.notAfter} from thing
+      returning thing_id`;
+    return rows.length === 1;
+  },
+
   // --- claim groups
+  /** One round trip for a claim: the group of a secret, its actor state and an existing thing of the tuple. */
+  async claimContext(db: Db, hash: Buffer, tuple: { manufacturer: string; model: string; serial: string }) {
+    const [row] = await db<{ id: string; account_id: string; secret_hash: Buffer; state: string | null; context: unknown; existing: string | null }[]>`
+      select g.id, g.account_id, g.secret_hash, a.state, a.snapshot -> 'context' as context,
+        (select t.id from things t where t.account_id = g.account_id and t.manufacturer = ${tuple.manufacturer}
+           and t.model = ${tuple.model} and t.serial = ${tuple.serial}) as existing
+      from claim_groups g left join actors a on a.type = 'claimGroup' and a.id = g.id::text
+      where g.secret_hash = ${hash}`;
+    return row;
+  },
   async insertClaimGroup(db: Db, g: { id: string; accountId: string; secretHash: Buffer }): Promise<void> {
     await db`insert into claim_groups (id, account_id, secret_hash) values (${g.id}, ${g.accountId}, ${g.secretHash})`;
   },

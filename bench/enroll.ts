@@ -1,0 +1,174 @@
+/**
+ * bench:enroll — claim enrollments per second end to end over real HTTP (POST /ddi/v1/enroll:
+ * claim-group check, EC P-256 key, certificate signed by the RSA-2048 device CA, thing +
+ * certificate + actor + events committed durably: fsync on, synchronous_commit on), against
+ * node-forge signing the same certificate (pure-JS RSA) in the same run. Target: 500/s.
+ *
+ *   npm run bench:enroll [-- --duration 10 --connections 32 --groups 8 --no-write]
+ *
+ * The gateway runs in a child process (`tsx src/main.ts`, embedded PostgreSQL in a temporary
+ * folder, fsync on) so the load generator does not share its event loop. Every request claims a
+ * new serial; claims are spread over `--groups` claim groups of one account (claims of one group
+ * serialise on its row lock; `--groups 1` measures that case). Rewrites its docs/benchmarks.md section.
+ */
+import { spawn } from 'node:child_process';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import autocannon from 'autocannon';
+import forge from 'node-forge';
+import { freePort } from '../src/db/embedded.js';
+
+const { values: args } = parseArgs({
+  options: {
+    duration: { type: 'string', default: '10' },
+    connections: { type: 'string', default: '32' },
+    groups: { type: 'string', default: '8' },
+    'forge-samples': { type: 'string', default: '40' },
+    'no-write': { type: 'boolean', default: false },
+  },
+});
+const duration = Number(args.duration);
+const connections = Number(args.connections);
+const groups = Number(args.groups);
+
+async function post(base: string, url: string, body: unknown, token?: string): Promise<any> {
+  const res = await fetch(base + url, {
+    method: 'POST', body: JSON.stringify(body),
+    headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
+  });
+  const text = await res.text();
+  if (!res.ok) throw new Error(`${url}: ${res.status} ${text}`);
+  return JSON.parse(text);
+}
+
+async function startGatewayProcess() {
+  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-enroll-'));
+  fs.chmodSync(tmp, 0o755); // as root, embedded PostgreSQL runs as its own user and must reach DATA_DIR
+  const httpPort = await freePort();
+  const profile = process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [];
+  const child = spawn(process.execPath, [...profile, '--import', 'tsx', 'src/main.ts'], {
+    env: {
+      ...process.env, HTTP_HOST: '127.0.0.1', HTTP_PORT: String(httpPort), MQTT_PORT: '0', MQTT_HOST: '127.0.0.1',
+      EMBEDDED_PG_PORT: String(await freePort()), DATA_DIR: path.join(tmp, 'data'), CERTS_DIR: path.join(tmp, 'certs'),
+      LOG_LEVEL: 'warn', DATABASE_URL: '', PUBLIC_BASE_URL: `http://127.0.0.1:${httpPort}`, DATABASE_POOL_SIZE: '20',
+    },
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
+  const base = `http://127.0.0.1:${httpPort}`;
+  for (let i = 0; ; i++) {
+    if (child.exitCode !== null) throw new Error('gateway exited');
+    const ok = await fetch(`${base}/readyz`).then((r) => r.ok, () => false);
+    if (ok) break;
+    if (i > 600) throw new Error('gateway did not become ready');
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  return {
+    base, tmp,
+    async stop() {
+      const exited = new Promise((r) => child.once('exit', r));
+      child.kill('SIGTERM');
+      await exited;
+      fs.rmSync(tmp, { recursive: true, force: true });
+    },
+  };
+}
+
+/** node-forge: the same device certificate (CN, extensions, RSA-2048 CA, SHA-256) signed in pure JS. */
+function forgeBaseline(samples: number, crlUrl: string): number {
+  const ca = forge.pki.rsa.generateKeyPair(2048);
+  const subjectKey = forge.pki.rsa.generateKeyPair(2048); // forge cannot carry an EC key; key generation is not timed
+  const issuer = [{ name: 'commonName', value: 'Device Gateway Device CA' }, { name: 'organizationName', value: 'Device Gateway' }];
+  const started = performance.now();
+  for (let i = 0; i < samples; i++) {
+    const cert = forge.pki.createCertificate();
+    cert.publicKey = subjectKey.publicKey;
+    cert.serialNumber = '01' + crypto.randomBytes(15).toString('hex');
+    cert.validity.notBefore = new Date();
+    cert.validity.notAfter = new Date(Date.now() + 365 * 86_400_000);
+    cert.setSubject([{ name: 'commonName', value: crypto.randomUUID() }]);
+    cert.setIssuer(issuer);
+    cert.setExtensions([
+      { name: 'basicConstraints', cA: false, critical: true },
+      { name: 'keyUsage', digitalSignature: true, keyEncipherment: true, critical: true },
+      { name: 'extKeyUsage', clientAuth: true },
+      { name: 'cRLDistributionPoints', altNames: [{ type: 6, value: crlUrl }] },
+      { name: 'subjectKeyIdentifier' },
+    ]);
+    cert.sign(ca.privateKey, forge.md.sha256.create());
+    forge.pki.certificateToPem(cert);
+  }
+  return samples / ((performance.now() - started) / 1000);
+}
+
+async function main() {
+  const gw = await startGatewayProcess();
+  try {
+    const platform = (await post(gw.base, '/dev/token', { realm: 'platform', sub: 'bench', roles: ['platform-admin'] })).access_token;
+    const accountId = crypto.randomUUID();
+    await post(gw.base, '/platform/v1/accounts', { id: accountId, name: 'bench' }, platform);
+    const operator = (await post(gw.base, '/dev/token', { realm: `acc-${accountId}`, sub: 'op', roles: ['operator'] })).access_token;
+    const secrets: string[] = [];
+    for (let i = 0; i < groups; i++) {
+      secrets.push((await post(gw.base, '/api/v1/things/claim-groups', { name: `line ${i}`, maxDevices: 1_000_000, ttlDays: 1 }, operator)).sharedSecret);
+    }
+    let n = 0;
+    const run = (seconds: number) => autocannon({
+      url: `${gw.base}/ddi/v1/enroll`, connections, duration: seconds,
+      requests: [{
+        method: 'POST', headers: { 'content-type': 'application/json' },
+        setupRequest: (req) => {
+          n += 1;
+          return { ...req, body: JSON.stringify({ provisioningMethod: 'claim_token', claimSecret: secrets[n % secrets.length], manufacturer: 'Acme', model: 'FFF1:8001', serial: `B-${n}` }) };
+        },
+      }],
+    });
+    await run(3); // warm-up
+    const result = await run(duration);
+    const non2xx = result.non2xx + result.errors;
+    const rate = result.requests.mean;
+    console.log(`enroll: ${rate.toFixed(0)} enrollments/s (p50 ${result.latency.p50} ms, p99 ${result.latency.p99} ms), ${non2xx} non-2xx/errors, ${result.requests.total} requests`);
+    const forgeRate = forgeBaseline(Number(args['forge-samples']), `${gw.base}/api/v1/certificates/crl`);
+    console.log(`node-forge: ${forgeRate.toFixed(1)} certificates/s (signing only, one thread)`);
+    const ratio = rate / forgeRate;
+    console.log(`ratio: ${ratio.toFixed(1)}x`);
+
+    if (!args['no-write']) {
+      const section = `## Enrollment (\`npm run bench:enroll\`)
+
+Measured ${new Date().toISOString().slice(0, 16)}Z on 2 cores, Node ${process.versions.node}: the gateway in a child
+process (embedded PostgreSQL, fsync and synchronous_commit on), autocannon in the bench process on the same
+machine (${connections} connections, ${duration} s after a 3 s warm-up), every request a new claim
+(\`POST /ddi/v1/enroll\`, claim_token) spread over ${groups} claim group(s): group check under its row lock,
+EC P-256 key, certificate signed by the RSA-2048 device CA, thing + certificate + actors + events in one
+commit. Other engineers' test runs shared the machine, so figures vary between runs.
+
+| | per second |
+|---|---|
+| claim enrollments end to end over HTTP (mean) | **${rate.toFixed(0)}** (p50 ${result.latency.p50} ms, p99 ${result.latency.p99} ms; ${non2xx} non-2xx) |
+| node-forge signing the same certificate (pure-JS RSA-2048, signing only) | ${forgeRate.toFixed(1)} |
+| ratio | ${ratio.toFixed(1)}x |
+
+Target: 500 enrollments/s. The certificate is assembled as DER from pre-encoded constant parts and
+signed with native RSA (\`crypto.sign\`) on the libuv thread pool; keys come from \`crypto.generateKeyPair\`
+(also off the event loop). The same path through @peculiar/x509 (WebCrypto) took about 7 ms per
+certificate on this machine.
+`;
+      const file = path.join(process.cwd(), 'docs', 'benchmarks.md');
+      const text = fs.readFileSync(file, 'utf8');
+      const re = /## Enrollment \(`npm run bench:enroll`\)[\s\S]*?(?=\n## |$)/;
+      const next = re.test(text) ? text.replace(re, section.trimEnd() + '\n') : `${text.trimEnd()}\n\n${section}`;
+      fs.writeFileSync(file, next);
+      console.log('docs/benchmarks.md updated');
+    }
+  } finally {
+    await gw.stop();
+  }
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});

@@ -21,7 +21,10 @@ export const notificationsDomain: DomainModule = {
     const svc = new NotificationsService(gw, new Mailer(gw.config, gw.log), hub);
     gw.services.notifications = svc;
     await svc.seed();
-    gw.jobs.define('notifications.sweep', () => svc.sweep(), { schedule: '17 * * * *', retryLimit: 1 });
+    gw.jobs.define('notifications.sweep', async () => {
+      await svc.sweep();
+      await svc.catchUp();
+    }, { schedule: '17 * * * *', retryLimit: 1 });
   },
   async routes(app: ZodApp, gw: Gateway) {
     const svc = gw.services.notifications!;
@@ -45,6 +48,8 @@ export const notificationsDomain: DomainModule = {
       return () => gw.bus.off(type, h);
     });
     unsubscribers.set(gw, () => handlers.forEach((off) => off()));
+    // events committed while no node was listening (unique source_event_id keeps this idempotent)
+    svc.catchUp().catch((err) => gw.log.error({ err }, 'notification catch-up failed'));
   },
   async stop(gw: Gateway) {
     unsubscribers.get(gw)?.();

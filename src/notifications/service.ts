@@ -222,6 +222,24 @@ export class NotificationsService {
     return out.item;
   }
 
+  /**
+   * Catch-up for events whose bus delivery was missed (every node down between commit and
+   * handling): events of the last day without their notification. Runs at start and hourly.
+   */
+  async catchUp(): Promise<number> {
+    const rows = await this.sql<{ seq: number; id: string; actor_type: string; actor_id: string; type: string; account_id: string; payload: Record<string, unknown>; created_at: Date }[]>`
+      select e.seq, e.id, e.actor_type, e.actor_id, e.type, e.account_id, e.payload, e.created_at from domain_events e
+      where e.created_at > now() - interval '1 day' and e.type in ${this.sql(NOTIFYING_EVENTS)} and e.account_id is not null
+        and not exists (select 1 from notifications n where n.source_event_id = e.id)
+      order by e.seq limit 1000`;
+    let made = 0;
+    for (const r of rows) {
+      const item = await this.fromDomainEvent({ seq: r.seq, id: r.id, actorType: r.actor_type, actorId: r.actor_id, type: r.type, accountId: r.account_id, payload: r.payload, createdAt: r.created_at.toISOString() });
+      if (item) made++;
+    }
+    return made;
+  }
+
   // ---------------------------------------------------------------- feed
 
   feed(reader: Reader, q: FeedQuery) {

@@ -170,6 +170,17 @@ describe('live stream (SSE and WebSocket) across two nodes', () => {
     expect(s.notifications().length).toBe(4);
   });
 
+  it('catch-up makes the notification of an event no node handled, once', async () => {
+    const thingId = crypto.randomUUID();
+    const [ev] = await n1.db.sql`insert into domain_events (actor_type, actor_id, type, account_id, payload)
+      values ('thing', ${thingId}, 'thing.revoked', ${A.id}, ${n1.db.sql.json({ thingId, serial: 'SN-missed', by: 'x' })}) returning id`;
+    const [made1, made2] = await Promise.all([n1.gw.services.notifications!.catchUp(), n2.gw.services.notifications!.catchUp()]);
+    expect(made1 + made2).toBe(1);
+    const rows = await n1.db.sql`select title from notifications where source_event_id = ${ev.id}`;
+    expect(rows.map((r) => r.title)).toEqual(['Device SN-missed was revoked']);
+    expect(await n1.gw.services.notifications!.catchUp()).toBe(0);
+  });
+
   it('graceful shutdown ends open streams', async () => {
     const n3 = await startTestGateway({ PUBLIC_BASE_URL: 'http://gateway.test', NODE_ID: 'node-3' }, { db: n1.db });
     const { cookie } = await streamCookie(n3, alice, A.id);

@@ -25,17 +25,23 @@ interface Entry<V> { value: V; at: number }
  * beat in `iam_cache_nodes`) acknowledged having dropped them; only then does the API answer. So the
  * next request on any node misses the cache and reads the committed row. A loader that raced with
  * an invalidation does not store its (possibly stale) result: every invalidation bumps `epoch`.
+ * Should a node miss a message (its notification channel broke) it still learns of it within one
+ * heartbeat: every such invalidation bumps a generation counter in the database, which each node
+ * reads with its heartbeat; a node that sees a generation it did not receive drops all its caches.
  * A node that cannot heartbeat drops all its caches; no entry lives longer than ENTRY_TTL_MS.
  */
 export class IamCache {
   private epoch = 0;
+  /** highest cache generation this node has applied (from messages or heartbeats) */
+  private generation = 0;
   private readonly maps = new Map<string, Map<string, Entry<unknown>>>();
   private readonly pending = new Map<string, { waiting: Set<string>; done: () => void }>();
   private timer?: NodeJS.Timeout;
 
   constructor(private readonly gw: Gateway) {
-    gw.cluster.on<{ id: string; keys: string[]; from: string }>(INVALIDATE, async (msg) => {
+    gw.cluster.on<{ id: string; keys: string[]; from: string; generation?: number }>(INVALIDATE, async (msg) => {
       this.drop(msg.keys);
+      if (msg.generation && msg.generation === this.generation + 1) this.generation = msg.generation;
       if (msg.from !== gw.cluster.nodeId) await gw.cluster.notify(ACK, { id: msg.id, node: gw.cluster.nodeId });
     });
     gw.cluster.on<{ id: string; node: string }>(ACK, (msg) => {
@@ -48,17 +54,27 @@ export class IamCache {
 
   /** Registers this node as live before it serves any request (called from the domain's init). */
   async register(): Promise<void> {
-    await repo.heartbeat(this.gw.sql, this.gw.cluster.nodeId);
+    this.generation = await repo.heartbeat(this.gw.sql, this.gw.cluster.nodeId);
+  }
+
+  /** Heartbeat: marks this node live; drops every cache when a generation was missed. */
+  async beat(): Promise<void> {
+    try {
+      const n = await repo.heartbeat(this.gw.sql, this.gw.cluster.nodeId);
+      if (n > this.generation) {
+        // a message may simply still be in flight; dropping everything is only a few cache misses
+        this.clear();
+        this.generation = n;
+      }
+    } catch (err) {
+      this.gw.log.warn({ err }, 'iam: heartbeat failed; dropping all IAM caches');
+      this.clear();
+    }
   }
 
   async start(): Promise<void> {
-    await repo.heartbeat(this.gw.sql, this.gw.cluster.nodeId);
-    this.timer = setInterval(() => {
-      repo.heartbeat(this.gw.sql, this.gw.cluster.nodeId).catch((err) => {
-        this.gw.log.warn({ err }, 'iam: heartbeat failed; dropping all IAM caches');
-        this.clear();
-      });
-    }, HEARTBEAT_MS);
+    await this.beat();
+    this.timer = setInterval(() => void this.beat(), HEARTBEAT_MS);
     this.timer.unref();
   }
 
@@ -120,6 +136,7 @@ export class IamCache {
       await this.gw.cluster.broadcast(INVALIDATE, { id, keys, from: this.gw.cluster.nodeId });
       return;
     }
+    const generation = await repo.bumpGeneration(this.gw.sql);
     const others = await repo.liveNodes(this.gw.sql, this.gw.cluster.nodeId, LIVE_WITHIN_S);
     const waiting = new Set(others);
     let timeout: NodeJS.Timeout | undefined;
@@ -132,7 +149,7 @@ export class IamCache {
       }, ACK_TIMEOUT_MS);
     });
     try {
-      await this.gw.cluster.broadcast(INVALIDATE, { id, keys, from: this.gw.cluster.nodeId });
+      await this.gw.cluster.broadcast(INVALIDATE, { id, keys, from: this.gw.cluster.nodeId, generation });
       await acked;
     } finally {
       clearTimeout(timeout);

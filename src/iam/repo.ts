@@ -234,8 +234,20 @@ export async function detachScp(db: Db, accountId: string, scpId: string): Promi
 
 // --- node registry for acknowledged invalidation ------------------------------------------------
 
-export async function heartbeat(db: Db, nodeId: string): Promise<void> {
-  await db`insert into iam_cache_nodes (node_id, seen_at) values (${nodeId}, now()) on conflict (node_id) do update set seen_at = now()`;
+/** Marks the node live and answers the current cache generation. */
+export async function heartbeat(db: Db, nodeId: string): Promise<number> {
+  const [row] = await db<{ n: number }[]>`
+    with hb as (
+      insert into iam_cache_nodes (node_id, seen_at) values (${nodeId}, now())
+      on conflict (node_id) do update set seen_at = now()
+    )
+    select n from iam_cache_generation`;
+  return row.n;
+}
+
+export async function bumpGeneration(db: Db): Promise<number> {
+  const [row] = await db<{ n: number }[]>`update iam_cache_generation set n = n + 1 returning n`;
+  return row.n;
 }
 
 export async function liveNodes(db: Db, exceptNode: string, withinSeconds: number): Promise<string[]> {

@@ -115,6 +115,18 @@ describe('SVC authentication (spec error table, 401 rows for static keys)', () =
     expect(expectProblem(await gw.http.get('/iam/v1/whoami', { headers: svcHeaders(credential) }), 401).detail).toMatch(/inactive/);
   });
 
+  it('a node that missed an invalidation message drops its caches at its next heartbeat', async () => {
+    const b = node2.gw.services.iam!.cache;
+    await b.beat(); // catch up with earlier tests
+    b.set('cred', 'AKSV00000000000000AA', { stale: true });
+    await b.beat();
+    expect(b.peek('cred', 'AKSV00000000000000AA')).toBeDefined();
+    // an invalidation whose message never reached node 2 (only the generation moved)
+    await gw.db.sql`update iam_cache_generation set n = n + 1`;
+    await b.beat();
+    expect(b.peek('cred', 'AKSV00000000000000AA')).toBeUndefined();
+  });
+
   it('last_used_at is kept up to date (batched, not a write per request)', async () => {
     const { credential } = await userWithCredential(gw, acct, 'svc-dan', ['admin']);
     const before = (await gw.http.get(`/iam/v1/accounts/${acct.id}/credentials/${credential.id}`, { token: acct.admin })).body;

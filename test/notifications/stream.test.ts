@@ -170,6 +170,23 @@ describe('live stream (SSE and WebSocket) across two nodes', () => {
     expect(s.notifications().length).toBe(4);
   });
 
+  it('SSE: dismiss-all sends one dismissed-all frame to the user\'s streams only', async () => {
+    const gus = await userToken(n1, A.id, 'gus');
+    const hal = await userToken(n1, A.id, 'hal');
+    const sg = await sse(n1, (await streamCookie(n1, gus, A.id)).cookie);
+    const sh = await sse(n2, (await streamCookie(n2, hal, A.id)).cookie);
+    await publish(n1, { to: { subscriberId: 'gus' }, data: { subject: 'g', message: 'm' } });
+    await sg.until(() => sg.notifications().length === 1, 'the created frame');
+    expect((await n2.http.patch('/api/notifications/dismiss-all', undefined, { token: gus, headers: { 'x-account-id': A.id } })).status).toBe(204);
+    const frame = await sg.until(() => sg.notifications().find((f) => f.type === 'dismissed-all'), 'a dismissed-all frame');
+    expect(frame).toMatchObject({ type: 'dismissed-all', accountId: A.id, through: expect.any(Number) });
+    await publish(n1, { to: { subscriberId: 'hal' }, data: { subject: 'h', message: 'm' } });
+    await sh.until(() => sh.notifications().length === 1, 'hal\'s frame');
+    expect(sh.notifications().map((f) => f.type)).toEqual(['created']);
+    sg.close();
+    sh.close();
+  });
+
   it('catch-up makes the notification of an event no node handled, once', async () => {
     const thingId = crypto.randomUUID();
     const [ev] = await n1.db.sql`insert into domain_events (actor_type, actor_id, type, account_id, payload)

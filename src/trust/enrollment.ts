@@ -3,7 +3,7 @@ import 'reflect-metadata';
 import * as x509 from '@peculiar/x509';
 import type { Gateway } from '../gateway.js';
 import type { UnitOfWork } from '../actors/store.js';
-import { badRequest, conflict, forbidden, unauthorized } from '../http/problem.js';
+import { badRequest, conflict, forbidden, Problem, unauthorized } from '../http/problem.js';
 import { repo, type Identity, type ModelRow, type ThingRow } from './repo.js';
 import { claimGroupKind, claimGroupStatus, thingKind } from './kinds.js';
 import type { ClaimGroupContext } from '../../machines/claimGroup.js';
@@ -83,17 +83,30 @@ export class EnrollmentService {
     const issued = await this.issue(thingId, body.csr);
     const thing = { id: thingId, accountId: identity.accountId, modelId: model?.id ?? null, ...tuple, enrolledBy: 'claim_token', claimGroupId: group.id };
     return this.firstEnrollment(identity, body.csr, () => this.gw.actors.run(async (uow) => {
-      // the identity first: a concurrent claim of the same tuple waits here, then sees ours
-      if (!(await repo.insertEnrolledThing(uow.sql, thing, this.certificateRow(issued)))) throw new AlreadyEnrolled();
-      await this.birth(uow, { id: thingId, account_id: identity.accountId, ...tuple }, 'claim_token');
-      // the group's row lock last, so claims of one group serialise over as few statements as possible
-      const locked = await uow.load(claimGroupKind, group.id);
-      const now = new Date();
-      const current = locked ? claimGroupStatus(locked.state, locked.snapshot.context, now) : 'revoked';
-      if (current !== 'active') throw forbidden(`claim group is ${current}${current === 'capped' ? ': maxDevices reached' : ''}`, { extra: { claimGroupStatus: current } });
-      await uow.send(claimGroupKind, group.id, { type: 'CLAIM', at: now.toISOString(), thingId });
+      // The identity first (a concurrent claim of the same tuple waits on it, then answers as a
+      // repeat), sent in one write with the Thing actor's insert; the group's row lock comes last,
+      // so claims of one group serialise over as few statements as possible.
+      const [inserted] = await Promise.all([
+        repo.insertEnrolledThing(uow.sql, thing, this.certificateRow(issued)),
+        this.birth(uow, { id: thingId, account_id: identity.accountId, ...tuple }, 'claim_token'),
+      ]);
+      if (!inserted) throw new AlreadyEnrolled();
+      await this.claim(uow, group.id, thingId);
       return this.response(thingId, issued);
     }));
+  }
+
+  /** CLAIM under the group's row lock; the machine refuses when capped, expired or revoked (403). */
+  private async claim(uow: UnitOfWork, groupId: string, thingId: string): Promise<void> {
+    try {
+      await uow.send(claimGroupKind, groupId, { type: 'CLAIM', at: new Date().toISOString(), thingId });
+    } catch (err) {
+      if (!(err instanceof Problem) || err.status !== 409) throw err;
+      // refused in `active` means the TTL passed (a full group is never `active`)
+      const state = String(err.options.extra?.state ?? 'revoked');
+      const status = state === 'active' ? 'expired' : state;
+      throw forbidden(`claim group is ${status}${status === 'capped' ? ': maxDevices reached' : ''}`, { extra: { claimGroupStatus: status } });
+    }
   }
 
   private async enrollIdentity(identity: Identity, model: ModelRow, method: string, csr?: string): Promise<EnrollmentResponse> {

@@ -1,59 +1,102 @@
 import tls from 'node:tls';
 import type { AddressInfo } from 'node:net';
-import { Aedes, type AedesOptions, type Client } from 'aedes';
+import { Aedes, type AedesOptions, type AedesPublishPacket, type Client } from 'aedes';
 import type { Logger } from '../log.js';
 import type { Pki } from '../pki/pki.js';
+import { devicePublishAllowed, topicAllowed } from './topics.js';
+
+export { topicAllowed } from './topics.js';
+
+export interface BrokerHooks {
+  /** a device completed CONNECT (authenticated) on this node */
+  connected?(client: Client): void;
+  /** a device's connection on this node ended (any reason) */
+  disconnected?(client: Client): void;
+  /** a device on this node published (already authorized) */
+  published?(packet: AedesPublishPacket, client: Client): void;
+  /** a device on this node subscribed (already authorized) */
+  subscribed?(topics: string[], client: Client): void;
+}
 
 export interface BrokerOptions {
   host: string;
   port: number;
   pki: Pki;
   log: Logger;
-  /** PEM CRL (label X509 CRL) loaded at start; swapped later with `setCrl` */
-  crlPem?: string;
+  /** PEM CRLs (label X509 CRL) loaded at start; swapped later with `setCrl` */
+  crlPem?: string[];
+  /** Aedes options: `id`, and in cluster mode `mq` and `persistence` */
   aedes?: Partial<AedesOptions>;
+  hooks?: BrokerHooks;
 }
 
 /** The CN of the client certificate presented on this MQTT connection. */
 export function certificateCn(client: Client): string | undefined {
-  const conn = client.conn as unknown as tls.TLSSocket;
-  const cn = typeof conn.getPeerCertificate === 'function' ? conn.getPeerCertificate()?.subject?.CN : undefined;
+  const cert = peerCertificate(client);
+  const cn = cert?.subject?.CN;
   return Array.isArray(cn) ? cn[0] : cn;
 }
 
-export const topicAllowed = (clientId: string, topic: string) => topic.startsWith(`devices/${clientId}/`);
+function peerCertificate(client: Client): tls.PeerCertificate | undefined {
+  const conn = client.conn as unknown as tls.TLSSocket;
+  return typeof conn.getPeerCertificate === 'function' ? conn.getPeerCertificate() : undefined;
+}
+
+/** Certificate serials compare as lower-case hex without leading zeros. */
+export const normalizeSerial = (hex: string) => hex.toLowerCase().replace(/^0+(?=.)/, '');
+
+const notAuthorized = (message: string) => Object.assign(new Error(message), { returnCode: 5 as const });
 
 /**
- * Aedes embedded behind a TLS listener that requires client certificates from the device CA.
- * The CN must equal the MQTT client id and the username; a client may use only `devices/{clientId}/`.
+ * Aedes embedded behind a TLS listener that requires client certificates from the device CA
+ * (and checks the current CRL). The CN must equal the MQTT client id and the username, and its
+ * serial must not be revoked; a client may use only `devices/{clientId}/`.
  */
 export class Broker {
   readonly aedes: Aedes;
   readonly server: tls.Server;
   private readonly clients = new Map<string, Client>();
+  /** serials of the current CRL: refuses a revoked certificate even on a resumed TLS session */
+  private revokedSerials = new Set<string>();
+  private crlPem?: string[];
 
   private constructor(private readonly options: BrokerOptions, aedes: Aedes) {
     this.aedes = aedes;
-    this.server = tls.createServer(this.tlsOptions(options.crlPem), (socket) => aedes.handle(socket));
+    this.crlPem = options.crlPem;
+    this.server = tls.createServer(this.tlsOptions(), (socket) => aedes.handle(socket));
     this.server.on('tlsClientError', (err) => options.log.debug({ err: err.message }, 'mqtt tls handshake refused'));
-    aedes.on('client', (c) => this.clients.set(c.id, c));
+    const hooks = options.hooks ?? {};
+    aedes.on('client', (c) => {
+      const previous = this.clients.get(c.id);
+      this.clients.set(c.id, c);
+      if (previous && previous !== c) hooks.disconnected?.(previous);
+      hooks.connected?.(c);
+    });
     aedes.on('clientDisconnect', (c) => {
-      if (this.clients.get(c.id) === c) this.clients.delete(c.id);
+      if (this.clients.get(c.id) !== c) return;
+      this.clients.delete(c.id);
+      hooks.disconnected?.(c);
+    });
+    aedes.on('publish', (packet, client) => {
+      if (client && hooks.published) hooks.published(packet, client);
+    });
+    aedes.on('subscribe', (subs, client) => {
+      if (client && hooks.subscribed) hooks.subscribed(subs.map((s) => s.topic), client);
     });
   }
 
   static async start(options: BrokerOptions): Promise<Broker> {
+    let self: Broker | undefined;
     const aedes = await Aedes.createBroker({
       authenticate: (client, username, _password, done) => {
         const cn = certificateCn(client);
-        if (!cn || cn !== client.id || username !== cn) {
-          const err = Object.assign(new Error('certificate CN must equal client id and username'), { returnCode: 5 as const });
-          return done(err, false);
-        }
+        if (!cn || cn !== client.id || username !== cn) return done(notAuthorized('certificate CN must equal client id and username'), false);
+        const serial = peerCertificate(client)?.serialNumber;
+        if (!serial || self?.revokedSerials.has(normalizeSerial(serial))) return done(notAuthorized('certificate revoked'), false);
         done(null, true);
       },
       authorizePublish: (client, packet, cb) => {
-        if (client && !topicAllowed(client.id, packet.topic)) return cb(new Error(`publish to ${packet.topic} not allowed`));
+        if (client && !devicePublishAllowed(client.id, packet.topic)) return cb(new Error(`publish to ${packet.topic} not allowed`));
         cb(null);
       },
       authorizeSubscribe: (client, sub, cb) => {
@@ -62,7 +105,7 @@ export class Broker {
       },
       ...options.aedes,
     });
-    const broker = new Broker(options, aedes);
+    const broker = (self = new Broker(options, aedes));
     await new Promise<void>((resolve, reject) => {
       broker.server.once('error', reject);
       broker.server.listen(options.port, options.host, () => resolve());
@@ -74,7 +117,11 @@ export class Broker {
     return (this.server.address() as AddressInfo).port;
   }
 
-  private tlsOptions(crlPem?: string): tls.SecureContextOptions & tls.TlsOptions {
+  get connectedCount(): number {
+    return this.clients.size;
+  }
+
+  private tlsOptions(): tls.SecureContextOptions & tls.TlsOptions {
     const { pki } = this.options;
     return {
       key: pki.serverKeyPem,
@@ -83,26 +130,55 @@ export class Broker {
       requestCert: true,
       rejectUnauthorized: true,
       minVersion: 'TLSv1.2',
-      ...(crlPem ? { crl: crlPem } : {}),
+      ...(this.crlPem ? { crl: this.crlPem } : {}),
     };
   }
 
-  /** New connections are checked against this CRL (no restart). */
-  setCrl(crlPem: string): void {
-    this.server.setSecureContext(this.tlsOptions(crlPem));
+  /**
+   * New handshakes are checked against these CRLs at once (no restart): the device CA's and the
+   * root's (Node checks the whole chain). `serials` are the device CA CRL's entries.
+   */
+  setCrl(crlPem: string[] | undefined, serials: Iterable<string>): void {
+    this.crlPem = crlPem;
+    this.revokedSerials = new Set([...serials].map(normalizeSerial));
+    this.server.setSecureContext(this.tlsOptions());
   }
 
   isConnected(clientId: string): boolean {
     return this.clients.has(clientId);
   }
 
-  /** Disconnects a client on this node; false when it is not connected here. */
-  disconnect(clientId: string): boolean {
+  /** Disconnects a client on this node and resolves once its socket is closed; false when not here. */
+  async disconnect(clientId: string): Promise<boolean> {
     const client = this.clients.get(clientId);
     if (!client) return false;
-    client.close();
-    this.clients.delete(clientId);
+    const conn = client.conn as unknown as tls.TLSSocket;
+    const closed = conn.destroyed ? Promise.resolve() : new Promise<void>((resolve) => conn.once('close', () => resolve()));
+    // MQTT 5 clients get DISCONNECT 0x98 (administrative action) before the socket closes.
+    client.disconnect({ reasonCode: 0x98 }, () => client.close());
+    await Promise.race([closed, new Promise((r) => setTimeout(r, 2000).unref())]);
+    if (!conn.destroyed) conn.destroy();
     return true;
+  }
+
+  /** Publishes as the gateway (cluster-wide through the Aedes emitter). */
+  publish(packet: { topic: string; payload: Buffer | string; qos?: 0 | 1; retain?: boolean; properties?: Record<string, unknown> }): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.aedes.publish({ cmd: 'publish', qos: packet.qos ?? 0, dup: false, retain: packet.retain ?? false, topic: packet.topic, payload: packet.payload, properties: packet.properties } as never, (err) => (err ? reject(err) : resolve()));
+    });
+  }
+
+  /** Receives every message on `topic` (wildcards allowed) from any node; returns the unsubscribe. */
+  async subscribe(topic: string, onMessage: (packet: AedesPublishPacket) => void): Promise<() => Promise<void>> {
+    const deliver = (packet: AedesPublishPacket, cb: () => void) => {
+      try {
+        onMessage(packet);
+      } finally {
+        cb();
+      }
+    };
+    await new Promise<void>((resolve) => this.aedes.subscribe(topic, deliver, () => resolve()));
+    return () => new Promise<void>((resolve) => this.aedes.unsubscribe(topic, deliver, () => resolve()));
   }
 
   async close(): Promise<void> {

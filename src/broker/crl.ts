@@ -1,0 +1,54 @@
+import 'reflect-metadata';
+import * as x509 from '@peculiar/x509';
+import type { Gateway } from '../gateway.js';
+import type { Broker } from './broker.js';
+import { RootCrl } from './rootCrl.js';
+
+/**
+ * Keeps the broker's TLS context on the trust domain's current CRL: loaded at start, on every
+ * `pki.crl-changed` broadcast (all nodes), before a cluster-wide disconnect, and at least every
+ * CRL_REFRESH_SECONDS. Without a CRL source (trust domain absent) the broker runs with no CRL.
+ */
+export class CrlWatcher {
+  private timer?: NodeJS.Timeout;
+  private unsubscribe?: () => void;
+  private loadedNumber?: number;
+  private inFlight?: Promise<void>;
+  private rootCrl?: RootCrl | null;
+
+  constructor(private readonly gw: Gateway, private readonly broker: Broker) {}
+
+  async start(): Promise<void> {
+    this.unsubscribe = this.gw.cluster.on('pki.crl-changed', () => this.refresh());
+    await this.refresh();
+    this.timer = setInterval(() => void this.refresh(), this.gw.config.CRL_REFRESH_SECONDS * 1000);
+    this.timer.unref();
+  }
+
+  stop(): void {
+    clearInterval(this.timer);
+    this.unsubscribe?.();
+  }
+
+  /** Loads the current CRL now (concurrent calls share one load that starts after them). */
+  refresh(): Promise<void> {
+    const run = async () => {
+      const source = this.gw.services.crl;
+      if (!source) return;
+      try {
+        const crl = await source.current();
+        const serials = new x509.X509Crl(crl.der).entries.map((e) => e.serialNumber);
+        if (this.rootCrl === undefined) this.rootCrl = (await RootCrl.load(this.gw.pki, this.gw.config.CERTS_DIR)) ?? null;
+        // without the root's CRL the TLS layer cannot check CRLs at all; authenticate still does
+        this.broker.setCrl(this.rootCrl ? [crl.pem, await this.rootCrl.pem()] : undefined, serials);
+        if (crl.number !== this.loadedNumber) this.gw.log.debug({ crlNumber: crl.number, revoked: serials.length }, 'broker CRL loaded');
+        this.loadedNumber = crl.number;
+      } catch (err) {
+        this.gw.log.error({ err }, 'broker could not load the CRL; keeping the previous one');
+      }
+    };
+    const next = (this.inFlight ?? Promise.resolve()).then(run);
+    this.inFlight = next;
+    return next;
+  }
+}

@@ -1,0 +1,111 @@
+import type { Sql } from '../db/client.js';
+
+export interface ConnectivityRow {
+  thing_id: string;
+  connected: boolean;
+  node_id: string | null;
+  protocol_version: number | null;
+  connected_at: Date | null;
+  disconnected_at: Date | null;
+  last_seen: Date | null;
+}
+
+export interface TwinRow {
+  reported: Record<string, unknown>;
+  reported_version: number;
+  reported_at: Date | null;
+  desired: Record<string, unknown>;
+  desired_version: number;
+  desired_at: Date | null;
+}
+
+/** SQL of the broker domain (device connectivity, telemetry, twins). */
+export class BrokerRepo {
+  constructor(private readonly sql: Sql) {}
+
+  async markConnected(thingId: string, nodeId: string, sessionId: string, protocolVersion: number): Promise<void> {
+    await this.sql`
+      insert into device_connectivity (thing_id, connected, node_id, session_id, protocol_version, connected_at, last_seen)
+      values (${thingId}, true, ${nodeId}, ${sessionId}, ${protocolVersion}, now(), now())
+      on conflict (thing_id) do update set connected = true, node_id = excluded.node_id, session_id = excluded.session_id,
+        protocol_version = excluded.protocol_version, connected_at = now(), last_seen = now()`;
+  }
+
+  /** True when this session was the thing's current one (a newer session elsewhere is left alone). */
+  async markDisconnected(thingId: string, sessionId: string): Promise<boolean> {
+    const res = await this.sql`
+      update device_connectivity set connected = false, disconnected_at = now()
+      where thing_id = ${thingId} and session_id = ${sessionId} and connected`;
+    return res.count === 1;
+  }
+
+  /** Sessions of nodes that are gone (crashed, or this node's previous run) are not connected. */
+  async releaseDeadNodes(nodeId: string, ttlSeconds: number): Promise<void> {
+    await this.sql`
+      update device_connectivity c set connected = false, disconnected_at = now()
+      where c.connected and (c.node_id = ${nodeId} or not exists (
+        select 1 from broker_nodes n where n.node_id = c.node_id and n.heartbeat_at > now() - make_interval(secs => ${ttlSeconds})))`;
+  }
+
+  async connectivity(thingId: string): Promise<ConnectivityRow | undefined> {
+    const [row] = await this.sql<ConnectivityRow[]>`
+      select thing_id, connected, node_id, protocol_version, connected_at, disconnected_at, last_seen
+      from device_connectivity where thing_id = ${thingId}`;
+    return row;
+  }
+
+  /** One statement per batch: latest telemetry merged per key, last seen advanced. */
+  async writeBatch(telemetry: { thing_id: string; telemetry: Record<string, unknown>; at: string }[], seen: { thing_id: string; at: string }[]): Promise<void> {
+    if (telemetry.length) {
+      await this.sql`
+        insert into device_telemetry_latest (thing_id, telemetry, updated_at)
+        select x.thing_id, x.telemetry, x.at from jsonb_to_recordset(${this.sql.json(telemetry as never)}) as x(thing_id text, telemetry jsonb, at timestamptz)
+        on conflict (thing_id) do update set telemetry = device_telemetry_latest.telemetry || excluded.telemetry,
+          updated_at = greatest(device_telemetry_latest.updated_at, excluded.updated_at)`;
+    }
+    if (seen.length) {
+      await this.sql`
+        insert into device_connectivity (thing_id, last_seen)
+        select x.thing_id, x.at from jsonb_to_recordset(${this.sql.json(seen as never)}) as x(thing_id text, at timestamptz)
+        on conflict (thing_id) do update set last_seen = greatest(device_connectivity.last_seen, excluded.last_seen)`;
+    }
+  }
+
+  async telemetry(thingId: string): Promise<{ telemetry: Record<string, unknown>; updated_at: Date } | undefined> {
+    const [row] = await this.sql<{ telemetry: Record<string, unknown>; updated_at: Date }[]>`
+      select telemetry, updated_at from device_telemetry_latest where thing_id = ${thingId}`;
+    return row;
+  }
+
+  async twin(thingId: string): Promise<TwinRow | undefined> {
+    const [row] = await this.sql<TwinRow[]>`
+      select reported, reported_version, reported_at, desired, desired_version, desired_at from device_twins where thing_id = ${thingId}`;
+    return row;
+  }
+
+  async setReported(thingId: string, reported: Record<string, unknown>): Promise<number> {
+    const [row] = await this.sql<{ reported_version: number }[]>`
+      insert into device_twins (thing_id, reported, reported_version, reported_at) values (${thingId}, ${this.sql.json(reported as never)}, 1, now())
+      on conflict (thing_id) do update set reported = excluded.reported, reported_version = device_twins.reported_version + 1, reported_at = now()
+      returning reported_version`;
+    return row.reported_version;
+  }
+
+  /** New desired state; with `ifVersion`, only when the current version still matches (else undefined). */
+  async setDesired(thingId: string, desired: Record<string, unknown>, ifVersion?: number): Promise<{ desired_version: number; desired_at: Date } | undefined> {
+    const json = this.sql.json(desired as never);
+    if (ifVersion === undefined || ifVersion === 0) {
+      const [row] = await this.sql<{ desired_version: number; desired_at: Date }[]>`
+        insert into device_twins (thing_id, desired, desired_version, desired_at) values (${thingId}, ${json}, 1, now())
+        on conflict (thing_id) do update set desired = excluded.desired, desired_version = device_twins.desired_version + 1, desired_at = now()
+          where ${ifVersion === undefined} or device_twins.desired_version = 0
+        returning desired_version, desired_at`;
+      return row;
+    }
+    const [row] = await this.sql<{ desired_version: number; desired_at: Date }[]>`
+      update device_twins set desired = ${json}, desired_version = desired_version + 1, desired_at = now()
+      where thing_id = ${thingId} and desired_version = ${ifVersion}
+      returning desired_version, desired_at`;
+    return row;
+  }
+}

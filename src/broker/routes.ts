@@ -1,0 +1,91 @@
+import { z } from 'zod';
+import type { Gateway, ZodApp } from '../gateway.js';
+import { conflict, notFound, Problem } from '../http/problem.js';
+import type { DeviceService } from './service.js';
+import { commandBody, commandResult, connectivitySchema, desiredBody, desiredSchema, telemetrySchema, thingParams, twinSchema } from './schemas.js';
+
+const READERS = ['admin', 'operator', 'viewer'];
+const WRITERS = ['admin', 'operator'];
+
+/** Tenant endpoints for connected devices, and the broker's management interface. */
+export async function brokerRoutes(app: ZodApp, gw: Gateway, devices: DeviceService): Promise<void> {
+  app.get('/api/v1/things/:thingId/connectivity', {
+    config: { auth: { action: 'device:Connectivity:Read', roles: READERS } },
+    schema: { tags: ['devices'], summary: "A thing's MQTT connectivity and last seen", params: thingParams, response: { 200: connectivitySchema } },
+  }, async (request) => {
+    await devices.requireThing(request.principal!, request.params.thingId);
+    return devices.connectivity(request.params.thingId);
+  });
+
+  app.get('/api/v1/things/:thingId/telemetry', {
+    config: { auth: { action: 'device:Telemetry:Read', roles: READERS } },
+    schema: { tags: ['devices'], summary: 'Latest telemetry values of a thing', params: thingParams, response: { 200: telemetrySchema } },
+  }, async (request) => {
+    await devices.requireThing(request.principal!, request.params.thingId);
+    return devices.telemetry(request.params.thingId);
+  });
+
+  app.get('/api/v1/things/:thingId/telemetry/stream', {
+    websocket: true,
+    config: { auth: { action: 'device:Telemetry:Read', roles: READERS } },
+    schema: { tags: ['devices'], summary: 'Live telemetry of a thing (WebSocket; one JSON message per device message)', params: thingParams },
+    // Ownership is checked before the upgrade, so a foreign thing answers 404 like every other route.
+    preHandler: async (request) => devices.requireThing(request.principal!, (request.params as { thingId: string }).thingId),
+  }, (socket, request) => {
+    const { thingId } = request.params as { thingId: string };
+    let closed = false;
+    const stop = devices.streamTelemetry(thingId, (m) => socket.send(JSON.stringify(m)));
+    void stop.then(() => { if (!closed) socket.send(JSON.stringify({ type: 'subscribed', thingId })); });
+    socket.on('close', () => {
+      closed = true;
+      void stop.then((unsubscribe) => unsubscribe());
+    });
+  });
+
+  app.get('/api/v1/things/:thingId/twin', {
+    config: { auth: { action: 'device:Twin:Read', roles: READERS } },
+    schema: { tags: ['devices'], summary: 'Reported and desired state of a thing, each with its version', params: thingParams, response: { 200: twinSchema } },
+  }, async (request) => {
+    await devices.requireThing(request.principal!, request.params.thingId);
+    return devices.twin(request.params.thingId);
+  });
+
+  app.put('/api/v1/things/:thingId/twin/desired', {
+    config: { auth: { action: 'device:Twin:Update', roles: WRITERS } },
+    schema: {
+      tags: ['devices'], summary: 'Set the desired state; it is sent to the device now and whenever it subscribes again',
+      params: thingParams, body: desiredBody, response: { 200: desiredSchema },
+    },
+  }, async (request) => {
+    await devices.requireThing(request.principal!, request.params.thingId);
+    return devices.setDesired(request.params.thingId, request.body.desired, request.body.ifVersion);
+  });
+
+  app.post('/api/v1/things/:thingId/commands', {
+    config: { auth: { action: 'device:Command:Invoke', roles: WRITERS } },
+    schema: {
+      tags: ['devices'], summary: 'Send a command to a connected device and wait for its reply (504 on timeout)',
+      params: thingParams, body: commandBody, response: { 200: commandResult },
+    },
+  }, async (request) => {
+    const { thingId } = request.params;
+    await devices.requireThing(request.principal!, thingId);
+    if (!(await devices.connectivity(thingId)).connected) throw conflict(`thing ${thingId} is not connected`, { type: 'device-not-connected' });
+    const timeoutMs = request.body.timeoutMs ?? gw.config.COMMAND_TIMEOUT_MS;
+    const result = await devices.commands!.invoke(thingId, request.body.name, request.body.payload ?? null, timeoutMs);
+    if (!result) throw new Problem(504, `thing ${thingId} did not answer command ${request.body.name} within ${timeoutMs} ms`, { type: 'command-timeout' });
+    return { id: result.id, status: 'completed' as const, response: result.response };
+  });
+
+  app.delete('/platform/v1/broker/sessions/:thingId', {
+    config: { auth: { action: 'platform:BrokerSession:Disconnect', roles: ['platform-admin', 'platform-operator'] } },
+    schema: {
+      tags: ['broker'], summary: "Disconnect a device's MQTT session on whichever node holds it (404 when connected nowhere)",
+      params: z.object({ thingId: z.string().min(1).max(128) }), response: { 204: z.null() },
+    },
+  }, async (request, reply) => {
+    const { disconnected } = await gw.services.deviceSessions!.disconnect(request.params.thingId);
+    if (!disconnected) throw notFound(`device ${request.params.thingId} is not connected`);
+    return reply.code(204).send(null);
+  });
+}

@@ -1,0 +1,167 @@
+import crypto from 'node:crypto';
+import type { AedesPublishPacket, Client } from 'aedes';
+import type { Gateway } from '../gateway.js';
+import { conflict, notFound } from '../http/problem.js';
+import type { Principal } from '../http/auth/principal.js';
+import type { Broker, BrokerHooks } from './broker.js';
+import type { CommandRouter } from './commands.js';
+import type { IngestBuffer } from './ingest.js';
+import type { BrokerRepo } from './repo.js';
+import { deviceTopic, parseDeviceTopic } from './topics.js';
+
+const MAX_JSON_BYTES = 64 * 1024;
+
+function jsonObject(payload: Buffer | string): Record<string, unknown> | undefined {
+  if (payload.length > MAX_JSON_BYTES) return undefined;
+  try {
+    const value: unknown = JSON.parse(payload.toString());
+    return value && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * What the gateway does with device traffic (connectivity, lifecycle, heartbeat, telemetry, twin)
+ * and what tenants read and change through HTTP (connectivity, twin, commands, telemetry).
+ */
+export class DeviceService {
+  /** per MQTT connection: its session id and the pending connect write (a disconnect waits for it) */
+  private readonly sessions = new WeakMap<Client, { id: string; connected: Promise<void> }>();
+  broker?: Broker;
+  commands?: CommandRouter;
+  /** set on shutdown: the sessions closed by stopping are not device disconnects to announce */
+  stopping = false;
+
+  constructor(private readonly gw: Gateway, private readonly repo: BrokerRepo, private readonly ingest: IngestBuffer) {}
+
+  hooks(): BrokerHooks {
+    return {
+      connected: (client) => {
+        const id = crypto.randomUUID();
+        this.sessions.set(client, { id, connected: this.onConnected(client, id).catch((err) => this.gw.log.error({ err, thingId: client.id }, 'device connect not recorded')) });
+      },
+      disconnected: (client) => {
+        const session = this.sessions.get(client);
+        if (!session) return;
+        this.sessions.delete(client);
+        void session.connected.then(() => this.onDisconnected(client.id, session.id)).catch((err) => this.gw.log.error({ err, thingId: client.id }, 'device disconnect not recorded'));
+      },
+      published: (packet, client) => this.onPublish(packet, client),
+      subscribed: (topics, client) => {
+        if (topics.some((t) => parseDeviceTopic(t)?.kind === 'twinDesired' || t === `devices/${client.id}/#` || t === `devices/${client.id}/twin/#`)) {
+          void this.deliverDesired(client.id).catch((err) => this.gw.log.error({ err, thingId: client.id }, 'desired state not delivered'));
+        }
+      },
+    };
+  }
+
+  private async onConnected(client: Client, sessionId: string): Promise<void> {
+    const node = this.gw.cluster.nodeId;
+    await this.repo.markConnected(client.id, node, sessionId, client.version);
+    await this.lifecycle(client.id, 'connected', { node, protocolVersion: client.version });
+  }
+
+  private async onDisconnected(thingId: string, sessionId: string): Promise<void> {
+    if (this.stopping) return;
+    if (!(await this.repo.markDisconnected(thingId, sessionId))) return;
+    await this.lifecycle(thingId, 'disconnected', { node: this.gw.cluster.nodeId });
+  }
+
+  /** Retained lifecycle message on the device's topic, and the domain event. */
+  private async lifecycle(thingId: string, state: 'connected' | 'disconnected', extra: Record<string, unknown>): Promise<void> {
+    const at = new Date().toISOString();
+    await this.broker?.publish({ topic: deviceTopic(thingId, 'lifecycle'), payload: JSON.stringify({ state, at, ...extra }), qos: 0, retain: true });
+    const accountId = (await this.gw.services.thingDirectory?.accountOf(thingId)) ?? null;
+    await this.gw.actors.run((uow) => uow.emit('device', thingId, { type: `device.${state}`, thingId, at, ...extra }, accountId));
+  }
+
+  private onPublish(packet: AedesPublishPacket, client: Client): void {
+    const topic = parseDeviceTopic(packet.topic);
+    if (!topic || topic.thingId !== client.id) {
+      this.ingest.seenNow(client.id);
+      return;
+    }
+    switch (topic.kind) {
+      case 'telemetry': {
+        const values = jsonObject(packet.payload);
+        if (values) this.ingest.addTelemetry(client.id, values);
+        else this.ingest.seenNow(client.id);
+        return;
+      }
+      case 'twinReported': {
+        this.ingest.seenNow(client.id);
+        const reported = jsonObject(packet.payload);
+        if (reported) void this.repo.setReported(client.id, reported).catch((err) => this.gw.log.error({ err, thingId: client.id }, 'reported state not stored'));
+        return;
+      }
+      default:
+        this.ingest.seenNow(client.id);
+    }
+  }
+
+  private async deliverDesired(thingId: string): Promise<void> {
+    const twin = await this.repo.twin(thingId);
+    if (!twin || twin.desired_version === 0) return;
+    await this.publishDesired(thingId, twin.desired_version, twin.desired);
+  }
+
+  private async publishDesired(thingId: string, version: number, desired: Record<string, unknown>): Promise<void> {
+    await this.broker?.publish({ topic: deviceTopic(thingId, 'twinDesired'), payload: JSON.stringify({ version, desired }), qos: 1 });
+  }
+
+  /** 404 unless the thing belongs to the caller's account (other accounts' things do not exist for them). */
+  async requireThing(principal: Principal, thingId: string): Promise<void> {
+    const owner = principal.accountId ? await this.gw.services.thingDirectory?.accountOf(thingId) : undefined;
+    if (!owner || owner !== principal.accountId) throw notFound(`thing ${thingId} not found`);
+  }
+
+  async connectivity(thingId: string) {
+    const row = await this.repo.connectivity(thingId);
+    return {
+      thingId,
+      connected: row?.connected ?? false,
+      protocolVersion: row?.connected ? row.protocol_version : null,
+      connectedAt: iso(row?.connected_at),
+      disconnectedAt: iso(row?.disconnected_at),
+      lastSeen: iso(row?.last_seen),
+    };
+  }
+
+  async telemetry(thingId: string) {
+    await this.ingest.flush();
+    const row = await this.repo.telemetry(thingId);
+    return { thingId, telemetry: row?.telemetry ?? {}, updatedAt: iso(row?.updated_at) };
+  }
+
+  async twin(thingId: string) {
+    const row = await this.repo.twin(thingId);
+    return {
+      thingId,
+      reported: { version: row?.reported_version ?? 0, state: row?.reported ?? {}, updatedAt: iso(row?.reported_at) },
+      desired: { version: row?.desired_version ?? 0, state: row?.desired ?? {}, updatedAt: iso(row?.desired_at) },
+    };
+  }
+
+  /** Stores the desired state (optionally only if `ifVersion` is current) and sends it to the device. */
+  async setDesired(thingId: string, desired: Record<string, unknown>, ifVersion?: number) {
+    const row = await this.repo.setDesired(thingId, desired, ifVersion);
+    if (!row) {
+      const current = (await this.repo.twin(thingId))?.desired_version ?? 0;
+      throw conflict(`desired state is at version ${current}, not ${ifVersion}; read it again and retry`, { extra: { currentVersion: current } });
+    }
+    await this.publishDesired(thingId, row.desired_version, desired);
+    return { version: row.desired_version, state: desired, updatedAt: row.desired_at.toISOString() };
+  }
+
+  /** Live telemetry of one thing from any node; returns the unsubscribe. */
+  streamTelemetry(thingId: string, onMessage: (m: { thingId: string; at: string; telemetry: unknown }) => void): Promise<() => Promise<void>> {
+    if (!this.broker) throw new Error('broker not started');
+    return this.broker.subscribe(deviceTopic(thingId, 'telemetry'), (packet) => {
+      const telemetry = jsonObject(packet.payload);
+      if (telemetry) onMessage({ thingId, at: new Date().toISOString(), telemetry });
+    });
+  }
+}
+
+const iso = (d: Date | null | undefined) => (d ? new Date(d).toISOString() : null);

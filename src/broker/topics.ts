@@ -1,0 +1,46 @@
+/**
+ * Device topics, all under `devices/{thingId}/` (the spec fixes only the prefix; names recorded in
+ * docs/decisions.md). `from` says who publishes: devices may not publish on gateway-owned topics.
+ */
+export const TOPICS = {
+  /** gateway -> subscribers: `{ state: 'connected' | 'disconnected', at, node }`, retained */
+  lifecycle: { suffix: 'lifecycle', from: 'gateway' },
+  /** device -> gateway: any payload; updates last seen */
+  heartbeat: { suffix: 'heartbeat', from: 'device' },
+  /** device -> gateway: JSON object of values; latest kept per key, streamed to tenants */
+  telemetry: { suffix: 'telemetry', from: 'device' },
+  /** device -> gateway: JSON object, the reported state (replaces it; version + 1) */
+  twinReported: { suffix: 'twin/reported', from: 'device' },
+  /** gateway -> device: `{ version, desired }`, published on change and whenever the device subscribes */
+  twinDesired: { suffix: 'twin/desired', from: 'gateway' },
+  /** gateway -> device: `{ id, name, payload }` with MQTT 5 response topic and correlation data */
+  commands: { suffix: 'commands', from: 'gateway' },
+  /** device -> gateway: the reply, with the request's correlation data (or `{ id }` in MQTT 3.1.1) */
+  commandResponse: { suffix: 'commands/response', from: 'device' },
+} as const;
+
+export type TopicKind = keyof typeof TOPICS;
+
+const PREFIX = 'devices/';
+const BY_SUFFIX = new Map<string, TopicKind>(Object.entries(TOPICS).map(([kind, t]) => [t.suffix, kind as TopicKind]));
+const GATEWAY_OWNED = new Set<string>(Object.values(TOPICS).filter((t) => t.from === 'gateway').map((t) => t.suffix));
+
+export const deviceTopic = (thingId: string, kind: TopicKind) => `${PREFIX}${thingId}/${TOPICS[kind].suffix}`;
+
+/** The ACL rule: a client may use only topics under `devices/{clientId}/`. */
+export const topicAllowed = (clientId: string, topic: string) => topic.startsWith(`${PREFIX}${clientId}/`) && !topic.includes('\0');
+
+/** Devices publish under their prefix, except on the topics the gateway publishes. */
+export function devicePublishAllowed(clientId: string, topic: string): boolean {
+  if (!topicAllowed(clientId, topic)) return false;
+  return !GATEWAY_OWNED.has(topic.slice(PREFIX.length + clientId.length + 1));
+}
+
+/** `devices/{thingId}/{suffix}` -> its parts, or undefined for other topics. */
+export function parseDeviceTopic(topic: string): { thingId: string; kind: TopicKind } | undefined {
+  if (!topic.startsWith(PREFIX)) return undefined;
+  const slash = topic.indexOf('/', PREFIX.length);
+  if (slash < 0) return undefined;
+  const kind = BY_SUFFIX.get(topic.slice(slash + 1));
+  return kind ? { thingId: topic.slice(PREFIX.length, slash), kind } : undefined;
+}

@@ -1,0 +1,220 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import WebSocket from 'ws';
+import { startTestGateway, expectProblem, type TestGateway } from '../helpers/gateway.js';
+import { createAccount, type TestAccount } from '../helpers/accounts.js';
+import { waitFor } from '../helpers/wait.js';
+import { enrollDevice, createClaimGroup, revokeDevice } from '../helpers/devices.js';
+import { closed, connectDevice, connectError, issueDevice, nextMessage, pubackCode, selfSigned, subackCodes, tlsOutcome, type TestDevice } from './fixtures.js';
+
+let gw: TestGateway;
+let port: number;
+let claimSecret: string;
+let account: TestAccount;
+let other: TestAccount;
+
+beforeAll(async () => {
+  gw = await startTestGateway({ COMMAND_TIMEOUT_MS: '3000' });
+  port = gw.mqttPort!;
+  account = await createAccount(gw);
+  other = await createAccount(gw);
+  claimSecret = (await createClaimGroup(gw, account)).sharedSecret;
+});
+afterAll(async () => gw?.close());
+
+/** A device of `account`, enrolled over HTTP (claim group). */
+const ownedDevice = (): Promise<TestDevice> => enrollDevice(gw, account, { claimSecret });
+
+describe('authentication', () => {
+  it('accepts MQTT 5 and MQTT 3.1.1 clients whose CN is the client id and the username', async () => {
+    const device = await ownedDevice();
+    const v5 = await connectDevice(port, device);
+    expect(v5.connected).toBe(true);
+    await v5.endAsync();
+    const v4 = await connectDevice(port, device, { protocolVersion: 4 });
+    expect(v4.connected).toBe(true);
+    await v4.endAsync();
+  });
+
+  it('refuses a username other than the CN with CONNACK not authorized (0x87 in MQTT 5, 5 in 3.1.1)', async () => {
+    const device = await ownedDevice();
+    expect((await connectError(port, device, { username: 'someone-else' })).code).toBe(0x87);
+    expect((await connectError(port, device, { username: 'someone-else', protocolVersion: 4 })).code).toBe(5);
+  });
+
+  it('refuses a client id other than the CN', async () => {
+    const device = await ownedDevice();
+    const otherId = (await issueDevice(gw)).thingId;
+    expect((await connectError(port, device, { clientId: otherId, username: otherId })).code).toBe(0x87);
+  });
+
+  it('fails the TLS handshake for a self-signed certificate and for an expired one', async () => {
+    const device = await ownedDevice();
+    const { keyPem, certPem } = await selfSigned(device.thingId);
+    const refused = await tlsOutcome(port, certPem, keyPem, device.caPem);
+    expect(refused).not.toBe('open');
+    expect(refused).toMatch(/alert|closed|reset|ECONNRESET/i);
+    const expired = await issueDevice(gw, { days: 0 });
+    expect(await tlsOutcome(port, expired.certPem, expired.keyPem, expired.caPem)).toMatch(/expired|alert|closed|reset/i);
+    // the control: the enrolled certificate passes the same handshake
+    expect(await tlsOutcome(port, device.certPem, device.keyPem, device.caPem)).toBe('open');
+  });
+});
+
+describe('ACL: only devices/{clientId}/', () => {
+  it('MQTT 5: own topics work; a foreign subscription gets SUBACK 0x87 and a foreign publish PUBACK 0x87', async () => {
+    const device = await ownedDevice();
+    const foreign = await ownedDevice();
+    const client = await connectDevice(port, device);
+    expect(await subackCodes(client, [`devices/${device.thingId}/echo`, `devices/${foreign.thingId}/telemetry`, '#'])).toEqual([1, 0x87, 0x87]);
+    const echo = nextMessage(client, `devices/${device.thingId}/echo`);
+    await client.publishAsync(`devices/${device.thingId}/echo`, 'hello', { qos: 1 });
+    expect((await echo).payload.toString()).toBe('hello');
+    expect(await pubackCode(client, `devices/${foreign.thingId}/telemetry`, '{}')).toBe(0x87);
+    // gateway-owned topics under its own prefix are not publishable by the device either
+    expect(await pubackCode(client, `devices/${device.thingId}/lifecycle`, '{}')).toBe(0x87);
+    expect(await pubackCode(client, `devices/${device.thingId}/telemetry`, '{"a":1}')).toBe(0);
+    expect(client.connected).toBe(true);
+    await client.endAsync();
+  });
+
+  it('MQTT 3.1.1: a foreign publish closes the connection', async () => {
+    const device = await ownedDevice();
+    const client = await connectDevice(port, device, { protocolVersion: 4 });
+    expect(await subackCodes(client, `devices/${device.thingId}/x`, 0)).toEqual([0]);
+    expect(await subackCodes(client, 'devices/other/x', 0)).toEqual([0x80]);
+    const gone = closed(client);
+    client.publish('devices/other/x', 'nope', { qos: 1 });
+    await gone;
+    expect(client.connected).toBe(false);
+    client.end(true);
+  });
+});
+
+describe('device topics and tenant endpoints', () => {
+  it('tracks connectivity with lifecycle messages, heartbeat and 404 for other accounts', async () => {
+    const device = await ownedDevice();
+    const client = await connectDevice(port, device);
+    await waitFor(async () => (await gw.http.get(`/api/v1/things/${device.thingId}/connectivity`, { token: account.viewer })).body.connected, 10_000, 'connected');
+    // retained lifecycle message: a subscriber that comes later still gets it (on its own prefix)
+    await client.subscribeAsync(`devices/${device.thingId}/lifecycle`);
+    const life = await nextMessage(client, `devices/${device.thingId}/lifecycle`);
+    expect(JSON.parse(life.payload.toString())).toMatchObject({ state: 'connected', protocolVersion: 5 });
+    const before = (await gw.http.get(`/api/v1/things/${device.thingId}/connectivity`, { token: account.viewer })).body.lastSeen;
+    await new Promise((r) => setTimeout(r, 20));
+    await client.publishAsync(`devices/${device.thingId}/heartbeat`, '', { qos: 1 });
+    await waitFor(async () => (await gw.http.get(`/api/v1/things/${device.thingId}/connectivity`, { token: account.viewer })).body.lastSeen > before, 10_000, 'last seen advanced');
+    expectProblem(await gw.http.get(`/api/v1/things/${device.thingId}/connectivity`, { token: other.viewer }), 404);
+    await client.endAsync();
+    const res = await waitFor(async () => {
+      const r = await gw.http.get(`/api/v1/things/${device.thingId}/connectivity`, { token: account.viewer });
+      return r.body.connected === false ? r : undefined;
+    }, 10_000, 'disconnected');
+    expect(res.body.disconnectedAt).toBeTruthy();
+    const events = await gw.db.sql`select type, account_id from domain_events where actor_id = ${device.thingId} and type like 'device.%' order by seq`;
+    expect(events.map((e) => e.type)).toEqual(['device.connected', 'device.disconnected']);
+    expect(events[0].account_id).toBe(account.id);
+  });
+
+  it('keeps the latest telemetry per key and streams it live over WebSocket', async () => {
+    const device = await ownedDevice();
+    const client = await connectDevice(port, device);
+    const ws = new WebSocket(`${gw.httpUrl.replace('http', 'ws')}/api/v1/things/${device.thingId}/telemetry/stream`, { headers: { authorization: `Bearer ${account.viewer}` } });
+    const messages: any[] = [];
+    ws.on('message', (m) => messages.push(JSON.parse(m.toString())));
+    await waitFor(() => messages.some((m) => m.type === 'subscribed'), 10_000, 'stream subscribed');
+    await client.publishAsync(`devices/${device.thingId}/telemetry`, JSON.stringify({ temp: 21.5, hum: 40 }), { qos: 1 });
+    await client.publishAsync(`devices/${device.thingId}/telemetry`, JSON.stringify({ temp: 22 }), { qos: 1 });
+    await waitFor(() => messages.filter((m) => m.telemetry).length === 2, 10_000, 'two streamed messages');
+    expect(messages.filter((m) => m.telemetry).map((m) => m.telemetry)).toEqual([{ temp: 21.5, hum: 40 }, { temp: 22 }]);
+    ws.close();
+    const latest = await gw.http.get(`/api/v1/things/${device.thingId}/telemetry`, { token: account.viewer });
+    expect(latest.status).toBe(200);
+    expect(latest.body.telemetry).toEqual({ temp: 22, hum: 40 });
+    // other accounts cannot open the stream
+    const foreign = new WebSocket(`${gw.httpUrl.replace('http', 'ws')}/api/v1/things/${device.thingId}/telemetry/stream`, { headers: { authorization: `Bearer ${other.viewer}` } });
+    const status = await new Promise<number>((resolve) => foreign.on('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0)));
+    expect(status).toBe(404);
+    await client.endAsync();
+  });
+
+  it('stores reported state with a version and delivers desired state, also on reconnect', async () => {
+    const device = await ownedDevice();
+    let client = await connectDevice(port, device);
+    await client.publishAsync(`devices/${device.thingId}/twin/reported`, JSON.stringify({ firmware: '1.0' }), { qos: 1 });
+    await client.publishAsync(`devices/${device.thingId}/twin/reported`, JSON.stringify({ firmware: '1.1' }), { qos: 1 });
+    await waitFor(async () => (await gw.http.get(`/api/v1/things/${device.thingId}/twin`, { token: account.viewer })).body.reported.version === 2, 10_000, 'reported v2');
+    const twin = await gw.http.get(`/api/v1/things/${device.thingId}/twin`, { token: account.viewer });
+    expect(twin.body.reported.state).toEqual({ firmware: '1.1' });
+
+    await client.subscribeAsync(`devices/${device.thingId}/twin/desired`, { qos: 1 });
+    const delivered = nextMessage(client, `devices/${device.thingId}/twin/desired`);
+    const set = await gw.http.put(`/api/v1/things/${device.thingId}/twin/desired`, { desired: { interval: 10 } }, { token: account.operator });
+    expect(set.status).toBe(200);
+    expect(set.body.version).toBe(1);
+    expect(JSON.parse((await delivered).payload.toString())).toEqual({ version: 1, desired: { interval: 10 } });
+    expectProblem(await gw.http.put(`/api/v1/things/${device.thingId}/twin/desired`, { desired: { interval: 5 } }, { token: account.viewer }), 403);
+    expectProblem(await gw.http.put(`/api/v1/things/${device.thingId}/twin/desired`, { desired: { interval: 5 }, ifVersion: 7 }, { token: account.operator }), 409);
+    expectProblem(await gw.http.put(`/api/v1/things/${device.thingId}/twin/desired`, { desired: 'x' }, { token: account.operator }), 400);
+    expectProblem(await gw.http.put(`/api/v1/things/${device.thingId}/twin/desired`, { desired: {} }, { token: other.operator }), 404);
+    await client.endAsync();
+
+    const second = await gw.http.put(`/api/v1/things/${device.thingId}/twin/desired`, { desired: { interval: 30 }, ifVersion: 1 }, { token: account.operator });
+    expect(second.body).toMatchObject({ version: 2 });
+    client = await connectDevice(port, device);
+    const again = nextMessage(client, `devices/${device.thingId}/twin/desired`);
+    await client.subscribeAsync(`devices/${device.thingId}/twin/desired`, { qos: 1 });
+    expect(JSON.parse((await again).payload.toString())).toEqual({ version: 2, desired: { interval: 30 } });
+    await client.endAsync();
+  });
+
+  it('sends commands as MQTT 5 requests and answers with the device reply, 504 on timeout, 409 when offline', async () => {
+    const device = await ownedDevice();
+    expectProblem(await gw.http.post(`/api/v1/things/${device.thingId}/commands`, { name: 'reboot' }, { token: account.operator }), 409);
+    const client = await connectDevice(port, device);
+    await client.subscribeAsync(`devices/${device.thingId}/commands`, { qos: 1 });
+    await waitFor(async () => (await gw.http.get(`/api/v1/things/${device.thingId}/connectivity`, { token: account.viewer })).body.connected, 10_000, 'connected');
+    client.on('message', (topic, payload, packet) => {
+      if (topic !== `devices/${device.thingId}/commands`) return;
+      const request = JSON.parse(payload.toString());
+      if (request.name === 'ignore') return;
+      const { responseTopic, correlationData } = packet.properties ?? {};
+      client.publish(responseTopic!, JSON.stringify({ ok: true, echo: request.payload }), { qos: 1, properties: { correlationData } });
+    });
+    const res = await gw.http.post(`/api/v1/things/${device.thingId}/commands`, { name: 'blink', payload: { times: 3 } }, { token: account.operator });
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({ status: 'completed', response: { ok: true, echo: { times: 3 } } });
+    const timeout = expectProblem(await gw.http.post(`/api/v1/things/${device.thingId}/commands`, { name: 'ignore', timeoutMs: 300 }, { token: account.operator }), 504);
+    expect(timeout.detail).toMatch(/did not answer/);
+    expectProblem(await gw.http.post(`/api/v1/things/${device.thingId}/commands`, { name: 'blink', extra: 1 }, { token: account.operator }), 400);
+    await client.endAsync();
+  });
+});
+
+describe('revocation and the management interface', () => {
+  it('DELETE thing disconnects the device (DISCONNECT 0x98) before answering and refuses its reconnect at once', async () => {
+    const device = await ownedDevice();
+    const client = await connectDevice(port, device);
+    await waitFor(() => gw.gw.services.broker!.isConnected(device.thingId), 5000, 'registered');
+    const reason = new Promise<number | undefined>((resolve) => client.once('disconnect', (p) => resolve(p.reasonCode)));
+    const revoked = await revokeDevice(gw, account, device.thingId);
+    expect(revoked.disconnected).toBe(true);
+    expect(gw.gw.services.broker!.isConnected(device.thingId)).toBe(false);
+    expect(await reason).toBe(0x98);
+    // refused at the TLS layer (CRL) and, should that pass, by authenticate (revoked serial)
+    expect(await tlsOutcome(port, device.certPem, device.keyPem, device.caPem)).toMatch(/revoked|alert|closed|reset/i);
+    expect(await gw.gw.services.deviceSessions!.disconnect(device.thingId)).toEqual({ disconnected: false });
+  });
+
+  it('the management interface disconnects by thingId: 204, then 404 when connected nowhere; platform roles only', async () => {
+    const device = await ownedDevice();
+    const client = await connectDevice(port, device);
+    await waitFor(() => gw.gw.services.broker!.isConnected(device.thingId), 5000, 'registered');
+    const platform = await gw.token({ realm: 'platform', sub: 'ops', roles: ['platform-admin'] });
+    expectProblem(await gw.http.delete(`/platform/v1/broker/sessions/${device.thingId}`, { token: account.admin }), 403);
+    const gone = closed(client);
+    expect((await gw.http.delete(`/platform/v1/broker/sessions/${device.thingId}`, { token: platform })).status).toBe(204);
+    await gone;
+    expectProblem(await gw.http.delete(`/platform/v1/broker/sessions/${device.thingId}`, { token: platform }), 404);
+    client.end(true);
+  });
+});

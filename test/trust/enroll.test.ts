@@ -39,3 +39,15 @@ describe('claim enrollment', () => {
     expectProblem(res, 403);
   });
 });
+
+describe('OpenAPI', () => {
+  it('documents the trust routes', async () => {
+    const res = await gw.http.get('/docs/json');
+    expect(res.status).toBe(200);
+    for (const p of ['/ddi/v1/enroll', '/api/v1/things', '/api/v1/things/{thingId}', '/api/v1/things/claim-groups', '/api/v1/things/claim-groups/{id}',
+      '/api/v1/certificates/crl', '/api/v1/certificates/ca', '/ddi/v1/authn/emqx', '/ddi/v1/{thingId}/device/status', '/api/v1/models']) {
+      expect(Object.keys(res.body.paths)).toContain(p);
+    }
+    expect(JSON.stringify(res.body.paths['/ddi/v1/enroll'])).toContain('twinTopicPrefix');
+  });
+});

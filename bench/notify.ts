@@ -302,6 +302,12 @@ async function main() {
       '',
       `With the ${MEM_STREAMS} streams open, one tenant-scope notification reached ${delivered} of them in ${ms(fanAll)}.`,
       '',
+      'Reading: a user-scope notification reaches its stream about as fast as the publish request itself',
+      'returns (the frame is pushed during the request, after commit); the per-connection difference',
+      'between the two memory rows is what a stream adds to an idle TCP connection (Node\'s request and',
+      'response objects, the hub entry, the closures). Figures vary with the load of the shared machine',
+      '(see the load average line).',
+      '',
     ].join('\n');
     if (!args['no-write']) {
       const file = path.join(process.cwd(), 'docs', 'benchmarks.md');

@@ -1,0 +1,358 @@
+import crypto from 'node:crypto';
+import { isIP } from 'node:net';
+import mqtt, { type MqttClient } from 'mqtt';
+import { CredentialStore, type DeviceCredentials } from './credentials.js';
+import { Stats } from './stats.js';
+
+export type Scenario = 'steady' | 'reconnect-storm' | 'revoke';
+
+export interface SimOptions {
+  baseUrl: string;
+  /** tenant bearer token; without it a development token of `accountId` is fetched (dev issuer) */
+  token?: string;
+  accountId?: string;
+  devices: number;
+  concurrency: number;
+  dir: string;
+  /** telemetry messages per second per device */
+  rate: number;
+  durationSeconds: number;
+  scenario: Scenario;
+  /** devices revoked mid-run in the `revoke` scenario */
+  revokeCount: number;
+  protocolVersion: 4 | 5;
+  manufacturer: string;
+  model: string;
+  serialPrefix: string;
+  /** override the broker address of the enrollment response */
+  mqttHost?: string;
+  mqttPort?: number;
+}
+
+/** Progress callbacks (the CLI draws bars; tests pass none). */
+export interface Progress {
+  start(phase: string, total: number): void;
+  increment(phase: string, n?: number): void;
+  update(phase: string, value: number, payload?: Record<string, unknown>): void;
+  stop(): void;
+}
+
+const noProgress: Progress = { start() {}, increment() {}, update() {}, stop() {} };
+
+export interface SimSummary {
+  scenario: Scenario;
+  devices: number;
+  enrolled: number;
+  reused: number;
+  enrollmentsPerSecond: number | null;
+  connected: number;
+  connectLatencyMs: { p50: number | null; p99: number | null };
+  reconnectLatencyMs: { p50: number | null; p99: number | null };
+  messagesSent: number;
+  messagesPerSecond: number;
+  commandsAnswered: number;
+  desiredReceived: number;
+  revoked: number;
+  revokedReconnectsRefused: number;
+  errorCount: number;
+  errors: Record<string, number>;
+  durationSeconds: number;
+}
+
+async function pool<T>(items: T[], concurrency: number, work: (item: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  const workers = Array.from({ length: Math.min(concurrency, items.length) }, async () => {
+    while (next < items.length) await work(items[next++]);
+  });
+  await Promise.all(workers);
+}
+
+class Api {
+  constructor(private readonly baseUrl: string, private token?: string) {}
+
+  setToken(token: string): void {
+    this.token = token;
+  }
+
+  async call<T = any>(method: string, path: string, body?: unknown, auth = true): Promise<{ status: number; body: T }> {
+    const headers: Record<string, string> = {};
+    if (body !== undefined) headers['content-type'] = 'application/json';
+    if (auth && this.token) headers.authorization = `Bearer ${this.token}`;
+    const res = await fetch(this.baseUrl + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    const text = await res.text();
+    return { status: res.status, body: (text && /json/.test(res.headers.get('content-type') ?? '') ? JSON.parse(text) : text) as T };
+  }
+}
+
+/** Like mqtt.connectAsync, but a connection closed before CONNACK (refused TLS handshake) rejects too. */
+function connectOrFail(url: string, options: mqtt.IClientOptions): Promise<MqttClient> {
+  return new Promise((resolve, reject) => {
+    const client = mqtt.connect(url, options);
+    // a refused TLS 1.3 client certificate surfaces only as a closed socket, which mqtt.js may not report
+    const timer = setTimeout(() => fail(new Error('no CONNACK (connection refused or timed out)')), (options.connectTimeout ?? 30_000) + 1000);
+    const fail = (err: Error) => {
+      clearTimeout(timer);
+      client.removeAllListeners();
+      client.on('error', () => {});
+      client.end(true);
+      reject(err);
+    };
+    client.once('connect', () => {
+      clearTimeout(timer);
+      client.removeAllListeners('offline');
+      client.removeAllListeners('end');
+      client.removeAllListeners('close');
+      client.removeAllListeners('error');
+      resolve(client);
+    });
+    client.once('error', fail);
+    client.once('close', () => fail(new Error('connection closed before CONNACK')));
+    client.once('offline', () => fail(new Error('connection closed before CONNACK')));
+    client.once('end', () => fail(new Error('connection ended before CONNACK')));
+    (client.stream as unknown as NodeJS.EventEmitter | undefined)?.once?.('close', () => fail(new Error('socket closed before CONNACK')));
+  });
+}
+
+/** One simulated device: MQTT 5 over mutual TLS; telemetry, heartbeat, twin; answers commands. */
+class SimDevice {
+  client?: MqttClient;
+  revoked = false;
+  private timer?: NodeJS.Timeout;
+  private sent = 0;
+
+  constructor(readonly creds: DeviceCredentials, private readonly opts: SimOptions, private readonly stats: Stats) {}
+
+  private get topic() {
+    return `devices/${this.creds.thingId}`;
+  }
+
+  async connect(): Promise<void> {
+    const host = this.opts.mqttHost ?? this.creds.mqttBrokerUrl.replace(/^mqtts?:\/\//, '').replace(/:\d+$/, '');
+    const port = this.opts.mqttPort ?? this.creds.mqttBrokerPort;
+    const client = await connectOrFail(`mqtts://${host}:${port}`, {
+      key: this.creds.privateKey,
+      cert: this.creds.certificate,
+      ca: this.creds.caBundlePem,
+      servername: isIP(host) ? 'localhost' : host,
+      clientId: this.creds.thingId,
+      username: this.creds.thingId,
+      protocolVersion: this.opts.protocolVersion,
+      reconnectPeriod: 0,
+      connectTimeout: 30_000,
+    });
+    this.client = client;
+    client.on('error', (err) => this.stats.error('mqtt', err));
+    client.on('message', (topic, payload, packet) => this.onMessage(topic, payload, packet));
+    await client.subscribeAsync([`${this.topic}/commands`, `${this.topic}/twin/desired`], { qos: 1 });
+    await client.publishAsync(`${this.topic}/twin/reported`, JSON.stringify({ firmware: '1.0.0', simulated: true }), { qos: 1 });
+    this.stats.count('messages');
+  }
+
+  startTraffic(): void {
+    const interval = 1000 / this.opts.rate;
+    const tick = () => {
+      const c = this.client;
+      if (!c?.connected) return;
+      this.sent += 1;
+      // every 10th message is a heartbeat, the rest telemetry (QoS 0, as sensors do)
+      if (this.sent % 10 === 0) c.publish(`${this.topic}/heartbeat`, '', { qos: 0 });
+      else c.publish(`${this.topic}/telemetry`, JSON.stringify({ temperature: 20 + Math.random() * 5, humidity: 40 + Math.random() * 10, seq: this.sent }), { qos: 0 });
+      this.stats.count('messages');
+    };
+    // spread the devices over the interval
+    setTimeout(() => {
+      tick();
+      this.timer = setInterval(tick, interval);
+      this.timer.unref();
+    }, Math.random() * interval).unref();
+  }
+
+  stopTraffic(): void {
+    clearInterval(this.timer);
+  }
+
+  private onMessage(topic: string, payload: Buffer, packet: mqtt.IPublishPacket): void {
+    if (topic === `${this.topic}/commands`) {
+      let request: { id?: string; name?: string } = {};
+      try { request = JSON.parse(payload.toString()); } catch { /* answer anyway */ }
+      const responseTopic = packet.properties?.responseTopic ?? `${this.topic}/commands/response`;
+      const correlationData = packet.properties?.correlationData;
+      this.client?.publish(responseTopic, JSON.stringify({ id: request.id, ok: true, name: request.name }), { qos: 1, properties: correlationData ? { correlationData } : undefined });
+      this.stats.count('commands');
+    } else if (topic === `${this.topic}/twin/desired`) {
+      this.stats.count('desired');
+      try {
+        const { desired } = JSON.parse(payload.toString()) as { desired: Record<string, unknown> };
+        this.client?.publish(`${this.topic}/twin/reported`, JSON.stringify({ firmware: '1.0.0', simulated: true, applied: desired }), { qos: 1 });
+      } catch (err) {
+        this.stats.error('desired payload', err);
+      }
+    }
+  }
+
+  async end(force = false): Promise<void> {
+    this.stopTraffic();
+    const c = this.client;
+    this.client = undefined;
+    if (c) await c.endAsync(force).catch(() => {});
+  }
+
+  /** Resolves when the broker closes the connection. */
+  closed(): Promise<void> {
+    const c = this.client;
+    return new Promise((resolve) => (!c || !c.connected ? resolve() : c.once('close', () => resolve())));
+  }
+}
+
+/**
+ * Runs a fleet: claim group (created or reused through the tenant API), concurrent enrollment
+ * (`POST /ddi/v1/enroll`, claim_token; credentials kept in `dir`), MQTT 5 mTLS connections,
+ * traffic at `rate`, and the scenario. Returns the summary.
+ */
+export async function runSimulation(opts: SimOptions, progress: Progress = noProgress): Promise<SimSummary> {
+  const stats = new Stats();
+  const store = new CredentialStore(opts.dir);
+  const api = new Api(opts.baseUrl, opts.token);
+  const started = Date.now();
+
+  // 1. tenant identity and claim group
+  let group = store.readGroup();
+  if (group && group.baseUrl !== opts.baseUrl) group = undefined;
+  const accountId = opts.accountId ?? group?.accountId ?? crypto.randomUUID();
+  if (!opts.token) {
+    const res = await api.call<{ access_token: string }>('POST', '/dev/token', { realm: `acc-${accountId}`, sub: 'fleet-simulator', roles: ['operator'] }, false);
+    if (res.status !== 200) throw new Error(`no --token given and the development issuer refused (${res.status}); pass --token`);
+    api.setToken(res.body.access_token);
+  }
+  if (group) {
+    const res = await api.call<{ status: string }>('GET', `/api/v1/things/claim-groups/${group.claimGroupId}`);
+    if (res.status !== 200 || res.body.status !== 'active') group = undefined;
+  }
+  if (!group) {
+    const res = await api.call<{ id: string; sharedSecret: string }>('POST', '/api/v1/things/claim-groups', { name: `simulator ${new Date().toISOString()}`, maxDevices: Math.max(opts.devices * 2, 1000), ttlDays: 30 });
+    if (res.status !== 201) throw new Error(`claim group create failed: ${res.status} ${JSON.stringify(res.body)}`);
+    group = { baseUrl: opts.baseUrl, accountId, claimGroupId: res.body.id, sharedSecret: res.body.sharedSecret };
+    store.writeGroup(group);
+  }
+
+  // 2. enrollment (reusing the folder's credentials)
+  const serials = Array.from({ length: opts.devices }, (_, i) => `${opts.serialPrefix}-${String(i).padStart(6, '0')}`);
+  const creds: DeviceCredentials[] = [];
+  const missing: string[] = [];
+  for (const serial of serials) {
+    const c = store.readDevice(serial);
+    if (c) creds.push(c);
+    else missing.push(serial);
+  }
+  const reused = creds.length;
+  progress.start('enroll', missing.length);
+  const enrollStart = Date.now();
+  await pool(missing, opts.concurrency, async (serial) => {
+    try {
+      const res = await api.call<any>('POST', '/ddi/v1/enroll', { provisioningMethod: 'claim_token', claimSecret: group!.sharedSecret, manufacturer: opts.manufacturer, model: opts.model, serial }, false);
+      if (res.status !== 200) throw new Error(`${res.status} ${typeof res.body === 'object' ? res.body.detail : res.body}`);
+      const c: DeviceCredentials = {
+        thingId: String(res.body.twinTopicPrefix).slice('devices/'.length), serial,
+        certificate: res.body.certificate, privateKey: res.body.privateKey, caBundlePem: res.body.caBundlePem,
+        mqttBrokerUrl: res.body.mqttBrokerUrl, mqttBrokerPort: res.body.mqttBrokerPort,
+      };
+      store.writeDevice(c);
+      creds.push(c);
+      stats.count('enrolled');
+    } catch (err) {
+      stats.error('enroll', err);
+    }
+    progress.increment('enroll');
+  });
+  const enrollSeconds = (Date.now() - enrollStart) / 1000;
+
+  // 3. connect
+  const fleet = creds.map((c) => new SimDevice(c, opts, stats));
+  progress.start('connect', fleet.length);
+  const connectAll = (devices: SimDevice[], sample: string) => pool(devices, opts.concurrency, async (d) => {
+    const t0 = performance.now();
+    try {
+      await d.connect();
+      stats.sample(sample, performance.now() - t0);
+      stats.count(sample === 'connect' ? 'connected' : 'reconnected');
+    } catch (err) {
+      stats.error(sample, err);
+    }
+    progress.increment('connect');
+  });
+  await connectAll(fleet, 'connect');
+
+  // 4. traffic and scenario
+  const trafficStart = Date.now();
+  const sentBefore = stats.get('messages');
+  for (const d of fleet) if (d.client) d.startTraffic();
+  progress.start('run', opts.durationSeconds);
+  const wait = (s: number) => new Promise((r) => setTimeout(r, s * 1000));
+  const ticker = setInterval(() => progress.update('run', Math.min(opts.durationSeconds, Math.round((Date.now() - trafficStart) / 1000)), { msgs: stats.get('messages') }), 500);
+  try {
+    const half = opts.durationSeconds / 2;
+    await wait(half);
+    if (opts.scenario === 'reconnect-storm') {
+      await Promise.all(fleet.map((d) => d.end(true)));
+      progress.start('connect', fleet.length);
+      await pool(fleet, fleet.length, async (d) => {
+        const t0 = performance.now();
+        try {
+          await d.connect();
+          stats.sample('reconnect', performance.now() - t0);
+          d.startTraffic();
+        } catch (err) {
+          stats.error('reconnect', err);
+        }
+        progress.increment('connect');
+      });
+    } else if (opts.scenario === 'revoke') {
+      const victims = fleet.filter((d) => d.client).slice(0, opts.revokeCount);
+      await Promise.all(victims.map(async (d) => {
+        const gone = d.closed();
+        const res = await api.call('DELETE', `/api/v1/things/${d.creds.thingId}`);
+        if (res.status !== 200) return stats.error('revoke', new Error(`DELETE ${res.status}`));
+        await gone;
+        d.revoked = true;
+        d.stopTraffic();
+        stats.count('revoked');
+        store.removeDevice(d.creds.serial);
+        try {
+          await d.connect();
+          stats.error('revoked device reconnected');
+          await d.end(true);
+        } catch {
+          stats.count('revokedRefused');
+        }
+      }));
+    }
+    await wait(opts.durationSeconds - half);
+  } finally {
+    clearInterval(ticker);
+    progress.update('run', opts.durationSeconds, { msgs: stats.get('messages') });
+    for (const d of fleet) d.stopTraffic();
+    await Promise.all(fleet.map((d) => d.end()));
+    progress.stop();
+  }
+  const trafficSeconds = (Date.now() - trafficStart) / 1000;
+  const sent = stats.get('messages') - sentBefore;
+  return {
+    scenario: opts.scenario,
+    devices: opts.devices,
+    enrolled: stats.get('enrolled'),
+    reused,
+    enrollmentsPerSecond: missing.length ? Math.round((stats.get('enrolled') / enrollSeconds) * 10) / 10 : null,
+    connected: stats.get('connected'),
+    connectLatencyMs: { p50: stats.percentile('connect', 50), p99: stats.percentile('connect', 99) },
+    reconnectLatencyMs: { p50: stats.percentile('reconnect', 50), p99: stats.percentile('reconnect', 99) },
+    messagesSent: stats.get('messages'),
+    messagesPerSecond: Math.round(sent / trafficSeconds),
+    commandsAnswered: stats.get('commands'),
+    desiredReceived: stats.get('desired'),
+    revoked: stats.get('revoked'),
+    revokedReconnectsRefused: stats.get('revokedRefused'),
+    errorCount: stats.errorCount,
+    errors: Object.fromEntries(stats.errors),
+    durationSeconds: Math.round((Date.now() - started) / 100) / 10,
+  };
+}

@@ -1,3 +1,4 @@
+import { Counter, Gauge } from 'prom-client';
 import type { DomainModule, Gateway, ZodApp } from '../gateway.js';
 import type { StoredEvent } from '../actors/store.js';
 import { Mailer } from './mailer.js';
@@ -20,6 +21,10 @@ export const notificationsDomain: DomainModule = {
     const hub = new StreamHub(gw.cluster, gw.config.SSE_HEARTBEAT_SECONDS * 1000, gw.log.child({ component: 'notifications' }));
     const svc = new NotificationsService(gw, new Mailer(gw.config, gw.log), hub);
     gw.services.notifications = svc;
+    new Gauge({ name: 'notification_streams_open', help: 'Open notification streams (SSE and WebSocket) on this node', registers: [gw.metrics], collect() {
+      this.set(hub.size);
+    } });
+    svc.published = new Counter({ name: 'notifications_published_total', help: 'Publish requests answered, by status and drop reason', labelNames: ['status', 'reason'], registers: [gw.metrics] });
     await svc.seed();
     gw.jobs.define('notifications.sweep', async () => {
       await svc.sweep();

@@ -1,4 +1,5 @@
 import crypto from 'node:crypto';
+import type { Counter } from 'prom-client';
 import type { Gateway } from '../gateway.js';
 import type { StoredEvent } from '../actors/store.js';
 import { isUuid, type Principal } from '../http/auth/principal.js';
@@ -63,6 +64,9 @@ export function isTimeZone(tz: string): boolean {
 export const hashToken = (token: string) => crypto.createHash('sha256').update(token, 'utf8').digest();
 
 export class NotificationsService {
+  /** publish outcomes (set by the domain module: the metrics registry is per gateway) */
+  published?: Counter<'status' | 'reason'>;
+
   constructor(private readonly gw: Gateway, private readonly mailer: Mailer, readonly hub: StreamHub) {}
 
   private get sql() {
@@ -76,6 +80,12 @@ export class NotificationsService {
   // ---------------------------------------------------------------- publish
 
   async publish(publisher: Principal, req: PublishRequest, now = new Date()): Promise<PublishResult> {
+    const result = await this.publishOnce(publisher, req, now);
+    this.published?.inc({ status: result.status, reason: result.status === 'dropped' ? result.reason : '' });
+    return result;
+  }
+
+  private async publishOnce(publisher: Principal, req: PublishRequest, now: Date): Promise<PublishResult> {
     const template = await repo.template(this.sql, req.template);
     if (!template) throw badRequest(`template ${req.template} is not in the catalogue (GET /api/notifications/templates lists it)`);
     if (req.scope === 'tenant') {

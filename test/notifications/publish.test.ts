@@ -156,6 +156,13 @@ describe('publish', () => {
     expect(res.status).toBe(201);
   });
 
+  it('metrics count publish outcomes and open streams', async () => {
+    const m = (await gw.http.get('/metrics')).text;
+    expect(m).toMatch(/notifications_published_total\{status="sent",reason=""\} \d+/);
+    expect(m).toMatch(/notifications_published_total\{status="dropped",reason="quiet-hours"\} 1/);
+    expect(m).toMatch(/notification_streams_open 0/);
+  });
+
   it('400: missing channel, to.subscriberId or template; invalid scope or severity; email without to.email; unknown fields', async () => {
     const cases: [unknown, RegExp][] = [
       [{ to: { subscriberId: 'a' }, template: 'general/message' }, /channel/],

@@ -83,15 +83,15 @@ export class EnrollmentService {
     const issued = await this.issue(thingId, body.csr);
     const thing = { id: thingId, accountId: identity.accountId, modelId: model?.id ?? null, ...tuple, enrolledBy: 'claim_token', claimGroupId: group.id };
     return this.firstEnrollment(identity, body.csr, () => this.gw.actors.run(async (uow) => {
-      // The identity first (a concurrent claim of the same tuple waits on it, then answers as a
-      // repeat), sent in one write with the Thing actor's insert; the group's row lock comes last,
-      // so claims of one group serialise over as few statements as possible.
+      // Pipelined on the transaction's connection, which runs them in this order: the identity
+      // first (a concurrent claim of the same tuple waits on it, then answers as a repeat), the
+      // Thing actor, then CLAIM under the group's row lock (held for the fewest statements).
       const [inserted] = await Promise.all([
         repo.insertEnrolledThing(uow.sql, thing, this.certificateRow(issued)),
         this.birth(uow, { id: thingId, account_id: identity.accountId, ...tuple }, 'claim_token'),
+        this.claim(uow, group.id, thingId),
       ]);
       if (!inserted) throw new AlreadyEnrolled();
-      await this.claim(uow, group.id, thingId);
       return this.response(thingId, issued);
     }));
   }

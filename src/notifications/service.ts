@@ -199,7 +199,10 @@ export class NotificationsService {
   /** Turns a domain event into one tenant-scope notification cluster-wide (unique on the event id). */
   async fromDomainEvent(ev: StoredEvent): Promise<NotificationItem | undefined> {
     const map = EVENT_TEMPLATES[ev.type];
-    if (!map || !ev.accountId) return undefined;
+    // the event's account; some events also carry it in the payload (quota decisions, leave gating)
+    const payloadAccount = typeof ev.payload.accountId === 'string' && isUuid(ev.payload.accountId) ? ev.payload.accountId.toLowerCase() : undefined;
+    const accountId = ev.accountId ?? payloadAccount;
+    if (!map || !accountId) return undefined;
     const { template: templateId, severity, actionUrl } = map(ev.payload);
     const template = await repo.template(this.sql, templateId);
     if (!template) return undefined;
@@ -208,7 +211,7 @@ export class NotificationsService {
     const rendered = render(template, data, { strict: false, vars: { actionUrl: this.absolute(actionUrl) } });
     const n: NewNotification = {
       scope: 'tenant',
-      subscriberId: ev.accountId,
+      subscriberId: accountId,
       templateId,
       categoryId: template.categoryId,
       severity,
@@ -225,10 +228,10 @@ export class NotificationsService {
       const item = await repo.insertNotification(tx, n);
       if (!item) return; // another node (or an earlier delivery) already made it
       const data: StreamData = { type: 'created', notification: item };
-      out = { item, seq: await repo.insertStreamEvent(tx, 'tenant', ev.accountId!, data), data };
+      out = { item, seq: await repo.insertStreamEvent(tx, 'tenant', accountId, data), data };
     });
     if (!out) return undefined;
-    await this.hub.publish({ seq: out.seq, targetKind: 'tenant', target: ev.accountId, data: out.data });
+    await this.hub.publish({ seq: out.seq, targetKind: 'tenant', target: accountId, data: out.data });
     return out.item;
   }
 
@@ -237,14 +240,15 @@ export class NotificationsService {
    * handling): events of the last day without their notification. Runs at start and hourly.
    */
   async catchUp(): Promise<number> {
-    const rows = await this.sql<{ seq: number; id: string; actor_type: string; actor_id: string; type: string; account_id: string; payload: Record<string, unknown>; created_at: Date }[]>`
+    const rows = await this.sql<{ seq: number; id: string; actor_type: string; actor_id: string; type: string; account_id: string | null; payload: Record<string, unknown>; created_at: Date }[]>`
       select e.seq, e.id, e.actor_type, e.actor_id, e.type, e.account_id, e.payload, e.created_at from domain_events e
-      where e.created_at > now() - interval '1 day' and e.type in ${this.sql(NOTIFYING_EVENTS)} and e.account_id is not null
+      where e.created_at > now() - interval '1 day' and e.type in ${this.sql(NOTIFYING_EVENTS)}
+        and (e.account_id is not null or e.payload->>'accountId' ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$')
         and not exists (select 1 from notifications n where n.source_event_id = e.id)
       order by e.seq limit 1000`;
     let made = 0;
     for (const r of rows) {
-      const item = await this.fromDomainEvent({ seq: r.seq, id: r.id, actorType: r.actor_type, actorId: r.actor_id, type: r.type, accountId: r.account_id, payload: r.payload, createdAt: r.created_at.toISOString() });
+      const item = await this.fromDomainEvent({ seq: r.seq, id: r.id, actorType: r.actor_type, actorId: r.actor_id, type: r.type, accountId: r.account_id ?? null, payload: r.payload, createdAt: r.created_at.toISOString() });
       if (item) made++;
     }
     return made;

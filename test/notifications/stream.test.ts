@@ -151,9 +151,11 @@ describe('live stream (SSE and WebSocket) across two nodes', () => {
     const thingId = crypto.randomUUID();
     await n1.gw.actors.run((uow) => uow.emit('thing', thingId, { type: 'thing.revoked', thingId, serial: 'SN-<42>', by: 'admin-x' }, B.id));
     await n2.gw.actors.run((uow) => uow.emit('claimGroup', 'cg-1', { type: 'claimGroup.capped', claimGroupId: 'cg-1', name: 'line 3', maxDevices: 10 }, B.id));
-    await n1.gw.actors.run((uow) => uow.emit('quotaRequest', 'qr-1', { type: 'quotaRequest.decided', requestId: 'qr-1', decision: 'denied', serviceCode: 'things', quotaCode: 'max-things', desiredValue: 500, reason: 'too many' }, B.id));
+    await n1.gw.actors.run((uow) => uow.emit('quotaRequest', 'qr-1', { type: 'quotaRequest.decided', requestId: 'qr-1', decision: 'denied', serviceCode: 'things', quotaCode: 'max-things', desiredValue: 500, reason: 'too many', accountId: B.id }, null));
     await n1.gw.actors.run((uow) => uow.emit('organization', 'org-1', { type: 'organization.leaveBlocked', organizationId: 'org-1', accountId: B.id, deniedRequestIds: ['qr-1'], reason: 'denied quota requests' }, B.id));
     await n1.gw.actors.run((uow) => uow.emit('thing', thingId, { type: 'thing.somethingElse' }, B.id));
+    // an event without an account at all makes nothing
+    await n1.gw.actors.run((uow) => uow.emit('thing', thingId, { type: 'thing.revoked', thingId, serial: 'orphan', by: 'x' }, null));
     const feed = await waitFor(async () => {
       const r = await n1.http.get('/api/notifications/feed', { token: t, headers: { 'x-account-id': B.id } });
       return r.body.items.filter((i: any) => i.template !== 'general/message').length >= 4 ? r.body.items : undefined;

@@ -22,7 +22,9 @@ export type ThingInput = Omit<ThingContext, 'revokedAt'>;
 export type ThingEvent =
   | { type: 'PROVISION'; at: string }
   | { type: 'FACTORY_HANDOVER'; at: string }
-  | { type: 'REVOKE'; at: string; serial: string | null; by: string };
+  | { type: 'REVOKE'; at: string; serial: string | null; by: string }
+  /** the thing joined another account (access code): events go to the new owner from now on */
+  | { type: 'TRANSFER'; at: string; accountId: string };
 
 const notRevoked = ({ context }: { context: ThingContext }) => !context.revokedAt;
 
@@ -34,7 +36,8 @@ export const thingMachine = setup({
     emitted: {} as
       | { type: 'thing.enrolled'; thingId: string; method: string; manufacturer: string; model: string; serial: string }
       | { type: 'thing.stateChanged'; thingId: string; from: string; to: string; at: string }
-      | { type: 'thing.revoked'; thingId: string; serial: string | null; by: string },
+      | { type: 'thing.revoked'; thingId: string; serial: string | null; by: string }
+      | { type: 'thing.joined'; thingId: string; from: string; to: string; at: string },
   },
   guards: { notRevoked },
 }).createMachine({
@@ -46,6 +49,13 @@ export const thingMachine = setup({
     manufacturer: context.manufacturer, model: context.model, serial: context.serial,
   })),
   on: {
+    TRANSFER: {
+      guard: 'notRevoked',
+      actions: [
+        emit(({ context, event }) => ({ type: 'thing.joined' as const, thingId: context.id, from: context.accountId, to: event.accountId, at: event.at })),
+        assign({ accountId: ({ event }) => event.accountId }),
+      ],
+    },
     REVOKE: {
       guard: 'notRevoked',
       actions: [

@@ -118,7 +118,9 @@ export class TrustService implements ThingDirectory {
       const thing = await repo.thing(uow.sql, used.thing_id);
       if (!thing || thing.account_id !== used.issued_by_account || thing.revoked_at) throw forbidden('access_code is no longer valid for this thing');
       await repo.moveThing(uow.sql, thing.id, accountId);
-      await uow.emit('thing', thing.id, { type: 'thing.joined', thingId: thing.id, from: thing.account_id, to: accountId }, accountId);
+      const at = new Date().toISOString();
+      if (await uow.load(thingKind, thing.id)) await uow.send(thingKind, thing.id, { type: 'TRANSFER', at, accountId });
+      else await uow.emit('thing', thing.id, { type: 'thing.joined', thingId: thing.id, from: thing.account_id, to: accountId, at }, accountId);
       return { thingId: thing.id, accountId };
     });
   }

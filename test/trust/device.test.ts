@@ -99,6 +99,12 @@ describe('join by access code', () => {
     expect(joined.status).toBe(200);
     expect(joined.body).toEqual({ thingId: d.thingId, accountId: other.id });
     expect(await gw.gw.services.thingDirectory!.accountOf(d.thingId)).toBe(other.id);
+    const [joinedEvent] = await gw.db.sql<{ account_id: string }[]>`select account_id from domain_events where actor_id = ${d.thingId} and type = 'thing.joined'`;
+    expect(joinedEvent.account_id).toBe(other.id);
+    // the new owner revokes it; the event belongs to the new owner
+    await revokeDevice(gw, other, d.thingId);
+    const [revokedEvent] = await gw.db.sql<{ account_id: string }[]>`select account_id from domain_events where actor_id = ${d.thingId} and type = 'thing.revoked'`;
+    expect(revokedEvent.account_id).toBe(other.id);
     expectProblem(await gw.http.post('/api/v1/things/join', { access_code: code.body.accessCode }, { token: account.operator }), 403);
     expectProblem(await gw.http.post(`/api/v1/things/${d.thingId}/access-code`, undefined, { token: account.operator }), 404);
     expectProblem(await gw.http.post('/api/v1/things/join', { access_code: 'ac_nope' }, { token: other.viewer }), 403);

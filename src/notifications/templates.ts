@@ -121,9 +121,9 @@ export const SEED_TEMPLATES: TemplateRecord[] = [
     id: 'organization/leave-blocked',
     categoryId: 'organizations',
     subject: 'Leaving the organization is blocked',
-    title: 'Leaving organization {{organizationId}} is blocked: {{reason}}',
-    bodyText: 'Your account cannot leave organization {{organizationId}}: {{reason}}. Denied quota requests: {{deniedRequestIds}}.\n\n{{actionUrl}}\n',
-    bodyHtml: layout('Leaving the organization is blocked', '<p>Your account cannot leave organization <code>{{organizationId}}</code>: {{reason}}.</p><p>Denied quota requests: {{deniedRequestIds}}</p>'),
+    title: 'Your account cannot leave organization {{organizationId}}',
+    bodyText: 'Your account cannot leave organization {{organizationId}} ({{reason}}). Denied quota requests: {{deniedRequestIds}}.\n\n{{actionUrl}}\n',
+    bodyHtml: layout('Leaving the organization is blocked', '<p>Your account cannot leave organization <code>{{organizationId}}</code> ({{reason}}).</p><p>Denied quota requests: {{deniedRequestIds}}</p>'),
   },
   {
     id: 'general/message',

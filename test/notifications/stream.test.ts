@@ -168,7 +168,8 @@ describe('live stream (SSE and WebSocket) across two nodes', () => {
     expect(byTemplate['device/revoked']).toMatchObject({ scope: 'tenant', accountId: B.id, severity: 'warning', title: 'Device SN-<42> was revoked', categoryId: 'devices', actionUrl: `/things/${thingId}` });
     expect(byTemplate['claim-group/capped'].title).toBe('Claim group line 3 reached its limit of 10 devices');
     expect(byTemplate['quota/request-decided'].title).toBe('Your request for things/max-things = 500 was denied');
-    expect(byTemplate['organization/leave-blocked'].title).toBe('Leaving organization org-1 is blocked: denied quota requests');
+    expect(byTemplate['organization/leave-blocked']).toMatchObject({ title: 'Your account cannot leave organization org-1', severity: 'error' });
+    expect(byTemplate['organization/leave-blocked'].body).toContain('(denied quota requests). Denied quota requests: qr-1.');
     expect(s.notifications().length).toBe(4);
   });
 

@@ -207,6 +207,7 @@ export class NotificationsService {
     const template = await repo.template(this.sql, templateId);
     if (!template) return undefined;
     const data = { ...ev.payload } as Record<string, unknown>;
+    if (ev.type === 'thing.revoked' && !data.serial) data.serial = data.thingId; // revoked before it had a certificate
     if (Array.isArray(data.deniedRequestIds)) data.deniedRequestIds = (data.deniedRequestIds as unknown[]).join(', ');
     const rendered = render(template, data, { strict: false, vars: { actionUrl: this.absolute(actionUrl) } });
     const n: NewNotification = {

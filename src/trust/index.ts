@@ -37,6 +37,7 @@ export const trustDomain: DomainModule = {
     byGateway.set(gw, services);
     Object.assign(gw.services, { trust, models, enrollment: services.enrollment, crl, thingDirectory: trust });
     gw.jobs.define('trust.crl-refresh', () => crl.refreshIfOld(), { schedule: '17 * * * *' });
+    gw.jobs.define('trust.claim-group-expiry', async () => { await trust.expireClaimGroups(); }, { schedule: '7 * * * *' });
   },
   async routes(app, gw) {
     await trustRoutes(app, gw, byGateway.get(gw)!);

@@ -6,6 +6,7 @@ import { claimGroupKind, claimGroupStatus, thingKind } from './kinds.js';
 import type { CrlService } from './crl.js';
 import type { ModelService } from './models.js';
 import { newSecret, sha256 } from './secrets.js';
+import { isUuid } from '../http/auth/principal.js';
 
 const ACCESS_CODE_TTL_MS = 7 * 86_400_000;
 
@@ -17,6 +18,7 @@ export class TrustService implements ThingDirectory {
   constructor(private readonly gw: Gateway, private readonly crl: CrlService, private readonly models: ModelService) {}
 
   async accountOf(thingId: string): Promise<string | undefined> {
+    if (!isUuid(thingId)) return undefined;
     const [row] = await this.gw.sql<{ account_id: string }[]>`select account_id from things where id = ${thingId}`;
     return row?.account_id;
   }
@@ -97,6 +99,22 @@ export class TrustService implements ThingDirectory {
       if (stored.state !== 'revoked') await uow.send(claimGroupKind, id, { type: 'REVOKE', at: new Date().toISOString(), by });
     });
     return this.getClaimGroup(accountId, id);
+  }
+
+  /** TTL sweep (hourly job): moves groups whose TTL passed to `expired`, which emits claimGroup.expired. */
+  async expireClaimGroups(): Promise<number> {
+    const due = await this.gw.sql<{ id: string }[]>`
+      select id from actors where type = 'claimGroup' and state in ('active', 'capped')
+        and (snapshot -> 'context' ->> 'expiresAt')::timestamptz <= now()
+      limit 1000`;
+    const at = new Date().toISOString();
+    for (const { id } of due) {
+      await this.gw.actors.run(async (uow) => {
+        const current = await uow.load(claimGroupKind, id);
+        if (current && (current.state === 'active' || current.state === 'capped')) await uow.send(claimGroupKind, id, { type: 'EXPIRE', at });
+      });
+    }
+    return due.length;
   }
 
   // --- joining a thing by access code

@@ -1,0 +1,42 @@
+import 'reflect-metadata';
+import * as x509 from '@peculiar/x509';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
+import { createAccount, type TestAccount } from '../helpers/accounts.js';
+import { createClaimGroup } from '../helpers/devices.js';
+
+let gw: TestGateway;
+let account: TestAccount;
+
+beforeAll(async () => {
+  gw = await startTestGateway();
+  account = await createAccount(gw);
+});
+afterAll(async () => gw?.close());
+
+describe('scheduled sweeps', () => {
+  it('re-signs a CRL that is getting old, and leaves a fresh one alone', async () => {
+    const crl = gw.gw.services.crl!;
+    const first = await crl.current();
+    await (crl as any).refreshIfOld();
+    expect((await crl.current()).number).toBe(first.number);
+    await gw.db.sql`update crl set updated_at = now() - interval '6 days 1 hour'`;
+    await (crl as any).refreshIfOld();
+    const next = await crl.current();
+    expect(next.number).toBe(first.number + 1);
+    expect(new x509.X509Crl(next.der).nextUpdate!.getTime()).toBeGreaterThan(Date.now() + 6 * 86_400_000);
+  });
+
+  it('moves groups past their TTL to expired (claimGroup.expired)', async () => {
+    const g = await createClaimGroup(gw, account, { ttlDays: 1 });
+    const fresh = await createClaimGroup(gw, account, { ttlDays: 1 });
+    await gw.db.sql`update actors set snapshot = jsonb_set(snapshot, '{context,expiresAt}', to_jsonb(${new Date(Date.now() - 1000).toISOString()}::text))
+      where type = 'claimGroup' and id = ${g.id}`;
+    expect(await gw.gw.services.trust!.expireClaimGroups()).toBe(1);
+    const rows = await gw.db.sql<{ id: string; state: string }[]>`select id, state from actors where type = 'claimGroup' and id in (${g.id}, ${fresh.id})`;
+    expect(Object.fromEntries(rows.map((r) => [r.id, r.state]))).toEqual({ [g.id]: 'expired', [fresh.id]: 'active' });
+    const events = await gw.db.sql`select 1 from domain_events where actor_id = ${g.id} and type = 'claimGroup.expired'`;
+    expect(events.length).toBe(1);
+    expect(await gw.gw.services.thingDirectory!.accountOf('not-a-uuid')).toBeUndefined();
+  });
+});

@@ -86,12 +86,14 @@ export class EnrollmentService {
       // Pipelined on the transaction's connection, which runs them in this order: the identity
       // first (a concurrent claim of the same tuple waits on it, then answers as a repeat), the
       // Thing actor, then CLAIM under the group's row lock (held for the fewest statements).
-      const [inserted] = await Promise.all([
+      const [inserted, ...rest] = await Promise.allSettled([
         repo.insertEnrolledThing(uow.sql, thing, this.certificateRow(issued)),
         this.birth(uow, { id: thingId, account_id: identity.accountId, ...tuple }, 'claim_token'),
         this.claim(uow, group.id, thingId),
       ]);
-      if (!inserted) throw new AlreadyEnrolled();
+      // a lost identity race wins over the group's refusal: the winner may just have filled it
+      if (inserted.status === 'fulfilled' && !inserted.value) throw new AlreadyEnrolled();
+      for (const r of [inserted, ...rest]) if (r.status === 'rejected') throw r.reason;
       return this.response(thingId, issued);
     }));
   }

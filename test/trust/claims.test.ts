@@ -75,6 +75,14 @@ describe('claim groups', () => {
     expect(status.body.consumed).toBe(1);
   });
 
+  it('concurrent repeats of the claim that fills a group all get that device\'s certificate', async () => {
+    const g = await createClaimGroup(gw, account, { maxDevices: 1 });
+    const results = await Promise.all(Array.from({ length: 10 }, () => claim(g.sharedSecret, 'FILLS-1')));
+    expect(results.map((r) => r.status)).toEqual(Array(10).fill(200));
+    expect(new Set(results.map((r) => r.body.certificate)).size).toBe(1);
+    expect(expectProblem(await claim(g.sharedSecret, 'FILLS-2'), 403).detail).toContain('capped');
+  });
+
   it('a revoked group refuses claims (403) and its certificates stay valid', async () => {
     const g = await createClaimGroup(gw, account);
     const device = await enrollDevice(gw, account, { claimSecret: g.sharedSecret });

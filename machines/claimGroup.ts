@@ -20,6 +20,8 @@ export type ClaimGroupInput = Omit<ClaimGroupContext, 'consumed' | 'expiresAt'>;
 
 export type ClaimGroupEvent =
   | { type: 'CLAIM'; at: string; thingId: string }
+  /** several claims committed together (enrollment batches); all or none fit */
+  | { type: 'CLAIM_MANY'; at: string; thingIds: string[] }
   | { type: 'EXPIRE'; at: string }
   | { type: 'REVOKE'; at: string; by?: string };
 
@@ -33,12 +35,15 @@ export const claimGroupMachine = setup({
     emitted: {} as
       | { type: 'claimGroup.created'; claimGroupId: string; maxDevices: number; expiresAt: string }
       | { type: 'claimGroup.claimed'; claimGroupId: string; thingId: string; consumed: number }
+      | { type: 'claimGroup.claimedMany'; claimGroupId: string; thingIds: string[]; consumed: number }
       | { type: 'claimGroup.capped'; claimGroupId: string; name: string; maxDevices: number }
       | { type: 'claimGroup.expired'; claimGroupId: string }
       | { type: 'claimGroup.revoked'; claimGroupId: string; by?: string },
   },
   guards: {
     canClaim: ({ context, event }) => event.type === 'CLAIM' && !isExpired(context, event.at) && context.consumed < context.maxDevices,
+    canClaimMany: ({ context, event }) => event.type === 'CLAIM_MANY' && event.thingIds.length > 0 && !isExpired(context, event.at)
+      && context.consumed + event.thingIds.length <= context.maxDevices,
     ttlPassed: ({ context, event }) => 'at' in event && isExpired(context, event.at),
     full: ({ context }) => context.consumed >= context.maxDevices,
   },
@@ -60,6 +65,16 @@ export const claimGroupMachine = setup({
           actions: [
             assign({ consumed: ({ context }) => context.consumed + 1 }),
             emit(({ context, event }) => ({ type: 'claimGroup.claimed' as const, claimGroupId: context.id, thingId: event.thingId, consumed: context.consumed })),
+          ],
+        },
+        CLAIM_MANY: {
+          guard: 'canClaimMany',
+          actions: [
+            assign({ consumed: ({ context, event }) => context.consumed + (event.type === 'CLAIM_MANY' ? event.thingIds.length : 0) }),
+            emit(({ context, event }) => ({
+              type: 'claimGroup.claimedMany' as const, claimGroupId: context.id,
+              thingIds: event.type === 'CLAIM_MANY' ? event.thingIds : [], consumed: context.consumed,
+            })),
           ],
         },
         EXPIRE: { guard: 'ttlPassed', target: 'expired' },

@@ -3,13 +3,14 @@ import 'reflect-metadata';
 import * as x509 from '@peculiar/x509';
 import type { Gateway } from '../gateway.js';
 import type { UnitOfWork } from '../actors/store.js';
-import { badRequest, conflict, forbidden, Problem, unauthorized } from '../http/problem.js';
+import { badRequest, conflict, forbidden, unauthorized } from '../http/problem.js';
 import { repo, type Identity, type ModelRow, type ThingRow } from './repo.js';
-import { claimGroupKind, claimGroupStatus, thingKind } from './kinds.js';
+import { claimGroupStatus, thingKind } from './kinds.js';
 import type { ClaimGroupContext } from '../../machines/claimGroup.js';
 import { parseDescriptor, type ModelService } from './models.js';
 import { safeEqual, sha256, type Sealer } from './secrets.js';
 import type { EnrollBody, EnrollmentResponse } from './schemas.js';
+import { ClaimBatcher } from './claimBatch.js';
 
 /** A concurrent enrollment of the same identity committed first (the transaction rolls back). */
 class AlreadyEnrolled extends Error {}
@@ -25,10 +26,14 @@ const PROVING_METHODS = new Set(['claim_token', 'symmetric_key', 'certificate', 
  * model may still enroll with a claim secret: the claim group speaks for the tenant).
  * Certificates are signed before the transaction (native RSA off the event loop, so the locks
  * are held for a few statements only); a signature that loses a race is discarded, never stored
- * nor returned.
+ * nor returned. Claims commit in batches (claimBatch.ts).
  */
 export class EnrollmentService {
-  constructor(private readonly gw: Gateway, private readonly models: ModelService, private readonly sealer: Sealer) {}
+  private readonly batcher: ClaimBatcher;
+
+  constructor(private readonly gw: Gateway, private readonly models: ModelService, private readonly sealer: Sealer) {
+    this.batcher = new ClaimBatcher(gw);
+  }
 
   async enroll(body: EnrollBody): Promise<EnrollmentResponse> {
     if (body.enrollmentToken) return this.byToken(body.enrollmentToken, body.csr);
@@ -81,34 +86,17 @@ export class EnrollmentService {
 
     const thingId = crypto.randomUUID();
     const issued = await this.issue(thingId, body.csr);
-    const thing = { id: thingId, accountId: identity.accountId, modelId: model?.id ?? null, ...tuple, enrolledBy: 'claim_token', claimGroupId: group.id };
-    return this.firstEnrollment(identity, body.csr, () => this.gw.actors.run(async (uow) => {
-      // Pipelined on the transaction's connection, which runs them in this order: the identity
-      // first (a concurrent claim of the same tuple waits on it, then answers as a repeat), the
-      // Thing actor, then CLAIM under the group's row lock (held for the fewest statements).
-      const [inserted, ...rest] = await Promise.allSettled([
-        repo.insertEnrolledThing(uow.sql, thing, this.certificateRow(issued)),
-        this.birth(uow, { id: thingId, account_id: identity.accountId, ...tuple }, 'claim_token'),
-        this.claim(uow, group.id, thingId),
-      ]);
-      // a lost identity race wins over the group's refusal: the winner may just have filled it
-      if (inserted.status === 'fulfilled' && !inserted.value) throw new AlreadyEnrolled();
-      for (const r of [inserted, ...rest]) if (r.status === 'rejected') throw r.reason;
-      return this.response(thingId, issued);
-    }));
-  }
-
-  /** CLAIM under the group's row lock; the machine refuses when capped, expired or revoked (403). */
-  private async claim(uow: UnitOfWork, groupId: string, thingId: string): Promise<void> {
-    try {
-      await uow.send(claimGroupKind, groupId, { type: 'CLAIM', at: new Date().toISOString(), thingId });
-    } catch (err) {
-      if (!(err instanceof Problem) || err.status !== 409) throw err;
-      // refused in `active` means the TTL passed (a full group is never `active`)
-      const state = String(err.options.extra?.state ?? 'revoked');
-      const status = state === 'active' ? 'expired' : state;
-      throw forbidden(`claim group is ${status}${status === 'capped' ? ': maxDevices reached' : ''}`, { extra: { claimGroupStatus: status } });
-    }
+    const outcome = await this.batcher.submit({
+      groupId: group.id,
+      thing: { id: thingId, accountId: identity.accountId, modelId: model?.id ?? null, ...tuple },
+      certificate: this.certificateRow(issued),
+    });
+    if (outcome === 'claimed') return this.response(thingId, issued);
+    if (outcome !== 'repeat') throw outcome;
+    // a concurrent claim of the same identity committed first: answer as its repeat
+    const winner = await repo.thingByIdentity(this.gw.sql, identity);
+    if (!winner) throw conflict('enrollment raced with another one; retry');
+    return this.repeat(winner, body.csr);
   }
 
   private async enrollIdentity(identity: Identity, model: ModelRow, method: string, csr?: string): Promise<EnrollmentResponse> {

@@ -150,6 +150,37 @@ export const repo = {
     return rows.length === 1;
   },
 
+  /**
+   * Batch form of insertEnrolledThing (rows inserted in identity order, so concurrent batches
+   * take the unique-index entries in the same order): the ids actually inserted.
+   */
+  async insertEnrolledThings(db: Db, rows: { id: string; accountId: string; modelId: string | null; manufacturer: string; model: string; serial: string;
+    enrolledBy: string; claimGroupId: string; certSerial: string; pem: string; sealedKey: Buffer | null; notAfter: Date }[]): Promise<Set<string>> {
+    const input = rows.map((r) => ({
+      id: r.id, account_id: r.accountId, model_id: r.modelId, manufacturer: r.manufacturer, model: r.model, serial: r.serial,
+      enrolled_by: r.enrolledBy, claim_group_id: r.claimGroupId, cert_serial: r.certSerial, pem: r.pem,
+      sealed: r.sealedKey?.toString('base64') ?? null, not_after: r.notAfter.toISOString(),
+    }));
+    const inserted = await db<{ thing_id: string }[]>`
+      with input as (
+        select * from jsonb_to_recordset(${db.json(input as never)}::jsonb) as x(id uuid, account_id uuid, model_id uuid,
+          manufacturer text, model text, serial text, enrolled_by text, claim_group_id uuid, cert_serial text, pem text, sealed text, not_after timestamptz)),
+      thing as (
+        insert into things (id, account_id, model_id, manufacturer, model, serial, enrolled_by, enrolled_at, claim_group_id)
+        select id, account_id, model_id, manufacturer, model, serial, enrolled_by, now(), claim_group_id from input
+        order by account_id, manufacturer, model, serial
+        on conflict (account_id, manufacturer, model, serial) do nothing
+        returning id)
+      insert into device_certificates (serial, thing_id, pem, sealed_private_key, not_after)
+      select i.cert_serial, i.id, i.pem, decode(i.sealed, 'base64'), i.not_after from input i join thing t on t.id = i.id
+      returning thing_id`;
+    return new Set(inserted.map((r) => r.thing_id));
+  },
+  async deleteEnrolledThings(db: Db, ids: string[]): Promise<void> {
+    await db`delete from device_certificates where thing_id = any(${ids}::uuid[])`;
+    await db`delete from things where id = any(${ids}::uuid[])`;
+  },
+
   // --- claim groups
   /** One round trip for a claim: the group of a secret, its actor state and an existing thing of the tuple. */
   async claimContext(db: Db, hash: Buffer, tuple: { manufacturer: string; model: string; serial: string }) {

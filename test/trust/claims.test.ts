@@ -164,3 +164,23 @@ describe('enrollment tokens', () => {
     }
   });
 });
+
+describe('claims on two nodes', () => {
+  it('60 concurrent claims split over two nodes against maxDevices 10 give exactly 10 certificates', async () => {
+    const second = await startTestGateway({ NODE_ID: 'trust-claims-b' }, { db: gw.db });
+    try {
+      const g = await createClaimGroup(gw, account, { maxDevices: 10 });
+      const results = await Promise.all(Array.from({ length: 60 }, (_, i) =>
+        (i % 2 ? second : gw).http.post('/ddi/v1/enroll', { provisioningMethod: 'claim_token', claimSecret: g.sharedSecret, manufacturer: 'Acme', model: 'm', serial: `TWO-${i % 30}` })));
+      const ok = results.filter((r) => r.status === 200);
+      for (const r of results.filter((x) => x.status !== 200)) expectProblem(r, 403);
+      const things = new Set(ok.map((r) => r.body.twinTopicPrefix));
+      expect(things.size).toBe(10);
+      expect(await certificatesOfGroup(g.id)).toBe(10);
+      const status = await gw.http.get(`/api/v1/things/claim-groups/${g.id}`, { token: account.viewer });
+      expect(status.body).toMatchObject({ consumed: 10, status: 'capped' });
+    } finally {
+      await second.stop();
+    }
+  });
+});

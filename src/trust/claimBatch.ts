@@ -14,10 +14,12 @@ export interface PendingClaim {
 export type ClaimOutcome = 'claimed' | 'repeat' | Problem;
 
 const MAX_BATCH = 64;
+/** batches in flight per node: one forms while another commits */
+const MAX_TRANSACTIONS = 2;
 
 /**
- * Commits concurrent claims together: while one transaction runs, new claims queue, and the next
- * transaction takes them all (up to 64). One transaction locks each group involved (in id order),
+ * Commits concurrent claims together: while a transaction runs (two at most per node), new claims
+ * queue, and the next transaction takes them all (up to 64). One transaction locks each group involved (in id order),
  * inserts every thing and certificate in one statement (identity order), sends one CLAIM_MANY per
  * group and births the Thing actors. A lone claim commits at once (no waiting for company).
  * Each caller's response still waits for its own durable commit. Nothing is shared across nodes:
@@ -25,19 +27,19 @@ const MAX_BATCH = 64;
  */
 export class ClaimBatcher {
   private queue: { claim: PendingClaim; resolve(o: ClaimOutcome): void; reject(err: unknown): void }[] = [];
-  private draining = false;
+  private drains = 0;
 
   constructor(private readonly gw: Gateway) {}
 
   submit(claim: PendingClaim): Promise<ClaimOutcome> {
     return new Promise((resolve, reject) => {
       this.queue.push({ claim, resolve, reject });
-      if (!this.draining) void this.drain();
+      if (this.drains < MAX_TRANSACTIONS) void this.drain();
     });
   }
 
   private async drain(): Promise<void> {
-    this.draining = true;
+    this.drains += 1;
     try {
       while (this.queue.length) {
         const batch = this.queue.splice(0, MAX_BATCH);
@@ -49,7 +51,7 @@ export class ClaimBatcher {
         }
       }
     } finally {
-      this.draining = false;
+      this.drains -= 1;
     }
   }
 

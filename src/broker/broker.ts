@@ -63,7 +63,11 @@ export class Broker {
   private constructor(private readonly options: BrokerOptions, aedes: Aedes) {
     this.aedes = aedes;
     this.crlPem = options.crlPem;
-    this.server = tls.createServer(this.tlsOptions(), (socket) => aedes.handle(socket));
+    this.server = tls.createServer(this.tlsOptions(), (socket) => {
+      // small MQTT packets (PUBACK, SUBACK) must not wait for Nagle's algorithm
+      socket.setNoDelay(true);
+      aedes.handle(socket);
+    });
     this.server.on('tlsClientError', (err) => options.log.debug({ err: err.message }, 'mqtt tls handshake refused'));
     const hooks = options.hooks ?? {};
     aedes.on('client', (c) => {

@@ -4,7 +4,8 @@ import * as x509 from '@peculiar/x509';
 import type { Gateway } from '../gateway.js';
 import type { UnitOfWork } from '../actors/store.js';
 import { badRequest, conflict, forbidden, unauthorized } from '../http/problem.js';
-import { repo, type Identity, type ModelRow, type ThingRow } from './repo.js';
+import { repo, type ClaimContextRow, type Identity, type ModelRow, type ThingRow } from './repo.js';
+import { isUuid } from '../http/auth/principal.js';
 import { claimGroupStatus, thingKind } from './kinds.js';
 import type { ClaimGroupContext } from '../../machines/claimGroup.js';
 import { parseDescriptor, type ModelService } from './models.js';
@@ -39,6 +40,11 @@ export class EnrollmentService {
     if (body.enrollmentToken) return this.byToken(body.enrollmentToken, body.csr);
     const { manufacturer, model: modelRef, serial } = body;
     if (!manufacturer || !modelRef || !serial) throw badRequest('manufacturer, model and serial are required (or an enrollmentToken)');
+    if (body.claimSecret && (!body.provisioningMethod || body.provisioningMethod === 'claim_token')) {
+      // the hot path: one query answers secret, group state, model and an earlier enrollment
+      const ctx = await repo.claimContext(this.gw.sql, sha256(body.claimSecret), this.modelRef(modelRef), { manufacturer, serial });
+      if (!ctx.model_id || ctx.model_method === 'claim_token') return this.byClaim(body, ctx, { manufacturer, model: ctx.model_name, serial });
+    }
     const model = await this.models.resolve(modelRef);
     const method = model?.provisioning_method ?? (body.claimSecret || body.provisioningMethod === 'claim_token' ? 'claim_token' : undefined);
     if (!method) throw badRequest(`model ${modelRef} is not registered; enroll with a claimSecret or an enrollmentToken`);
@@ -46,7 +52,8 @@ export class EnrollmentService {
       throw badRequest(`model ${modelRef} enrolls by ${method}, not ${body.provisioningMethod}`);
     }
     const modelName = model ? `${model.vid}:${model.pid}` : (parseDescriptor(modelRef) ? `${parseDescriptor(modelRef)!.vid}:${parseDescriptor(modelRef)!.pid}` : modelRef);
-    if (method === 'claim_token') return this.byClaim(body, { manufacturer, model: modelName, serial }, model);
+    // claims with a secret took the path above
+    if (method === 'claim_token') throw badRequest('claimSecret is required for claim_token enrollment');
     await this.verify(method, model!, body, { manufacturer, serial });
     return this.enrollIdentity({ accountId: model!.account_id, manufacturer, model: modelName, serial }, model!, method, body.csr);
   }
@@ -72,12 +79,17 @@ export class EnrollmentService {
     if (!thing.enrollment_token_expires_at || thing.enrollment_token_expires_at.getTime() <= Date.now()) throw forbidden('enrollment token has expired');
   }
 
-  private async byClaim(body: EnrollBody, tuple: Omit<Identity, 'accountId'>, model: ModelRow | undefined): Promise<EnrollmentResponse> {
-    if (!body.claimSecret) throw badRequest('claimSecret is required for claim_token enrollment');
-    const hash = sha256(body.claimSecret);
-    const group = await repo.claimContext(this.gw.sql, hash, tuple);
-    if (!group || !safeEqual(group.secret_hash, hash)) throw forbidden('claim secret is not valid');
-    if (model && model.account_id !== group.account_id) throw forbidden('claim secret is not valid for this model');
+  /** What the device calls its model, for the claim query: a descriptor, an id, or a free name. */
+  private modelRef(ref: string): { vid?: string; pid?: string; id?: string; name: string } {
+    const d = parseDescriptor(ref);
+    if (d) return { ...d, name: `${d.vid}:${d.pid}` };
+    return isUuid(ref) ? { id: ref.toLowerCase(), name: ref } : { name: ref };
+  }
+
+  private async byClaim(body: EnrollBody, group: ClaimContextRow, tuple: Omit<Identity, 'accountId'>): Promise<EnrollmentResponse> {
+    const hash = sha256(body.claimSecret!);
+    if (!group.id || !group.account_id || !group.secret_hash || !safeEqual(group.secret_hash, hash)) throw forbidden('claim secret is not valid');
+    if (group.model_account_id && group.model_account_id !== group.account_id) throw forbidden('claim secret is not valid for this model');
     const status = group.state ? claimGroupStatus(group.state, group.context as ClaimGroupContext, new Date()) : 'revoked';
     if (status === 'revoked' || status === 'expired') throw forbidden(`claim group is ${status}`, { extra: { claimGroupStatus: status } });
     const identity = { accountId: group.account_id, ...tuple };
@@ -88,7 +100,7 @@ export class EnrollmentService {
     const issued = await this.issue(thingId, body.csr);
     const outcome = await this.batcher.submit({
       groupId: group.id,
-      thing: { id: thingId, accountId: identity.accountId, modelId: model?.id ?? null, ...tuple },
+      thing: { id: thingId, accountId: identity.accountId, modelId: group.model_id, ...tuple },
       certificate: this.certificateRow(issued),
     });
     if (outcome === 'claimed') return this.response(thingId, issued);

@@ -44,6 +44,19 @@ export interface CertificateRow {
   revoked_at: Date | null;
 }
 
+export interface ClaimContextRow {
+  id: string | null;
+  account_id: string | null;
+  secret_hash: Buffer | null;
+  state: string | null;
+  context: unknown;
+  model_id: string | null;
+  model_account_id: string | null;
+  model_method: ProvisioningMethod | null;
+  model_name: string;
+  existing: string | null;
+}
+
 export interface Identity { accountId: string; manufacturer: string; model: string; serial: string }
 
 /** SQL of the trust domain. Every function takes the pool or the caller's transaction. */
@@ -182,23 +195,26 @@ export const repo = {
   },
 
   // --- claim groups
-  /** One round trip for a claim: the group of a secret, its actor state and an existing thing of the tuple. */
-  async claimContext(db: Db, hash: Buffer, tuple: { manufacturer: string; model: string; serial: string }) {
-    const [row] = await db<{ id: string; account_id: string; secret_hash: Buffer; state: string | null; context: unknown; existing: string | null }[]>`
+  /**
+   * One round trip for a claim: the group of a secret (if any) with its actor state, the model the
+   * device names (if registered) and an existing thing of the tuple in the group's account.
+   */
+  async claimContext(db: Db, hash: Buffer, ref: { vid?: string; pid?: string; id?: string; name: string }, device: { manufacturer: string; serial: string }) {
+    const modelMatch = ref.vid && ref.pid ? db`vid = ${ref.vid} and pid = ${ref.pid}` : ref.id ? db`id = ${ref.id}` : db`false`;
+    const [row] = await db<ClaimContextRow[]>`
       select g.id, g.account_id, g.secret_hash, a.state, a.snapshot -> 'context' as context,
-        (select t.id from things t where t.account_id = g.account_id and t.manufacturer = ${tuple.manufacturer}
-           and t.model = ${tuple.model} and t.serial = ${tuple.serial}) as existing
-      from claim_groups g left join actors a on a.type = 'claimGroup' and a.id = g.id::text
-      where g.secret_hash = ${hash}`;
+        m.id as model_id, m.account_id as model_account_id, m.provisioning_method as model_method,
+        coalesce(m.vid || ':' || m.pid, ${ref.name}) as model_name,
+        (select t.id from things t where t.account_id = g.account_id and t.manufacturer = ${device.manufacturer}
+           and t.model = coalesce(m.vid || ':' || m.pid, ${ref.name}) and t.serial = ${device.serial}) as existing
+      from (select 1) one
+        left join claim_groups g on g.secret_hash = ${hash}
+        left join actors a on a.type = 'claimGroup' and a.id = g.id::text
+        left join lateral (select id, account_id, provisioning_method, vid, pid from models where ${modelMatch} limit 1) m on true`;
     return row;
   },
   async insertClaimGroup(db: Db, g: { id: string; accountId: string; secretHash: Buffer }): Promise<void> {
     await db`insert into claim_groups (id, account_id, secret_hash) values (${g.id}, ${g.accountId}, ${g.secretHash})`;
-  },
-  async claimGroupBySecret(db: Db, hash: Buffer): Promise<{ id: string; account_id: string; secret_hash: Buffer } | undefined> {
-    const [row] = await db<{ id: string; account_id: string; secret_hash: Buffer }[]>`
-      select id, account_id, secret_hash from claim_groups where secret_hash = ${hash}`;
-    return row;
   },
   async claimGroupAccount(db: Db, id: string): Promise<string | undefined> {
     const [row] = await db<{ account_id: string }[]>`select account_id from claim_groups where id = ${id}`;

@@ -29,7 +29,7 @@ async function worker(): Promise<void> {
   let clients: MqttClient[] = [];
   let failed = 0;
   try {
-    clients = await connectMany(Number(port), creds, ca, 200, (ms) => latencies.push(ms));
+    clients = await connectMany(Number(port), creds, ca, 100, (ms) => latencies.push(ms));
   } catch (err) {
     failed += 1;
     process.stderr.write(`connect failed: ${(err as Error).message}\n`);

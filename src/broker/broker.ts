@@ -93,9 +93,10 @@ export class Broker {
     let self: Broker | undefined;
     const aedes = await Aedes.createBroker({
       authenticate: (client, username, _password, done) => {
-        const cn = certificateCn(client);
+        const cert = peerCertificate(client);
+        const cn = Array.isArray(cert?.subject?.CN) ? cert.subject.CN[0] : cert?.subject?.CN;
         if (!cn || cn !== client.id || username !== cn) return done(notAuthorized('certificate CN must equal client id and username'), false);
-        const serial = peerCertificate(client)?.serialNumber;
+        const serial = cert?.serialNumber;
         if (!serial || self?.revokedSerials.has(normalizeSerial(serial))) return done(notAuthorized('certificate revoked'), false);
         done(null, true);
       },

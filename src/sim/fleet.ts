@@ -116,6 +116,7 @@ function connectOrFail(url: string, options: mqtt.IClientOptions): Promise<MqttC
 /** One simulated device: MQTT 5 over mutual TLS; telemetry, heartbeat, twin; answers commands. */
 class SimDevice {
   client?: MqttClient;
+  /** set before this device is revoked: the broker's disconnect that follows is not an error */
   revoked = false;
   private timer?: NodeJS.Timeout;
   private sent = 0;
@@ -141,7 +142,9 @@ class SimDevice {
       connectTimeout: 30_000,
     });
     this.client = client;
-    client.on('error', (err) => this.stats.error('mqtt', err));
+    client.on('error', (err) => {
+      if (!this.revoked && this.client === client) this.stats.error('mqtt', err);
+    });
     client.on('message', (topic, payload, packet) => this.onMessage(topic, payload, packet));
     await client.subscribeAsync([`${this.topic}/commands`, `${this.topic}/twin/desired`], { qos: 1 });
     await client.publishAsync(`${this.topic}/twin/reported`, JSON.stringify({ firmware: '1.0.0', simulated: true }), { qos: 1 });
@@ -190,6 +193,7 @@ class SimDevice {
     }
   }
 
+  /** Closes the connection; errors of a connection being closed by us are not counted. */
   async end(force = false): Promise<void> {
     this.stopTraffic();
     const c = this.client;
@@ -310,10 +314,10 @@ export async function runSimulation(opts: SimOptions, progress: Progress = noPro
       const victims = fleet.filter((d) => d.client).slice(0, opts.revokeCount);
       await Promise.all(victims.map(async (d) => {
         const gone = d.closed();
+        d.revoked = true;
         const res = await api.call('DELETE', `/api/v1/things/${d.creds.thingId}`);
         if (res.status !== 200) return stats.error('revoke', new Error(`DELETE ${res.status}`));
         await gone;
-        d.revoked = true;
         d.stopTraffic();
         stats.count('revoked');
         store.removeDevice(d.creds.serial);

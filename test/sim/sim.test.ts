@@ -37,6 +37,7 @@ describe('fleet simulator', () => {
   it('enrolls through the HTTP APIs, connects over MQTT 5 mTLS, sends traffic; a second run reuses the credentials and revokes some', async () => {
     const first = await sim(['--devices', '4', '--duration', '2', '--rate', '5']);
     expect(first.summary, first.stderr).toBeDefined();
+    expect(first.summary!.errors).toEqual({});
     expect(first.summary).toMatchObject({ devices: 4, enrolled: 4, reused: 0, connected: 4, errorCount: 0 });
     expect(first.summary!.messagesSent).toBeGreaterThan(4);
     expect(first.summary!.connectLatencyMs.p50).toBeGreaterThan(0);
@@ -47,8 +48,16 @@ describe('fleet simulator', () => {
 
     const second = await sim(['--devices', '4', '--duration', '2', '--rate', '2', '--scenario', 'revoke', '--revoke', '1']);
     if (!second.summary) throw new Error(second.stderr);
+    expect(second.summary.errors).toEqual({});
     expect(second.summary).toMatchObject({ enrolled: 0, reused: 4, connected: 4, revoked: 1, revokedReconnectsRefused: 1, errorCount: 0 });
     expect(fs.readdirSync(path.join(dir, 'devices'))).toHaveLength(3);
+  });
+
+  it('reconnect storm: every device drops and reconnects at once, over MQTT 3.1.1 too', async () => {
+    const res = await sim(['--devices', '3', '--duration', '2', '--rate', '2', '--scenario', 'reconnect-storm', '--protocol', '4', '--prefix', 'STORM']);
+    if (!res.summary) throw new Error(res.stderr);
+    expect(res.summary).toMatchObject({ devices: 3, enrolled: 3, connected: 3, errorCount: 0 });
+    expect(res.summary.reconnectLatencyMs.p50).toBeGreaterThan(0);
   });
 
   it('rejects bad options with usage', async () => {

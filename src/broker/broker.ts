@@ -45,6 +45,9 @@ function peerCertificate(client: Client): tls.PeerCertificate | undefined {
 /** Certificate serials compare as lower-case hex without leading zeros. */
 export const normalizeSerial = (hex: string) => hex.toLowerCase().replace(/^0+(?=.)/, '');
 
+/** largest MQTT packet accepted from a device */
+export const MAX_PACKET_BYTES = 256 * 1024;
+
 const notAuthorized = (message: string) => Object.assign(new Error(message), { returnCode: 5 as const });
 
 /**
@@ -108,6 +111,8 @@ export class Broker {
         if (!topicAllowed(client.id, sub.topic)) return cb(null, null);
         cb(null, sub);
       },
+      // a device cannot make the broker buffer arbitrarily large packets (MQTT 5: DISCONNECT 0x95)
+      maximumPacketSize: MAX_PACKET_BYTES,
       ...options.aedes,
     });
     const broker = (self = new Broker(options, aedes));

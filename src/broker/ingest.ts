@@ -10,8 +10,9 @@ const MAX_PENDING = 2_000;
  * a second costs the database at most one row update per batch.
  */
 export class IngestBuffer {
-  private telemetry = new Map<string, { values: Record<string, unknown>; at: Date }>();
-  private seen = new Map<string, Date>();
+  private telemetry = new Map<string, { values: Record<string, unknown>; at: number }>();
+  /** epoch ms (numbers, not Dates: this runs for every device message) */
+  private seen = new Map<string, number>();
   private timer?: NodeJS.Timeout;
   private flushing: Promise<void> = Promise.resolve();
 
@@ -28,16 +29,19 @@ export class IngestBuffer {
   }
 
   seenNow(thingId: string): void {
-    this.seen.set(thingId, new Date());
+    this.seen.set(thingId, Date.now());
     this.flushIfFull();
   }
 
   addTelemetry(thingId: string, values: Record<string, unknown>): void {
     const current = this.telemetry.get(thingId);
-    if (current) Object.assign(current.values, values);
-    else this.telemetry.set(thingId, { values: { ...values }, at: new Date() });
-    if (current) current.at = new Date();
-    this.seenNow(thingId);
+    const now = Date.now();
+    if (current) {
+      Object.assign(current.values, values);
+      current.at = now;
+    } else this.telemetry.set(thingId, { values: { ...values }, at: now });
+    this.seen.set(thingId, now);
+    this.flushIfFull();
   }
 
   private flushIfFull(): void {
@@ -48,8 +52,8 @@ export class IngestBuffer {
   flush(): Promise<void> {
     this.flushing = this.flushing.then(async () => {
       if (this.telemetry.size === 0 && this.seen.size === 0) return;
-      const telemetry = [...this.telemetry].map(([thing_id, t]) => ({ thing_id, telemetry: t.values, at: t.at.toISOString() }));
-      const seen = [...this.seen].map(([thing_id, at]) => ({ thing_id, at: at.toISOString() }));
+      const telemetry = [...this.telemetry].map(([thing_id, t]) => ({ thing_id, telemetry: t.values, at: new Date(t.at).toISOString() }));
+      const seen = [...this.seen].map(([thing_id, at]) => ({ thing_id, at: new Date(at).toISOString() }));
       this.telemetry = new Map();
       this.seen = new Map();
       try {

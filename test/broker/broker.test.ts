@@ -90,6 +90,18 @@ describe('ACL: only devices/{clientId}/', () => {
   });
 });
 
+describe('limits', () => {
+  it('refuses packets over 256 KiB: the connection is closed', async () => {
+    const device = await ownedDevice();
+    const v4 = await connectDevice(port, device, { protocolVersion: 4 });
+    const gone = closed(v4);
+    v4.publish(`devices/${device.thingId}/telemetry`, Buffer.alloc(300 * 1024), { qos: 1 });
+    await gone;
+    expect(v4.connected).toBe(false);
+    v4.end(true);
+  });
+});
+
 describe('device topics and tenant endpoints', () => {
   it('tracks connectivity with lifecycle messages, heartbeat and 404 for other accounts', async () => {
     const device = await ownedDevice();

@@ -8,12 +8,12 @@ import { expectProblem, startTestGateway, type TestGateway } from '../helpers/ga
 // A stand-in identity provider over real HTTP: Keycloak's JWKS layout, one RS256 key.
 let idp: http.Server;
 let idpBase: string;
-let privateKey: CryptoKey;
+let privateKey: Awaited<ReturnType<typeof generateKeyPair>>["privateKey"];
 let gw: TestGateway;
 
 beforeAll(async () => {
   const keys = await generateKeyPair('RS256');
-  privateKey = keys.privateKey as CryptoKey;
+  privateKey = keys.privateKey;
   const jwk = { ...(await exportJWK(keys.publicKey)), kid: 'k1', alg: 'RS256', use: 'sig' };
   idp = http.createServer((req, res) => {
     if (/^\/realms\/[^/]+\/protocol\/openid-connect\/certs$/.test(req.url ?? '')) {

@@ -92,12 +92,25 @@ export class DeviceService {
       case 'twinReported': {
         this.ingest.seenNow(client.id);
         const reported = jsonObject(packet.payload);
-        if (reported) void this.repo.setReported(client.id, reported).catch((err) => this.gw.log.error({ err, thingId: client.id }, 'reported state not stored'));
+        if (reported) this.storeReported(client.id, reported);
         return;
       }
       default:
         this.ingest.seenNow(client.id);
     }
+  }
+
+  /** Reported-state writes of one device are chained, so they commit in the order it published them. */
+  private readonly reportedWrites = new Map<string, Promise<void>>();
+  private storeReported(thingId: string, reported: Record<string, unknown>): void {
+    const previous = this.reportedWrites.get(thingId) ?? Promise.resolve();
+    const next = previous
+      .then(() => this.repo.setReported(thingId, reported))
+      .then(() => undefined, (err) => this.gw.log.error({ err, thingId }, 'reported state not stored'));
+    this.reportedWrites.set(thingId, next);
+    void next.then(() => {
+      if (this.reportedWrites.get(thingId) === next) this.reportedWrites.delete(thingId);
+    });
   }
 
   private async deliverDesired(thingId: string): Promise<void> {

@@ -1,39 +1,20 @@
-import { spawn, type ChildProcess } from 'node:child_process';
-import fs from 'node:fs';
+import type { ChildProcess } from 'node:child_process';
 import http from 'node:http';
-import os from 'node:os';
-import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it, inject } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '../src/db/embedded.js';
 import { createTestDatabase, type TestDatabase } from './helpers/db.js';
-import { waitFor } from './helpers/wait.js';
+import { spawnGateway, type GatewayProcess } from './helpers/process.js';
 
 let db: TestDatabase;
 let child: ChildProcess;
 let port: number;
-let output = '';
+let gateway: GatewayProcess;
 
 beforeAll(async () => {
   db = await createTestDatabase({ migrated: false });
   port = await freePort();
-  child = spawn(path.resolve('node_modules/.bin/tsx'), ['src/main.ts'], {
-    env: {
-      ...process.env,
-      DATABASE_URL: db.url,
-      HTTP_PORT: String(port),
-      HTTP_HOST: '127.0.0.1',
-      MQTT_PORT: '0',
-      MQTT_HOST: '127.0.0.1',
-      CERTS_DIR: inject('certsDir'),
-      DATA_DIR: fs.mkdtempSync(path.join(os.tmpdir(), 'gw-shutdown-')),
-      LOG_LEVEL: 'info',
-      LOG_PRETTY: 'false',
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  child.stdout!.on('data', (d) => (output += d));
-  child.stderr!.on('data', (d) => (output += d));
-  await waitFor(() => output.includes('ready in'), 60_000, `gateway start; output so far:\n${output}`);
+  gateway = await spawnGateway({ DATABASE_URL: db.url, HTTP_PORT: String(port), LOG_LEVEL: 'info' });
+  child = gateway.proc;
 });
 afterAll(async () => {
   if (child.exitCode === null) child.kill('SIGKILL');
@@ -55,12 +36,11 @@ describe('graceful shutdown', () => {
       setTimeout(() => child.kill('SIGTERM'), 300);
       setTimeout(() => req.end(body.slice(10)), 900);
     });
-    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-    const res = await response.catch((err) => { throw new Error(`${err.message}; gateway output:\n${output}`); });
+    const res = await response.catch((err) => { throw new Error(`${err.message}; gateway output:\n${gateway.output()}`); });
     expect(res.status).toBe(200);
     expect(JSON.parse(res.text).access_token).toBeTruthy();
-    expect(await exited).toBe(0);
-    expect(output).toContain('shutting down');
+    expect(await gateway.exited).toBe(0);
+    expect(gateway.output()).toContain('shutting down');
     // no longer accepting
     await expect(fetch(`http://127.0.0.1:${port}/healthz`)).rejects.toThrow();
   });

@@ -1,7 +1,6 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import crypto from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { inject } from 'vitest';
 import { Redis } from 'ioredis';
 import WebSocket from 'ws';
 import { freePort } from '../../src/db/embedded.js';
@@ -10,6 +9,7 @@ import { HttpClient, type TestGateway } from '../helpers/gateway.js';
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { enrollDevice, createClaimGroup, revokeDevice } from '../helpers/devices.js';
 import { waitFor } from '../helpers/wait.js';
+import { spawnGateway } from '../helpers/process.js';
 import { closed, connectDevice, tlsOutcome } from './fixtures.js';
 
 // Two gateway processes on one Postgres and one Redis (cluster mode).
@@ -30,7 +30,7 @@ async function redisReachable(): Promise<boolean> {
 const reachable = await redisReachable();
 if (!reachable) console.warn(`cluster test skipped: Redis at ${REDIS} is not reachable`);
 
-interface Node { name: string; proc: ChildProcess; http: HttpClient; mqttPort: number; output: string[] }
+interface Node { name: string; proc: ChildProcess; http: HttpClient; mqttPort: number }
 
 let db: TestDatabase;
 let nodes: Node[] = [];
@@ -39,29 +39,16 @@ let redisUrl: string;
 /** Both nodes share PUBLIC_BASE_URL (as behind a load balancer), so tokens of one are valid on the other. */
 async function startNode(name: string, httpPort: number, publicBase: string): Promise<Node> {
   const mqttPort = await freePort();
-  const output: string[] = [];
-  const proc = spawn('node_modules/.bin/tsx', ['src/main.ts'], {
-    env: {
-      ...process.env,
-      DATABASE_URL: db.url,
-      REDIS_URL: redisUrl,
-      NODE_ID: `${name}-${crypto.randomBytes(3).toString('hex')}`,
-      HTTP_HOST: '127.0.0.1', HTTP_PORT: String(httpPort),
-      MQTT_HOST: '127.0.0.1', MQTT_PORT: String(mqttPort),
-      CERTS_DIR: inject('certsDir'),
-      PUBLIC_BASE_URL: publicBase,
-      LOG_LEVEL: 'warn', LOG_PRETTY: 'false', JOBS: 'false',
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
+  const { proc, http } = await spawnGateway({
+    DATABASE_URL: db.url,
+    REDIS_URL: redisUrl,
+    NODE_ID: `${name}-${crypto.randomBytes(3).toString('hex')}`,
+    HTTP_PORT: String(httpPort),
+    MQTT_PORT: String(mqttPort),
+    PUBLIC_BASE_URL: publicBase,
+    JOBS: 'false',
   });
-  proc.stdout!.on('data', (d) => output.push(String(d)));
-  proc.stderr!.on('data', (d) => output.push(String(d)));
-  const http = new HttpClient(`http://127.0.0.1:${httpPort}`);
-  await waitFor(async () => {
-    if (proc.exitCode !== null) throw new Error(`${name} exited: ${output.join('')}`);
-    return (await http.get('/readyz')).status === 200;
-  }, 60_000, `${name} ready`, 250);
-  return { name, proc, http, mqttPort, output };
+  return { name, proc, http, mqttPort };
 }
 
 /** What the shared helpers need of a gateway, for a node reached only over HTTP. */

@@ -1,13 +1,14 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import type { ChildProcess } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it, inject } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '../../src/db/embedded.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { HttpClient } from '../helpers/gateway.js';
 import { waitFor } from '../helpers/wait.js';
+import { spawnGateway, type GatewayProcess } from '../helpers/process.js';
 
 /**
  * The leave saga survives crashes: the gateway runs as a real child process; the test-only
@@ -17,34 +18,14 @@ let db: TestDatabase;
 let port: number;
 let dataDir: string;
 let child: ChildProcess | undefined;
-let output = '';
+let current: GatewayProcess;
 let http: HttpClient;
 
 async function startProcess(fault?: string): Promise<ChildProcess> {
-  output = '';
-  const p = spawn(path.resolve('node_modules/.bin/tsx'), ['src/main.ts'], {
-    env: {
-      ...process.env,
-      DATABASE_URL: db.url,
-      HTTP_PORT: String(port),
-      HTTP_HOST: '127.0.0.1',
-      MQTT_PORT: '0',
-      MQTT_HOST: '127.0.0.1',
-      CERTS_DIR: inject('certsDir'),
-      DATA_DIR: dataDir,
-      PUBLIC_BASE_URL: `http://127.0.0.1:${port}`,
-      LOG_LEVEL: 'warn',
-      LOG_PRETTY: 'false',
-      FAULT_INJECT: fault ?? '',
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  p.stdout!.on('data', (d) => (output += d));
-  p.stderr!.on('data', (d) => (output += d));
-  await waitFor(() => output.includes('ready in') || p.exitCode !== null, 60_000, 'gateway start');
-  if (p.exitCode !== null) throw new Error(`gateway exited at start:\n${output}`);
-  child = p;
-  return p;
+  const started = await spawnGateway({ DATABASE_URL: db.url, HTTP_PORT: String(port), DATA_DIR: dataDir, FAULT_INJECT: fault ?? '' });
+  current = started;
+  child = started.proc;
+  return child;
 }
 
 const exited = (p: ChildProcess) => new Promise<number | null>((resolve) => (p.exitCode !== null ? resolve(p.exitCode) : p.once('exit', (code) => resolve(code))));
@@ -89,7 +70,7 @@ describe('leave saga durability', () => {
     expect((await http.post(`/api/v1/organizations/${org}/members`, { account_id: member }, { token: mgmtAdmin })).status).toBe(201);
     await expect(http.delete(`/api/v1/organizations/${org}/members/${member}`, { token: memberAdmin })).rejects.toThrow();
     expect(await exited(p)).toBe(86);
-    expect(output).toContain('FAULT_INJECT=leave-after-start');
+    expect(current.output()).toContain('FAULT_INJECT=leave-after-start');
     const [leaveRow] = await db.sql<{ id: string; state: string }[]>`select id, state from actors where type = 'organizationLeave'`;
     expect(leaveRow.state).toBe('seeding');
 
@@ -149,7 +130,7 @@ describe('leave saga durability', () => {
     const leaveId = started.body.id;
     // the seeding job commits, then the process dies
     expect(await exited(p)).toBe(86);
-    expect(output).toContain('FAULT_INJECT=leave-after-seed');
+    expect(current.output()).toContain('FAULT_INJECT=leave-after-seed');
 
     p = await startProcess('leave-after-decision');
     const leave = (await http.get(`/api/v1/organizations/${org}/leaves/${leaveId}`, { token: memberAdmin })).body;

@@ -1,0 +1,49 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { inject } from 'vitest';
+import { HttpClient } from './gateway.js';
+import { waitFor } from './wait.js';
+
+export interface GatewayProcess {
+  proc: ChildProcess;
+  http: HttpClient;
+  /** everything the process printed so far */
+  output(): string;
+  /** resolves with the exit code */
+  exited: Promise<number | null>;
+}
+
+/**
+ * Starts `tsx src/main.ts` as a real child process (crash, restart, signal and cluster tests) on
+ * loopback, with the run's shared PKI, and waits until /readyz answers 200. `env` overrides
+ * anything; DATABASE_URL and HTTP_PORT are required.
+ */
+export async function spawnGateway(env: Record<string, string> & { DATABASE_URL: string; HTTP_PORT: string }): Promise<GatewayProcess> {
+  let output = '';
+  const proc = spawn(path.resolve('node_modules/.bin/tsx'), ['src/main.ts'], {
+    env: {
+      ...process.env,
+      HTTP_HOST: '127.0.0.1',
+      MQTT_HOST: '127.0.0.1',
+      MQTT_PORT: '0',
+      CERTS_DIR: inject('certsDir'),
+      DATA_DIR: fs.mkdtempSync(path.join(os.tmpdir(), 'gw-process-')),
+      PUBLIC_BASE_URL: `http://127.0.0.1:${env.HTTP_PORT}`,
+      LOG_LEVEL: 'warn',
+      LOG_PRETTY: 'false',
+      ...env,
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  proc.stdout!.on('data', (d) => (output += d));
+  proc.stderr!.on('data', (d) => (output += d));
+  const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
+  const http = new HttpClient(`http://127.0.0.1:${env.HTTP_PORT}`);
+  await waitFor(async () => {
+    if (proc.exitCode !== null) throw new Error(`gateway exited at start (${proc.exitCode}):\n${output}`);
+    return (await http.get('/readyz')).status === 200;
+  }, 60_000, 'gateway process ready', 200);
+  return { proc, http, output: () => output, exited };
+}

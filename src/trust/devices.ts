@@ -5,13 +5,27 @@ import * as x509 from '@peculiar/x509';
 import { SignJWT, jwtVerify } from 'jose';
 import type { FastifyRequest } from 'fastify';
 import type { Gateway } from '../gateway.js';
-import { forbidden, notFound, unauthorized } from '../http/problem.js';
-import { repo } from './repo.js';
+import { conflict, forbidden, notFound, unauthorized } from '../http/problem.js';
+import { repo, type LicenseRow, type LicenseStatus } from './repo.js';
 import { thingKind } from './kinds.js';
 import { safeEqual, sha256 } from './secrets.js';
 
 const LICENSE_DAYS = 30;
 const LICENSE_AUDIENCE = 'device-license';
+
+export interface GrantedLicense { licenseId: string; license: string; expiresAt: string }
+export interface PendingLicense { licenseId: string; status: 'pending' }
+
+const licenseExpiry = (from: Date) => new Date(from.getTime() + LICENSE_DAYS * 86_400_000);
+
+/** A decision as the tenant plane shows it. */
+export function presentLicense(row: LicenseRow) {
+  return {
+    licenseId: row.id, thingId: row.thing_id, kind: row.kind, status: row.decision, features: row.features ?? [], reason: row.reason,
+    requestedAt: row.created_at.toISOString(), decidedAt: row.decided_at?.toISOString() ?? null, decidedBy: row.decided_by,
+    expiresAt: row.expires_at?.toISOString() ?? null,
+  };
+}
 
 /** `INTERNAL_CIDRS` as a BlockList (IPv4-mapped IPv6 peers are checked as IPv4). */
 export function internalNetworks(cidrs: string[]): (address: string | undefined) => boolean {
@@ -82,12 +96,20 @@ export class DeviceService {
     };
   }
 
-  /** A license: a JWT (RS256, device CA key) naming the thing, expiring; every decision is recorded. */
-  async requestLicense(thingId: string, features: string[] = []) {
+  // --- licenses: a JWT (RS256, device CA key) naming the thing, expiring; every decision is a row
+
+  /**
+   * A model with licenseApproval 'manual' makes a request wait for the tenant: one pending row per
+   * thing, answered 202 with its id; otherwise the license is granted at once (200).
+   */
+  async requestLicense(thingId: string, features: string[] = []): Promise<GrantedLicense | PendingLicense> {
+    const thing = await this.licensable(thingId, 'request');
+    if (thing.license_approval === 'manual') return { licenseId: await this.pendingRequest(thingId, features), status: 'pending' };
     return this.grant(thingId, 'request', features);
   }
 
-  async renewLicense(thingId: string, license: string) {
+  /** Renew stays automatic under 'manual' too: it needs a granted license, so the tenant approved once already. */
+  async renewLicense(thingId: string, license: string): Promise<GrantedLicense> {
     let claims: Record<string, unknown>;
     try {
       ({ payload: claims } = await jwtVerify(license, this.verifyKey(), {
@@ -99,27 +121,108 @@ export class DeviceService {
     }
     const previous = await repo.license(this.gw.sql, String(claims.jti));
     if (!previous || previous.decision !== 'granted' || previous.thing_id !== thingId) throw forbidden('license is not known');
+    await this.licensable(thingId, 'renew');
     return this.grant(thingId, 'renew', (claims.features as string[] | undefined) ?? []);
   }
 
-  private async grant(thingId: string, kind: 'request' | 'renew', features: string[]) {
-    const thing = await repo.thing(this.gw.sql, thingId);
+  /** GET /ddi/v1/{thingId}/license/{licenseId}: how a device learns the tenant's decision. */
+  async licenseStatus(thingId: string, licenseId: string) {
+    const row = await repo.license(this.gw.sql, licenseId);
+    if (!row || row.thing_id !== thingId) throw notFound(`license ${licenseId} not found`);
+    if (row.decision === 'granted' && row.expires_at) {
+      return { licenseId, status: row.decision, license: await this.sign(row), expiresAt: row.expires_at.toISOString() };
+    }
+    return { licenseId, status: row.decision, ...(row.reason ? { reason: row.reason } : {}) };
+  }
+
+  /** The thing, when a license may be issued to it; otherwise the refusal is recorded and 403. */
+  private async licensable(thingId: string, kind: 'request' | 'renew') {
+    const thing = await repo.thingWithApproval(this.gw.sql, thingId);
     if (!thing) throw notFound(`thing ${thingId} not found`);
-    const id = crypto.randomUUID();
     const cert = await repo.currentCertificate(this.gw.sql, thingId);
     const refusal = thing.revoked_at || cert?.revoked ? 'thing revoked' : !cert ? 'thing not enrolled' : undefined;
     if (refusal) {
-      await repo.recordLicense(this.gw.sql, { id, thingId, kind, decision: 'denied', reason: refusal });
+      await repo.recordLicense(this.gw.sql, { id: crypto.randomUUID(), thingId, kind, decision: 'denied', reason: refusal });
       throw forbidden(`license refused: ${refusal}`);
     }
-    const expiresAt = new Date(Date.now() + LICENSE_DAYS * 86_400_000);
-    const license = await new SignJWT({ features })
-      .setProtectedHeader({ alg: 'RS256', typ: 'JWT' })
-      .setIssuer(this.gw.config.PUBLIC_BASE_URL).setAudience(LICENSE_AUDIENCE).setSubject(thingId).setJti(id)
-      .setIssuedAt().setExpirationTime(Math.floor(expiresAt.getTime() / 1000))
-      .sign(this.gw.pki.deviceCaSigningKey);
-    await repo.recordLicense(this.gw.sql, { id, thingId, kind, decision: 'granted', expiresAt });
+    return thing;
+  }
+
+  /**
+   * The thing's one pending request (partial unique index): a repeat, concurrent or not, gets the
+   * same id. A conflicting insert waits for the other inserter; if the row it met was decided
+   * before we read it, a new request is due, so insert again.
+   */
+  private async pendingRequest(thingId: string, features: string[]): Promise<string> {
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const inserted = await repo.insertPendingLicense(this.gw.sql, { id: crypto.randomUUID(), thingId, features });
+      if (inserted) return inserted;
+      const existing = await repo.pendingLicenseOf(this.gw.sql, thingId);
+      if (existing) return existing;
+    }
+    throw conflict('the license request was decided while it was being repeated; send it again');
+  }
+
+  private async grant(thingId: string, kind: 'request' | 'renew', features: string[]): Promise<GrantedLicense> {
+    const id = crypto.randomUUID();
+    const decidedAt = new Date();
+    const expiresAt = licenseExpiry(decidedAt);
+    const license = await this.sign({ id, thing_id: thingId, features, decided_at: decidedAt, expires_at: expiresAt });
+    await repo.recordLicense(this.gw.sql, { id, thingId, kind, decision: 'granted', features, decidedAt, expiresAt });
     return { licenseId: id, license, expiresAt: expiresAt.toISOString() };
+  }
+
+  /**
+   * The license of a granted row. RS256 (PKCS#1 v1.5) is deterministic, so the same row always
+   * yields the same token: nothing to store, and the device may fetch an approved license again.
+   */
+  private async sign(row: Pick<LicenseRow, 'id' | 'thing_id' | 'features' | 'expires_at'> & { decided_at: Date | null; created_at?: Date }): Promise<string> {
+    const issuedAt = row.decided_at ?? row.created_at ?? new Date();
+    return new SignJWT({ features: row.features ?? [] })
+      .setProtectedHeader({ alg: 'RS256', typ: 'JWT' })
+      .setIssuer(this.gw.config.PUBLIC_BASE_URL).setAudience(LICENSE_AUDIENCE).setSubject(row.thing_id).setJti(row.id)
+      .setIssuedAt(Math.floor(issuedAt.getTime() / 1000)).setExpirationTime(Math.floor(row.expires_at!.getTime() / 1000))
+      .sign(this.gw.pki.deviceCaSigningKey);
+  }
+
+  // --- tenant plane: the approval queue (capability approve_licenses on the deciding routes)
+
+  async listLicenses(accountId: string, q: { status?: LicenseStatus; limit: number; after?: string }) {
+    const rows = await repo.listLicenses(this.gw.sql, accountId, q);
+    const items = rows.slice(0, q.limit).map(presentLicense);
+    return { items, next_cursor: rows.length > q.limit ? items[items.length - 1].licenseId : null };
+  }
+
+  /** Grants a pending request; the license's validity counts from this moment. */
+  async approveLicense(accountId: string, licenseId: string, by: string) {
+    const current = await this.pendingOfAccount(accountId, licenseId, 'approve');
+    if (current.thing_revoked) throw conflict(`thing ${current.thing_id} is revoked: its license request can only be denied`);
+    const at = new Date();
+    const row = await repo.decideLicense(this.gw.sql, { id: licenseId, decision: 'granted', by, at, expiresAt: licenseExpiry(at) });
+    if (!row) throw await this.decidedMeanwhile(licenseId, 'approve');
+    return presentLicense(row);
+  }
+
+  async denyLicense(accountId: string, licenseId: string, by: string, reason?: string) {
+    await this.pendingOfAccount(accountId, licenseId, 'deny');
+    const row = await repo.decideLicense(this.gw.sql, { id: licenseId, decision: 'denied', by, at: new Date(), reason: reason ?? 'denied by the tenant' });
+    if (!row) throw await this.decidedMeanwhile(licenseId, 'deny');
+    return presentLicense(row);
+  }
+
+  /** 404 for unknown ids and other accounts' licenses (no existence leak); 409 when already decided. */
+  private async pendingOfAccount(accountId: string, licenseId: string, verb: 'approve' | 'deny') {
+    const row = await repo.licenseWithThing(this.gw.sql, licenseId);
+    if (!row || row.account_id !== accountId) throw notFound(`license ${licenseId} not found`);
+    if (row.decision !== 'pending') throw conflict(`cannot ${verb} license ${licenseId}: it is already ${row.decision}; only pending requests are decided`);
+    return row;
+  }
+
+  /** The conditional update matched nothing: another decision won the race, or the thing was revoked meanwhile. */
+  private async decidedMeanwhile(licenseId: string, verb: 'approve' | 'deny') {
+    const row = await repo.license(this.gw.sql, licenseId);
+    if (row && row.decision !== 'pending') return conflict(`cannot ${verb} license ${licenseId}: it is already ${row.decision}; only pending requests are decided`);
+    return conflict(`cannot ${verb} license ${licenseId}: its thing was revoked meanwhile`);
   }
 
   private verifyKeyCache?: crypto.KeyObject;

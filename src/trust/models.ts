@@ -4,7 +4,7 @@ import * as x509 from '@peculiar/x509';
 import type { Sql } from '../db/client.js';
 import { badRequest, conflict, notFound } from '../http/problem.js';
 import { isUuid } from '../http/auth/principal.js';
-import { repo, type ModelRow, type ProvisioningMethod } from './repo.js';
+import { repo, type LicenseApproval, type ModelRow, type ProvisioningMethod } from './repo.js';
 import type { Sealer } from './secrets.js';
 import type { ModelCreate } from './schemas.js';
 
@@ -16,6 +16,7 @@ export interface ModelView {
   name: string;
   provisioning_method: ProvisioningMethod;
   provisioning: Record<string, unknown>;
+  licenseApproval: LicenseApproval;
   created_at: string;
 }
 
@@ -77,7 +78,7 @@ export class ModelService {
     const row = await repo.insertModel(this.sql, {
       id: crypto.randomUUID(), account_id: accountId, vid: input.vid.toUpperCase(), pid: input.pid.toUpperCase(), name: input.name,
       internal: opts.internal ?? false, provisioning_method: input.provisioning_method, provisioning: settings,
-      provisioning_secret: secretValue ? this.sealer.seal(secretValue) : null,
+      provisioning_secret: secretValue ? this.sealer.seal(secretValue) : null, license_approval: input.licenseApproval ?? 'automatic',
     });
     if (!row) throw conflict(`a model with descriptor ${input.vid.toUpperCase()}:${input.pid.toUpperCase()} already exists`);
     return { ...present(row), ...(secret ? { secret } : {}) };
@@ -111,6 +112,7 @@ export class ModelService {
 export function present(row: ModelRow): ModelView {
   return {
     id: row.id, vid: row.vid, pid: row.pid, descriptor: `${row.vid}:${row.pid}`, name: row.name,
-    provisioning_method: row.provisioning_method, provisioning: row.provisioning, created_at: row.created_at.toISOString(),
+    provisioning_method: row.provisioning_method, provisioning: row.provisioning,
+    licenseApproval: row.license_approval, created_at: row.created_at.toISOString(),
   };
 }

@@ -10,8 +10,28 @@ export interface ModelRow {
   provisioning_method: ProvisioningMethod;
   provisioning: Record<string, unknown>;
   provisioning_secret: Buffer | null;
+  license_approval: LicenseApproval;
   created_at: Date;
   updated_at: Date;
+}
+
+export const LICENSE_APPROVALS = ['automatic', 'manual'] as const;
+export type LicenseApproval = (typeof LICENSE_APPROVALS)[number];
+export const LICENSE_STATUSES = ['pending', 'granted', 'denied'] as const;
+export type LicenseStatus = (typeof LICENSE_STATUSES)[number];
+
+/** One decision about a device license (a pending request is decided once, in place). */
+export interface LicenseRow {
+  id: string;
+  thing_id: string;
+  kind: 'request' | 'renew';
+  decision: LicenseStatus;
+  reason: string | null;
+  features: string[];
+  expires_at: Date | null;
+  decided_by: string | null;
+  decided_at: Date | null;
+  created_at: Date;
 }
 
 export const PROVISIONING_METHODS = ['none', 'auto', 'symmetric_key', 'certificate', 'webhook', 'claim_token'] as const;
@@ -64,9 +84,9 @@ export const repo = {
   // --- models
   async insertModel(db: Db, m: Omit<ModelRow, 'created_at' | 'updated_at'>): Promise<ModelRow | undefined> {
     const [row] = await db<ModelRow[]>`
-      insert into models (id, account_id, vid, pid, name, internal, provisioning_method, provisioning, provisioning_secret)
+      insert into models (id, account_id, vid, pid, name, internal, provisioning_method, provisioning, provisioning_secret, license_approval)
       values (${m.id}, ${m.account_id}, ${m.vid}, ${m.pid}, ${m.name}, ${m.internal}, ${m.provisioning_method},
-        ${db.json(m.provisioning as never)}, ${m.provisioning_secret})
+        ${db.json(m.provisioning as never)}, ${m.provisioning_secret}, ${m.license_approval})
       on conflict (vid, pid) do nothing returning *`;
     return row;
   },
@@ -98,6 +118,13 @@ export const repo = {
   },
   async thing(db: Db, id: string): Promise<ThingRow | undefined> {
     const [row] = await db<ThingRow[]>`select * from things where id = ${id}`;
+    return row;
+  },
+  /** The thing with its model's license approval mode ('automatic' without a model). */
+  async thingWithApproval(db: Db, id: string): Promise<(ThingRow & { license_approval: LicenseApproval }) | undefined> {
+    const [row] = await db<(ThingRow & { license_approval: LicenseApproval })[]>`
+      select t.*, coalesce(m.license_approval, 'automatic') as license_approval
+      from things t left join models m on m.id = t.model_id where t.id = ${id}`;
     return row;
   },
   async thingByIdentity(db: Db, i: Identity): Promise<ThingRow | undefined> {
@@ -222,15 +249,63 @@ export const repo = {
   },
 
   // --- licenses
-  async recordLicense(db: Db, l: { id: string; thingId: string; kind: 'request' | 'renew'; decision: 'granted' | 'denied'; reason?: string; expiresAt?: Date }): Promise<void> {
+  /** An automatic decision (decided_by stays null). */
+  async recordLicense(db: Db, l: { id: string; thingId: string; kind: 'request' | 'renew'; decision: 'granted' | 'denied'; reason?: string;
+    features?: string[]; decidedAt?: Date; expiresAt?: Date }): Promise<void> {
     await db`
-      insert into device_licenses (id, thing_id, kind, decision, reason, expires_at)
-      values (${l.id}, ${l.thingId}, ${l.kind}, ${l.decision}, ${l.reason ?? null}, ${l.expiresAt ?? null})`;
+      insert into device_licenses (id, thing_id, kind, decision, reason, features, decided_at, expires_at)
+      values (${l.id}, ${l.thingId}, ${l.kind}, ${l.decision}, ${l.reason ?? null}, ${db.json((l.features ?? []) as never)},
+        ${l.decidedAt ?? new Date()}, ${l.expiresAt ?? null})`;
   },
-  async license(db: Db, id: string): Promise<{ id: string; thing_id: string; decision: string; expires_at: Date | null } | undefined> {
-    const [row] = await db<{ id: string; thing_id: string; decision: string; expires_at: Date | null }[]>`
-      select id, thing_id, decision, expires_at from device_licenses where id = ${id}`;
+  async license(db: Db, id: string): Promise<LicenseRow | undefined> {
+    const [row] = await db<LicenseRow[]>`select * from device_licenses where id = ${id}`;
     return row;
+  },
+  /** The pending request's id, or undefined when the thing already has one (partial unique index). */
+  async insertPendingLicense(db: Db, l: { id: string; thingId: string; features: string[] }): Promise<string | undefined> {
+    const [row] = await db<{ id: string }[]>`
+      insert into device_licenses (id, thing_id, kind, decision, features)
+      values (${l.id}, ${l.thingId}, 'request', 'pending', ${db.json(l.features as never)})
+      on conflict (thing_id) where decision = 'pending' do nothing
+      returning id`;
+    return row?.id;
+  },
+  async pendingLicenseOf(db: Db, thingId: string): Promise<string | undefined> {
+    const [row] = await db<{ id: string }[]>`select id from device_licenses where thing_id = ${thingId} and decision = 'pending'`;
+    return row?.id;
+  },
+  /** A license with its thing's account and whether the thing is revoked (flag or current certificate). */
+  async licenseWithThing(db: Db, id: string): Promise<(LicenseRow & { account_id: string; thing_revoked: boolean }) | undefined> {
+    const [row] = await db<(LicenseRow & { account_id: string; thing_revoked: boolean })[]>`
+      select l.*, t.account_id, (t.revoked_at is not null or coalesce(c.revoked, false)) as thing_revoked
+      from device_licenses l join things t on t.id = l.thing_id
+        left join lateral (select revoked from device_certificates where thing_id = t.id order by created_at desc limit 1) c on true
+      where l.id = ${id}`;
+    return row;
+  },
+  /**
+   * Decides a pending request, once: the WHERE makes concurrent deciders serialize on the row and
+   * all but the first update nothing. A grant also needs the thing to be unrevoked at that moment.
+   */
+  async decideLicense(db: Db, d: { id: string; decision: 'granted' | 'denied'; by: string; at: Date; expiresAt?: Date; reason?: string }): Promise<LicenseRow | undefined> {
+    const live = d.decision === 'granted'
+      ? db`exists (select 1 from things t where t.id = device_licenses.thing_id and t.revoked_at is null)`
+      : db`true`;
+    const [row] = await db<LicenseRow[]>`
+      update device_licenses set decision = ${d.decision}, decided_by = ${d.by}, decided_at = ${d.at},
+        expires_at = ${d.expiresAt ?? null}, reason = ${d.reason ?? null}
+      where id = ${d.id} and decision = 'pending' and ${live}
+      returning *`;
+    return row;
+  },
+  /** Keyset page (by id) of the licenses of the account's things; one row more than `limit` says there is a next page. */
+  async listLicenses(db: Db, accountId: string, q: { status?: LicenseStatus; limit: number; after?: string }): Promise<LicenseRow[]> {
+    return db<LicenseRow[]>`
+      select l.* from device_licenses l join things t on t.id = l.thing_id
+      where t.account_id = ${accountId}
+        and ${q.status ? db`l.decision = ${q.status}` : db`true`}
+        and ${q.after ? db`l.id > ${q.after}` : db`true`}
+      order by l.id limit ${q.limit + 1}`;
   },
 
   // --- access codes (join)

@@ -5,13 +5,14 @@ import { forbidden } from '../http/problem.js';
 import type { TrustServices } from './index.js';
 import {
   accessCodeSchema, claimGroupCreateSchema, claimGroupCreatedSchema, claimGroupSchema, deviceStatusSchema, emqxAuthnSchema,
-  emqxResultSchema, enrollSchema, enrollmentResponseSchema, joinSchema, joinedSchema, licenseRenewSchema, licenseRequestSchema,
-  licenseSchema, modelCreateSchema, modelCreatedSchema, modelSchema, revokedSchema, thingCreateSchema, thingCreatedSchema, thingIdParams,
+  emqxResultSchema, enrollSchema, enrollmentResponseSchema, joinSchema, joinedSchema, licenseDenySchema, licenseListQuery, licenseParams,
+  licensePendingSchema, licenseRecordSchema, licenseRenewSchema, licenseRequestSchema, licenseSchema, licenseStatusSchema, modelCreateSchema, modelCreatedSchema, modelSchema, revokedSchema, thingCreateSchema, thingCreatedSchema, thingIdParams,
 } from './schemas.js';
 
 const WRITE = ['admin', 'operator'] as const;
 const READ = ['admin', 'operator', 'viewer'] as const;
 const idParams = z.object({ id: z.uuid() });
+const licenseIdParams = z.object({ licenseId: z.uuid() });
 
 /** Device trust routes: tenant plane (/api/v1), device plane (/ddi/v1), public PKI endpoints. */
 export async function trustRoutes(app: ZodApp, gw: Gateway, s: TrustServices): Promise<void> {
@@ -65,6 +66,29 @@ export async function trustRoutes(app: ZodApp, gw: Gateway, s: TrustServices): P
     schema: { tags: ['claim-groups'], summary: 'Revoke the shared secret (issued certificates stay valid)', params: idParams, response: { 200: claimGroupSchema } },
   }, async (request) => s.trust.revokeClaimGroup(accountOf(request), request.params.id, principalOf(request).sub));
 
+  // --- license approval (models with licenseApproval 'manual')
+  app.get('/api/v1/licenses', {
+    config: { auth: { action: 'factory:License:List', roles: READ } },
+    schema: {
+      tags: ['licenses'], summary: 'License decisions of the account\'s things (?status=pending: the approval queue; keyset pagination by id)',
+      querystring: licenseListQuery, response: { 200: z.object({ items: z.array(licenseRecordSchema), next_cursor: z.string().nullable() }) },
+    },
+  }, async (request) => s.devices.listLicenses(accountOf(request), request.query));
+  app.post('/api/v1/licenses/:licenseId/approve', {
+    config: { auth: { action: 'factory:License:Approve', roles: WRITE, capability: 'approve_licenses' } },
+    schema: {
+      tags: ['licenses'], summary: 'Approve a pending license request; the license is valid 30 days from now (409 when not pending or the thing is revoked)',
+      params: licenseIdParams, response: { 200: licenseRecordSchema },
+    },
+  }, async (request) => s.devices.approveLicense(accountOf(request), request.params.licenseId, principalOf(request).sub));
+  app.post('/api/v1/licenses/:licenseId/deny', {
+    config: { auth: { action: 'factory:License:Deny', roles: WRITE, capability: 'approve_licenses' } },
+    schema: {
+      tags: ['licenses'], summary: 'Deny a pending license request (409 when not pending)',
+      params: licenseIdParams, body: licenseDenySchema.nullish(), response: { 200: licenseRecordSchema },
+    },
+  }, async (request) => s.devices.denyLicense(accountOf(request), request.params.licenseId, principalOf(request).sub, request.body?.reason));
+
   // --- public PKI
   app.get('/api/v1/certificates/crl', {
     config: { auth: 'public' },
@@ -92,10 +116,24 @@ export async function trustRoutes(app: ZodApp, gw: Gateway, s: TrustServices): P
   });
   app.post('/ddi/v1/:thingId/license/request', {
     config: { auth: 'public' },
-    schema: { tags: ['devices'], summary: 'Request a license token', params: thingIdParams, body: licenseRequestSchema.optional(), response: { 200: licenseSchema } },
+    schema: {
+      tags: ['devices'], summary: 'Request a license token (202 pending when the model needs tenant approval)',
+      params: thingIdParams, body: licenseRequestSchema.nullish(), response: { 200: licenseSchema, 202: licensePendingSchema },
+    },
+  }, async (request, reply) => {
+    await s.devices.authenticate(request, request.params.thingId);
+    const result = await s.devices.requestLicense(request.params.thingId, request.body?.features);
+    return 'license' in result ? reply.code(200).send(result) : reply.code(202).send(result);
+  });
+  app.get('/ddi/v1/:thingId/license/:licenseId', {
+    config: { auth: 'public' },
+    schema: {
+      tags: ['devices'], summary: 'Outcome of a license request: pending, granted (with the license) or denied (with the reason)',
+      params: licenseParams, response: { 200: licenseStatusSchema },
+    },
   }, async (request) => {
     await s.devices.authenticate(request, request.params.thingId);
-    return s.devices.requestLicense(request.params.thingId, request.body?.features);
+    return s.devices.licenseStatus(request.params.thingId, request.params.licenseId);
   });
   app.post('/ddi/v1/:thingId/license/renew', {
     config: { auth: 'public' },

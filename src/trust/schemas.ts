@@ -1,11 +1,13 @@
 import { z } from 'zod';
-import { PROVISIONING_METHODS } from './repo.js';
+import { LICENSE_APPROVALS, LICENSE_STATUSES, PROVISIONING_METHODS } from './repo.js';
 
 const hex4 = z.string().regex(/^[0-9a-fA-F]{4}$/, 'four hexadecimal digits');
 const text = z.string().trim().min(1).max(200).regex(/^[^\u0000-\u001f\u007f]*$/, 'no control characters');
 const pem = z.string().min(1).max(16_384).regex(/^[^\u0000]*$/, 'no NUL characters');
 
-const modelBase = { vid: hex4, pid: hex4, name: text };
+const licenseApproval = z.enum(LICENSE_APPROVALS)
+  .describe('automatic (default): license requests are granted at once; manual: they wait for a tenant with capability approve_licenses');
+const modelBase = { vid: hex4, pid: hex4, name: text, licenseApproval: licenseApproval.optional() };
 export const modelCreateSchema = z.discriminatedUnion('provisioning_method', [
   z.strictObject({ ...modelBase, provisioning_method: z.literal('none'), provisioning: z.strictObject({}).optional() }),
   z.strictObject({ ...modelBase, provisioning_method: z.literal('claim_token'), provisioning: z.strictObject({}).optional() }),
@@ -36,7 +38,7 @@ export type ModelCreate = z.infer<typeof modelCreateSchema>;
 
 export const modelSchema = z.object({
   id: z.uuid(), vid: z.string(), pid: z.string(), descriptor: z.string(), name: z.string(),
-  provisioning_method: z.enum(PROVISIONING_METHODS), provisioning: z.record(z.string(), z.unknown()), created_at: z.string(),
+  provisioning_method: z.enum(PROVISIONING_METHODS), provisioning: z.record(z.string(), z.unknown()), licenseApproval, created_at: z.string(),
 });
 export const modelCreatedSchema = modelSchema.extend({
   secret: z.record(z.string(), z.string()).optional().describe('groupKey (symmetric_key) or webhookSecret (webhook): shown once'),
@@ -101,6 +103,31 @@ export const deviceStatusSchema = z.object({
 export const licenseRequestSchema = z.strictObject({ features: z.array(text).max(50).optional() });
 export const licenseRenewSchema = z.strictObject({ license: z.string().min(1).max(8192) });
 export const licenseSchema = z.object({ licenseId: z.uuid(), license: z.string(), expiresAt: z.string() });
+export const licensePendingSchema = z.object({ licenseId: z.uuid(), status: z.literal('pending') })
+  .describe('the model needs tenant approval: poll GET /ddi/v1/{thingId}/license/{licenseId}');
+export const licenseParams = z.object({ thingId: z.uuid(), licenseId: z.uuid() });
+export const licenseStatusSchema = z.object({
+  licenseId: z.uuid(),
+  status: z.enum(LICENSE_STATUSES),
+  license: z.string().optional().describe('granted: the RS256 JWT'),
+  expiresAt: z.string().optional(),
+  reason: z.string().optional().describe('denied: why'),
+});
+/** A license decision as the tenant sees it (no token: the device fetches that). */
+export const licenseRecordSchema = z.object({
+  licenseId: z.uuid(), thingId: z.uuid(), kind: z.enum(['request', 'renew']), status: z.enum(LICENSE_STATUSES),
+  features: z.array(z.string()), reason: z.string().nullable(), requestedAt: z.string(),
+  decidedAt: z.string().nullable(), decidedBy: z.string().nullable().describe('principal sub; null for automatic decisions'),
+  expiresAt: z.string().nullable(),
+});
+export const licenseListQuery = z.strictObject({
+  status: z.enum(LICENSE_STATUSES).optional(),
+  limit: z.coerce.number().int().min(1).max(100).default(20),
+  after: z.uuid().optional(),
+});
+export const licenseDenySchema = z.strictObject({
+  reason: z.string().trim().min(1).max(500).regex(/^[^\u0000-\u001f\u007f]*$/, 'no control characters').optional(),
+});
 
 export const emqxAuthnSchema = z.object({ clientid: z.string().max(256), username: z.string().max(256), cert_cn: z.string().max(256) });
 export const emqxResultSchema = z.object({ result: z.enum(['allow', 'deny']) });

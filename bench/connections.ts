@@ -14,7 +14,7 @@ import readline from 'node:readline';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import type { MqttClient } from 'mqtt';
-import { connectMany, cpuSeconds, issueDevices, rssBytes, startGatewayProcess } from './mqtt.js';
+import { connectMany, cpuSeconds, issueDevices, rssBytes, startGatewayProcess } from './lib/brokers.js';
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 

@@ -1,248 +1,323 @@
 /**
- * bench:mqtt: the same load generator against the gateway's embedded broker and against Debian's
+ * bench:mqtt: one native load generator against the gateway's embedded broker and against Debian's
  * Mosquitto 2 (started here on a free port with TLS, required client certificates and a per-client
  * ACL `devices/%u/#`), in one run: telemetry messages/s at QoS 0 and QoS 1 from DEVICES connected
- * devices, and the broker process's CPU time per 1,000 messages (robust on a small machine where
- * the Node load generator saturates first; its own CPU share is reported too).
+ * devices, and the broker process's CPU time per 1,000 messages, with the ratio gateway/Mosquitto.
  *
- *   npm run bench:mqtt                    (DEVICES=1000 SECONDS=10 by default)
- *   DEVICES=200 SECONDS=5 npm run bench:mqtt
+ * The load generator is Debian's `mosquitto_pub -l` (C, libmosquitto), one process per device
+ * (MQTT 5, mutual TLS, its own certificate), reading MESSAGES lines from a pipe and publishing
+ * each as one telemetry message (QoS 1: up to INFLIGHT unacknowledged). Every device connects
+ * first; the broker must be idle; then all pipes are written at once and the run ends when the
+ * broker has counted every message (gateway: /metrics, Mosquitto: $SYS) and its CPU went idle.
+ *
+ *   npm run bench:mqtt                                  (DEVICES=1000, MESSAGES_QOS0=1000, MESSAGES_QOS1=200, ROUNDS=5)
+ *   DEVICES=200 MESSAGES_QOS0=200 MESSAGES_QOS1=50 npm run bench:mqtt -- --no-write
  */
-import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import net from 'node:net';
-import readline from 'node:readline';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
-import mqtt, { type MqttClient } from 'mqtt';
-import { Pki } from '../src/pki/pki.js';
+import { parseArgs } from 'node:util';
+import mqtt from 'mqtt';
+import {
+  MONITOR_CN, cpuSeconds, issueDevices, startGatewayProcess, startMosquitto, type Creds,
+} from './lib/brokers.js';
 
-export interface Creds { thingId: string; cert: string; key: string }
+const { values: args } = parseArgs({ options: { 'no-write': { type: 'boolean', default: false } } });
+const DEVICES = Number(process.env.DEVICES ?? 1000);
+const MESSAGES = { 0: Number(process.env.MESSAGES_QOS0 ?? 1000), 1: Number(process.env.MESSAGES_QOS1 ?? 200) };
+const INFLIGHT = Number(process.env.INFLIGHT ?? 20);
+const QOS = (process.env.QOS ?? '0,1').split(',').map(Number) as (0 | 1)[];
+const PAYLOAD = JSON.stringify({ temperature: 21.5, humidity: 40, voltage: 3.3 });
+const SAMPLE_MS = 50;
+const ROUNDS = Number(process.env.ROUNDS ?? 5);
+/** below this share of one core the broker counts as idle (before and after a run) */
+const IDLE_SHARE = 0.05;
+/** above this share of one core in a sample the broker is still working on the run (its timers stay below) */
+const BUSY_SHARE = 0.2;
 
-const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const TICKS = 100; // USER_HZ of /proc/<pid>/stat
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as net.AddressInfo;
-      s.close(() => resolve(port));
-    });
+interface DeviceFiles { id: string; cert: string; key: string }
+
+function writeDeviceFiles(dir: string, creds: Creds[]): DeviceFiles[] {
+  fs.mkdirSync(dir, { recursive: true });
+  return creds.map((c) => {
+    const f = { id: c.thingId, cert: path.join(dir, `${c.thingId}.crt`), key: path.join(dir, `${c.thingId}.key`) };
+    fs.writeFileSync(f.cert, c.cert);
+    fs.writeFileSync(f.key, c.key, { mode: 0o600 });
+    return f;
   });
 }
 
-/** CPU seconds (user + system) a process has used so far. */
-export function cpuSeconds(pid: number): number {
-  const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return (Number(fields[11]) + Number(fields[12])) / TICKS;
+/** How a benchmark reads one broker: its process, its port, and its own counters. */
+interface Target {
+  name: string;
+  pid: number;
+  port: number;
+  connected(): Promise<number>;
+  received(): Promise<number>;
+  /** other processes doing the broker's work (the gateway's PostgreSQL) */
+  helperPids(): number[];
 }
 
-export function rssBytes(pid: number): number {
-  const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
-  return Number(/VmRSS:\s+(\d+) kB/.exec(status)![1]) * 1024;
-}
-
-export interface GatewayProcess { proc: ChildProcess; pid: number; httpUrl: string; mqttPort: number; certsDir: string; stop(): Promise<void> }
-
-/** A gateway in a child process (embedded PostgreSQL in a temporary folder), `node --import tsx` so its pid is the broker's. */
-export async function startGatewayProcess(dir: string, extraEnv: Record<string, string> = {}): Promise<GatewayProcess> {
-  const [httpPort, mqttPort, pgPort] = [await freePort(), await freePort(), await freePort()];
-  const certsDir = path.join(dir, 'certs');
-  fs.chmodSync(dir, 0o755); // embedded PostgreSQL runs as its own user when we are root
-  // BENCH_CPU_PROF=dir writes a V8 CPU profile of the gateway process there (on exit)
-  const prof = process.env.BENCH_CPU_PROF ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_CPU_PROF] : [];
-  const proc = spawn(process.execPath, [...prof, '--import', 'tsx', 'src/main.ts'], {
-    cwd: ROOT,
-    env: {
-      ...process.env, HTTP_HOST: '127.0.0.1', HTTP_PORT: String(httpPort), MQTT_HOST: '127.0.0.1', MQTT_PORT: String(mqttPort),
-      EMBEDDED_PG_PORT: String(pgPort), DATA_DIR: path.join(dir, 'data'), CERTS_DIR: certsDir, LOG_LEVEL: 'warn', LOG_PRETTY: 'false',
-      PUBLIC_BASE_URL: `http://127.0.0.1:${httpPort}`, DATABASE_URL: '', REDIS_URL: '', ...extraEnv,
-    },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  let startupLog = '';
-  proc.stdout!.on('data', (d) => { if (startupLog.length < 20_000) startupLog += d; });
-  const httpUrl = `http://127.0.0.1:${httpPort}`;
-  const deadline = Date.now() + 120_000;
-  for (;;) {
-    if (proc.exitCode !== null) throw new Error(`gateway exited during start:\n${startupLog}`);
-    const ok = await fetch(`${httpUrl}/readyz`).then((r) => r.ok, () => false);
-    if (ok) break;
-    if (Date.now() > deadline) throw new Error('gateway did not become ready');
-    await new Promise((r) => setTimeout(r, 300));
-  }
+/** Gateway counters from its Prometheus endpoint. */
+function gatewayTarget(pid: number, port: number, httpUrl: string): Target {
+  const metric = async (name: string) => {
+    // a kept-alive connection the server is just closing fails once: ask again on a new one
+    const text = await fetch(`${httpUrl}/metrics`).catch(() => fetch(`${httpUrl}/metrics`)).then((r) => r.text());
+    const m = new RegExp(`^${name} (\\d+(?:\\.\\d+)?(?:e\\+\\d+)?)$`, 'm').exec(text);
+    if (!m) throw new Error(`metric ${name} missing`);
+    return Number(m[1]);
+  };
   return {
-    proc, pid: proc.pid!, httpUrl, mqttPort, certsDir,
-    stop: () => new Promise<void>((resolve) => {
-      if (proc.exitCode !== null) return resolve();
-      proc.once('exit', () => resolve());
-      proc.kill('SIGTERM');
-    }),
+    name: 'gateway (Aedes)', pid, port,
+    connected: () => metric('mqtt_connected_clients'),
+    received: () => metric('mqtt_messages_received_total'),
+    helperPids: () => descendants(pid),
   };
 }
 
-/** Device certificates issued directly by the gateway's device CA (files in CERTS_DIR). */
-export async function issueDevices(certsDir: string, n: number): Promise<Creds[]> {
-  const pki = await Pki.ensure(undefined as never, { dir: certsDir, serverNames: ['localhost'], crlUrl: 'http://127.0.0.1/crl' });
-  const out: Creds[] = [];
-  for (let i = 0; i < n; i++) {
-    const thingId = crypto.randomUUID();
-    const { publicKey, privateKeyPem } = await pki.generateDeviceKey();
-    const cert = await pki.issueDeviceCertificate(thingId, publicKey, 2);
-    out.push({ thingId, cert: cert.pem, key: privateKeyPem });
+/** Mosquitto counters from its $SYS tree (published every second), read by a monitor client. */
+async function mosquittoTarget(pid: number, port: number, monitor: Creds, ca: string): Promise<Target & { close(): Promise<void> }> {
+  const values = new Map<string, number>();
+  const client = await mqtt.connectAsync(`mqtts://127.0.0.1:${port}`, {
+    key: monitor.key, cert: monitor.cert, ca, clientId: MONITOR_CN, username: MONITOR_CN, protocolVersion: 5, reconnectPeriod: 0,
+  });
+  client.on('message', (topic, payload) => values.set(topic, Number(payload.toString())));
+  await client.subscribeAsync(['$SYS/broker/clients/connected', '$SYS/broker/publish/messages/received']);
+  const read = async (topic: string) => {
+    for (let i = 0; i < 50 && !values.has(topic); i++) await sleep(100);
+    return values.get(topic) ?? 0;
+  };
+  return {
+    name: 'mosquitto 2', pid, port,
+    connected: async () => (await read('$SYS/broker/clients/connected')) - 1, // the monitor itself
+    received: () => read('$SYS/broker/publish/messages/received'),
+    helperPids: () => [],
+    close: () => client.endAsync(true),
+  };
+}
+
+/** Every process below `pid` (the gateway's embedded PostgreSQL server and its backends). */
+function descendants(pid: number): number[] {
+  const parents = new Map<number, number>();
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8');
+      parents.set(Number(entry), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
+    } catch { /* exited meanwhile */ }
   }
+  const out: number[] = [];
+  const walk = (p: number) => {
+    for (const [child, parent] of parents) if (parent === p) { out.push(child); walk(child); }
+  };
+  walk(pid);
   return out;
 }
 
-/** Mosquitto 2 with TLS, required client certificates (same CA), identity as username and an ACL per client. */
-export async function startMosquitto(dir: string, certsDir: string): Promise<{ proc: ChildProcess; pid: number; port: number; stop(): Promise<void> }> {
-  const port = await freePort();
-  const conf = path.join(dir, 'mosquitto.conf');
-  fs.writeFileSync(path.join(dir, 'acl'), 'pattern readwrite devices/%u/#\n');
-  fs.writeFileSync(path.join(dir, 'server-chain.crt'), fs.readFileSync(path.join(certsDir, 'server.crt'), 'utf8') + fs.readFileSync(path.join(certsDir, 'root-ca.crt'), 'utf8'));
-  fs.writeFileSync(conf, [
-    // keeps the invoking user (as root it would switch to 'mosquitto', who cannot read the key)
-    `user ${os.userInfo().username}`, 'per_listener_settings false', 'persistence false', 'log_dest none', `acl_file ${path.join(dir, 'acl')}`,
-    'allow_anonymous false', 'max_queued_messages 100000', 'max_inflight_messages 0',
-    `listener ${port} 127.0.0.1`, `cafile ${path.join(certsDir, 'ca-bundle.pem')}`, `certfile ${path.join(dir, 'server-chain.crt')}`,
-    `keyfile ${path.join(certsDir, 'server.key')}`, 'require_certificate true', 'use_identity_as_username true', '',
-  ].join('\n'));
-  const proc = spawn('mosquitto', ['-c', conf], { stdio: ['ignore', 'ignore', 'inherit'] });
-  for (let i = 0; i < 50; i++) {
-    const open = await new Promise<boolean>((resolve) => {
-      const s = net.connect(port, '127.0.0.1', () => { s.destroy(); resolve(true); });
-      s.on('error', () => resolve(false));
-    });
-    if (open) break;
-    await new Promise((r) => setTimeout(r, 100));
+const cpuOf = (pids: number[]) => pids.reduce((sum, p) => {
+  try { return sum + cpuSeconds(p); } catch { return sum; }
+}, 0);
+
+/** Waits until the process uses less than IDLE_SHARE of a core over `quietMs`. */
+async function waitIdle(pid: number, quietMs = 1000, timeoutMs = 120_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let last = cpuSeconds(pid);
+  let quietSince = Date.now();
+  while (Date.now() < deadline) {
+    await sleep(200);
+    const now = cpuSeconds(pid);
+    if (now - last > IDLE_SHARE * 0.2) quietSince = Date.now();
+    last = now;
+    if (Date.now() - quietSince >= quietMs) return;
   }
-  return { proc, pid: proc.pid!, port, stop: () => new Promise((resolve) => { proc.once('exit', () => resolve()); proc.kill('SIGTERM'); }) };
+  throw new Error('broker did not become idle');
 }
 
-export function connectDevice(port: number, c: Creds, ca: string, protocolVersion: 4 | 5 = 5): Promise<MqttClient> {
-  return mqtt.connectAsync(`mqtts://127.0.0.1:${port}`, {
-    key: c.key, cert: c.cert, ca, servername: 'localhost', clientId: c.thingId, username: c.thingId,
-    protocolVersion, reconnectPeriod: 0, connectTimeout: 300_000, keepalive: 600,
+/** One `mosquitto_pub -l` per device, connected and waiting on its stdin. */
+function startPublishers(port: number, ca: string, devices: DeviceFiles[], qos: 0 | 1): { procs: ChildProcess[]; errors: string[] } {
+  const errors: string[] = [];
+  const procs = devices.map((d) => {
+    const proc = spawn('mosquitto_pub', [
+      '-h', '127.0.0.1', '-p', String(port), '-V', 'mqttv5', '--cafile', ca, '--cert', d.cert, '--key', d.key,
+      '-i', d.id, '-u', d.id, '-t', `devices/${d.id}/telemetry`, '-q', String(qos), '-M', String(INFLIGHT), '-k', '600', '-l', ...(process.env.NODELAY === '1' ? ['--nodelay'] : []),
+    ], { stdio: ['pipe', 'ignore', 'pipe'] });
+    proc.stderr!.on('data', (chunk) => { if (errors.length < 20) errors.push(`${d.id}: ${String(chunk).trim()}`); });
+    proc.stdin!.on('error', () => {}); // a publisher that died is reported through its stderr and the counts
+    return proc;
   });
+  return { procs, errors };
 }
 
-export async function connectMany(port: number, creds: Creds[], ca: string, concurrency: number, onEach?: (ms: number) => void): Promise<MqttClient[]> {
-  const clients: MqttClient[] = new Array(creds.length);
-  let next = 0;
-  await Promise.all(Array.from({ length: concurrency }, async () => {
-    while (next < creds.length) {
-      const i = next++;
-      const t0 = performance.now();
-      clients[i] = await connectDevice(port, creds[i], ca);
-      onEach?.(performance.now() - t0);
+async function stopPublishers(procs: ChildProcess[]): Promise<void> {
+  const exited = procs.map((p) => (p.exitCode !== null || p.signalCode !== null ? Promise.resolve() : new Promise((r) => p.once('exit', r))));
+  for (const p of procs) p.stdin!.end();
+  const timer = setTimeout(() => { for (const p of procs) p.kill('SIGKILL'); }, 30_000);
+  await Promise.all(exited);
+  clearTimeout(timer);
+}
+
+interface RunResult {
+  messages: number; received: number; seconds: number; msgsPerSecond: number;
+  brokerCpuMsPer1000: number; brokerCpuShare: number; generatorCpuShare: number; helperCpuMsPer1000: number;
+}
+
+/** The devices of one broker, connected and waiting for lines. */
+interface Fleet { target: Target; procs: ChildProcess[]; errors: string[] }
+
+async function connectFleet(target: Target, ca: string, devices: DeviceFiles[], qos: 0 | 1): Promise<Fleet> {
+  const before = await target.connected();
+  const { procs, errors } = startPublishers(target.port, ca, devices, qos);
+  const deadline = Date.now() + 300_000;
+  while ((await target.connected()) - before < devices.length) {
+    if (Date.now() > deadline || procs.every((p) => p.exitCode !== null)) {
+      await stopPublishers(procs);
+      throw new Error(`${target.name}: devices did not all connect (${errors.slice(0, 3).join('; ')})`);
     }
-  }));
-  return clients;
+    await sleep(500);
+  }
+  return { target, procs, errors };
 }
 
-/** Worker process: connects the devices, waits for "go", publishes for SECONDS, prints its counts. */
-async function worker(): Promise<void> {
-  const [port, qos, seconds, credsFile, caFile] = process.argv.slice(3);
-  const creds = JSON.parse(fs.readFileSync(credsFile, 'utf8')) as Creds[];
-  const ca = fs.readFileSync(caFile, 'utf8');
-  const clients = await connectMany(Number(port), creds, ca, 50);
-  process.stdout.write('ready\n');
-  await new Promise<void>((resolve) => readline.createInterface({ input: process.stdin }).once('line', () => resolve()));
-  const cpu0 = process.cpuUsage();
+/** One round: every device of the fleet sends MESSAGES[qos] messages at once; the broker counts them. */
+async function runRound(fleet: Fleet, qos: 0 | 1): Promise<RunResult> {
+  const { target, procs } = fleet;
+  const perDevice = MESSAGES[qos];
+  const expected = procs.length * perDevice;
+  await waitIdle(target.pid); // connect bookkeeping and the previous round are not part of the measurement
+  const before = await target.received();
+  const lines = Buffer.from(`${PAYLOAD}\n`.repeat(perDevice));
+  const pubPids = procs.map((p) => p.pid!);
+  const helpers = target.helperPids();
+  const cpu0 = { broker: cpuSeconds(target.pid), gen: cpuOf(pubPids), helpers: cpuOf(helpers) };
   const t0 = performance.now();
-  const until = t0 + Number(seconds) * 1000;
-  let sent = 0;
-  const payload = JSON.stringify({ temperature: 21.5, humidity: 40, voltage: 3.3 });
-  // one message in flight per device: the next is published when the previous was written (QoS 0) or acknowledged (QoS 1)
-  await Promise.all(clients.map((client, i) => new Promise<void>((resolve) => {
-    const topic = `devices/${creds[i].thingId}/telemetry`;
-    const pub = () => {
-      if (performance.now() >= until) return resolve();
-      client.publish(topic, payload, { qos: Number(qos) as 0 | 1 }, (err) => {
-        if (!err) sent += 1;
-        pub();
-      });
-    };
-    pub();
-  })));
-  const elapsed = (performance.now() - t0) / 1000;
-  const cpu = process.cpuUsage(cpu0);
-  process.stdout.write(JSON.stringify({ sent, seconds: elapsed, cpuSeconds: (cpu.user + cpu.system) / 1e6 }) + '\n');
-  await Promise.all(clients.map((c) => c.endAsync(true)));
-  process.exit(0);
-}
-
-interface RunResult { msgsPerSecond: number; brokerCpuMsPer1000: number; brokerCpuShare: number; generatorCpuShare: number }
-
-/** One measurement: workers connect, then publish together while the broker's CPU time is read. */
-async function measure(brokerPid: number, port: number, qos: 0 | 1, seconds: number, credsFiles: string[], caFile: string): Promise<RunResult> {
-  const workers = credsFiles.map((f) => spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--worker', String(port), String(qos), String(seconds), f, caFile], { cwd: ROOT, stdio: ['pipe', 'pipe', 'inherit'] }));
-  const lines = workers.map((w) => readline.createInterface({ input: w.stdout! }));
-  const nextLine = (i: number) => new Promise<string>((resolve, reject) => {
-    lines[i].once('line', resolve);
-    workers[i].once('exit', (code) => reject(new Error(`load worker exited with ${code}`)));
-  });
-  await Promise.all(workers.map((_, i) => nextLine(i)));
-  const cpu0 = cpuSeconds(brokerPid);
-  const t0 = performance.now();
-  const results = workers.map((_, i) => nextLine(i));
-  for (const w of workers) w.stdin!.write('go\n');
-  const outs = (await Promise.all(results)).map((l) => JSON.parse(l) as { sent: number; seconds: number; cpuSeconds: number });
-  const wall = (performance.now() - t0) / 1000;
-  const brokerCpu = cpuSeconds(brokerPid) - cpu0;
-  const sent = outs.reduce((a, o) => a + o.sent, 0);
-  await Promise.all(workers.map((w) => new Promise((r) => (w.exitCode !== null ? r(null) : w.once('exit', r)))));
+  // CPU sampled every SAMPLE_MS: the round ends at the last sample in which the broker was busy
+  let last = { t: t0, cpu: cpu0.broker };
+  let end = { ...last };
+  const sampler = setInterval(() => {
+    const now = { t: performance.now(), cpu: cpuSeconds(target.pid) };
+    if ((now.cpu - last.cpu) > BUSY_SHARE * (now.t - last.t) / 1000) end = now;
+    last = now;
+  }, SAMPLE_MS);
+  for (const p of procs) p.stdin!.write(lines);
+  let received = 0;
+  for (;;) {
+    await waitIdle(target.pid, 1000, 600_000);
+    received = (await target.received()) - before;
+    if (received >= expected || performance.now() - end.t > 5000) break;
+  }
+  clearInterval(sampler);
+  const gen = cpuOf(pubPids) - cpu0.gen;
+  const helperCpu = cpuOf(helpers) - cpu0.helpers;
+  const seconds = (end.t - t0) / 1000;
+  const brokerCpu = end.cpu - cpu0.broker;
   return {
-    msgsPerSecond: Math.round(sent / Math.max(...outs.map((o) => o.seconds))),
-    brokerCpuMsPer1000: Math.round((brokerCpu * 1000 * 1000 / sent) * 100) / 100,
-    brokerCpuShare: Math.round((brokerCpu / wall) * 100) / 100,
-    generatorCpuShare: Math.round((outs.reduce((a, o) => a + o.cpuSeconds, 0) / wall) * 100) / 100,
+    messages: expected, received, seconds: round(seconds, 2),
+    msgsPerSecond: Math.round(received / seconds),
+    brokerCpuMsPer1000: round(brokerCpu * 1e6 / received, 2),
+    brokerCpuShare: round(brokerCpu / seconds, 2),
+    generatorCpuShare: round(gen / seconds, 2),
+    helperCpuMsPer1000: round(Math.max(0, helperCpu) * 1e6 / received, 2),
   };
 }
 
+/** The round with the median broker CPU per message. */
+function median(results: RunResult[]): RunResult {
+  return [...results].sort((a, b) => a.brokerCpuMsPer1000 - b.brokerCpuMsPer1000)[Math.floor(results.length / 2)];
+}
+
+const round = (n: number, digits: number) => Math.round(n * 10 ** digits) / 10 ** digits;
+
 async function main(): Promise<void> {
-  const devices = Number(process.env.DEVICES ?? 1000);
-  const seconds = Number(process.env.SECONDS ?? 10);
-  const workersN = Number(process.env.WORKERS ?? 2);
+  if (!fs.existsSync('/usr/bin/mosquitto_pub') || !fs.existsSync('/usr/sbin/mosquitto')) {
+    console.error('bench:mqtt needs Debian\'s mosquitto and mosquitto-clients (apt-get install mosquitto mosquitto-clients)');
+    process.exit(2);
+  }
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-mqtt-'));
-  console.log(`bench:mqtt  ${devices} devices, ${seconds} s per run, ${workersN} load workers, ${os.cpus().length} CPUs, node ${process.version}`);
+  const loadBefore = os.loadavg()[0];
+  console.log(`bench:mqtt  ${DEVICES} devices (one mosquitto_pub each), ${MESSAGES[0]} msgs/device at QoS 0, ${MESSAGES[1]} at QoS 1 (inflight ${INFLIGHT}), ${os.cpus().length} CPUs, node ${process.version}`);
   const gateway = await startGatewayProcess(dir);
   let mosquitto: Awaited<ReturnType<typeof startMosquitto>> | undefined;
+  let monitor: Awaited<ReturnType<typeof mosquittoTarget>> | undefined;
   try {
-    const creds = await issueDevices(gateway.certsDir, devices);
     const caFile = path.join(gateway.certsDir, 'ca-bundle.pem');
-    const credsFiles = Array.from({ length: workersN }, (_, w) => {
-      const f = path.join(dir, `creds-${w}.json`);
-      fs.writeFileSync(f, JSON.stringify(creds.filter((_, i) => i % workersN === w)));
-      return f;
-    });
+    const ca = fs.readFileSync(caFile, 'utf8');
+    const [monitorCreds, ...creds] = await issueDevices(gateway.certsDir, DEVICES + 1, [MONITOR_CN]);
+    const devices = writeDeviceFiles(path.join(dir, 'devices'), creds);
     mosquitto = await startMosquitto(dir, gateway.certsDir);
-    const rows: { broker: string; qos: number; r: RunResult }[] = [];
-    for (const qos of [0, 1] as const) {
-      for (const [broker, pid, port] of [['gateway (Aedes)', gateway.pid, gateway.mqttPort], ['mosquitto 2', mosquitto.pid, mosquitto.port]] as const) {
-        const r = await measure(pid, port, qos, seconds, credsFiles, caFile);
-        rows.push({ broker, qos, r });
-        console.log(`  QoS ${qos}  ${broker.padEnd(16)} ${String(r.msgsPerSecond).padStart(7)} msg/s  broker CPU ${r.brokerCpuMsPer1000} ms/1000 msgs  (broker ${Math.round(r.brokerCpuShare * 100)}% of a core, load generator ${Math.round(r.generatorCpuShare * 100)}%)`);
+    monitor = await mosquittoTarget(mosquitto.pid, mosquitto.port, monitorCreds, ca);
+    const targets = [gatewayTarget(gateway.pid, gateway.mqttPort, gateway.httpUrl), monitor];
+    const rows: { target: string; qos: 0 | 1; r: RunResult; rounds: RunResult[] }[] = [];
+    const chosen = targets.filter((t) => !process.env.ONLY || t.name.startsWith(process.env.ONLY));
+    for (const qos of QOS) {
+      // both fleets stay connected; rounds alternate between the brokers so that both see the same machine
+      const fleets: Fleet[] = [];
+      try {
+        for (const target of chosen) fleets.push(await connectFleet(target, caFile, devices, qos));
+        const results = new Map<Fleet, RunResult[]>(fleets.map((f) => [f, []]));
+        for (let i = 0; i < ROUNDS; i++) {
+          for (const fleet of fleets) {
+            const r = await runRound(fleet, qos);
+            results.get(fleet)!.push(r);
+            console.log(`  QoS ${qos}  round ${i + 1}  ${fleet.target.name.padEnd(16)} ${String(r.msgsPerSecond).padStart(7)} msg/s  ${r.received}/${r.messages} received in ${r.seconds} s  broker CPU ${r.brokerCpuMsPer1000} ms/1000 msgs (${Math.round(r.brokerCpuShare * 100)}% of a core; generator ${Math.round(r.generatorCpuShare * 100)}%${r.helperCpuMsPer1000 ? `; PostgreSQL ${r.helperCpuMsPer1000} ms/1000` : ''})`);
+          }
+        }
+        for (const fleet of fleets) {
+          rows.push({ target: fleet.target.name, qos, r: median(results.get(fleet)!), rounds: results.get(fleet)! });
+          for (const e of fleet.errors.slice(0, 3)) console.log(`    publisher error: ${e}`);
+        }
+      } finally {
+        for (const fleet of fleets) await stopPublishers(fleet.procs);
       }
     }
-    console.log('\n| QoS | broker | messages/s | broker CPU ms per 1,000 msgs | broker CPU (cores) | generator CPU (cores) |\n|---|---|---|---|---|---|');
-    for (const { broker, qos, r } of rows) console.log(`| ${qos} | ${broker} | ${r.msgsPerSecond} | ${r.brokerCpuMsPer1000} | ${r.brokerCpuShare} | ${r.generatorCpuShare} |`);
-    for (const qos of [0, 1]) {
-      const g = rows.find((x) => x.qos === qos && x.broker.startsWith('gateway'))!.r;
-      const m = rows.find((x) => x.qos === qos && x.broker.startsWith('mosquitto'))!.r;
-      console.log(`QoS ${qos}: ratio gateway/mosquitto  throughput ${(g.msgsPerSecond / m.msgsPerSecond).toFixed(2)}  CPU efficiency (mosquitto CPU per msg / gateway CPU per msg) ${(m.brokerCpuMsPer1000 / g.brokerCpuMsPer1000).toFixed(2)}`);
-    }
+    const ratios = QOS.flatMap((qos) => {
+      const g = rows.find((x) => x.qos === qos && x.target.startsWith('gateway'))?.r;
+      const m = rows.find((x) => x.qos === qos && x.target.startsWith('mosquitto'))?.r;
+      if (!g || !m) return [];
+      return { qos, throughput: round(g.msgsPerSecond / m.msgsPerSecond, 2), cpu: round(m.brokerCpuMsPer1000 / g.brokerCpuMsPer1000, 2) };
+    });
+    for (const r of ratios) console.log(`QoS ${r.qos}: ratio gateway/mosquitto  throughput ${r.throughput}  CPU efficiency (mosquitto CPU per msg / gateway CPU per msg) ${r.cpu}`);
+    if (!args['no-write'] && ratios.length === 2) writeSection(rows, ratios, loadBefore);
   } finally {
+    await monitor?.close().catch(() => {});
     await mosquitto?.stop();
     await gateway.stop();
     fs.rmSync(dir, { recursive: true, force: true });
   }
 }
 
-if (process.argv[2] === '--worker') await worker();
-else if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) await main();
+function writeSection(rows: { target: string; qos: 0 | 1; r: RunResult; rounds: RunResult[] }[], ratios: { qos: number; throughput: number; cpu: number }[], loadBefore: number): void {
+  const table = rows.map(({ target, qos, r, rounds }) =>
+    `| ${qos} | ${target} | ${r.msgsPerSecond.toLocaleString('en-US')} | ${r.received.toLocaleString('en-US')} / ${r.messages.toLocaleString('en-US')} | **${r.brokerCpuMsPer1000}** (${rounds.map((x) => x.brokerCpuMsPer1000).join(', ')}) | ${r.brokerCpuShare} | ${r.generatorCpuShare} | ${r.helperCpuMsPer1000 || '-'} |`).join('\n');
+  const section = `### Throughput and CPU per message (\`npm run bench:mqtt\`)
+
+Measured ${new Date().toISOString().slice(0, 16)}Z on ${os.cpus().length} cores, Node ${process.versions.node} (1-minute load average ${loadBefore.toFixed(1)} at the start).
+Load generator: Debian's \`mosquitto_pub -l\` (C), one process per device, ${DEVICES} devices, MQTT 5 with mutual
+TLS (EC P-256 device certificates from the gateway's device CA); each sends ${MESSAGES[0]} (QoS 0) or ${MESSAGES[1]} (QoS 1, up to
+${INFLIGHT} in flight) telemetry messages of ${PAYLOAD.length} bytes per round, once every device has connected and the broker is idle.
+Both fleets stay connected and ${ROUNDS} rounds alternate between the brokers; the table shows the round with the median
+broker CPU per message (all rounds in brackets).
+Mosquitto 2 from Debian, started by the benchmark: TLS, \`require_certificate\`, \`use_identity_as_username\`,
+\`pattern readwrite devices/%u/#\`. Messages are counted by each broker (gateway \`mqtt_messages_received_total\`,
+Mosquitto \`$SYS/broker/publish/messages/received\`); the broker CPU is read from \`/proc/<pid>/stat\`.
+The gateway also parses every telemetry payload and writes the latest values in batches to PostgreSQL
+(its CPU is the last column; Mosquitto stores nothing).
+
+| QoS | broker | messages/s | received / sent | broker CPU ms per 1,000 msgs (rounds) | broker CPU (cores) | generator CPU (cores) | PostgreSQL CPU ms per 1,000 msgs |
+|---|---|---|---|---|---|---|---|
+${table}
+
+${ratios.map((r) => `QoS ${r.qos}: ratio gateway/Mosquitto: throughput **${r.throughput}**, CPU efficiency (Mosquitto CPU per message / gateway CPU per message) **${r.cpu}**.`).join('\n')}
+Target: 0.5 or more.
+`;
+  const file = path.join(process.cwd(), 'docs', 'benchmarks.md');
+  const text = fs.readFileSync(file, 'utf8');
+  const re = /### Throughput and CPU per message \(`npm run bench:mqtt`\)[\s\S]*?(?=\n##|$)/;
+  const next = re.test(text) ? text.replace(re, section.trimEnd() + '\n') : `${text.trimEnd()}\n\n${section}`;
+  fs.writeFileSync(file, next);
+  console.log('docs/benchmarks.md updated');
+}
+
+await main();

@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { Aedes, type AedesOptions, type AedesPublishPacket, type Client } from 'aedes';
 import type { Logger } from '../log.js';
 import type { Pki } from '../pki/pki.js';
+import { cacheTopicMatches } from './matchCache.js';
 import { devicePublishAllowed, topicAllowed } from './topics.js';
 
 export { topicAllowed } from './topics.js';
@@ -59,6 +60,8 @@ export class Broker {
   readonly aedes: Aedes;
   readonly server: tls.Server;
   private readonly clients = new Map<string, Client>();
+  /** counters read by /metrics (plain numbers: they change on every device message) */
+  readonly stats = { messagesReceived: 0, connects: 0, connectsRefused: 0, tlsHandshakesRefused: 0 };
   /** serials of the current CRL: refuses a revoked certificate even on a resumed TLS session */
   private revokedSerials = new Set<string>();
   private crlPem?: string[];
@@ -71,11 +74,15 @@ export class Broker {
       socket.setNoDelay(true);
       aedes.handle(socket);
     });
-    this.server.on('tlsClientError', (err) => options.log.debug({ err: err.message }, 'mqtt tls handshake refused'));
+    this.server.on('tlsClientError', (err) => {
+      this.stats.tlsHandshakesRefused += 1;
+      options.log.debug({ err: err.message }, 'mqtt tls handshake refused');
+    });
     const hooks = options.hooks ?? {};
     aedes.on('client', (c) => {
       const previous = this.clients.get(c.id);
       this.clients.set(c.id, c);
+      this.stats.connects += 1;
       if (previous && previous !== c) hooks.disconnected?.(previous);
       hooks.connected?.(c);
     });
@@ -85,7 +92,9 @@ export class Broker {
       hooks.disconnected?.(c);
     });
     aedes.on('publish', (packet, client) => {
-      if (client && hooks.published) hooks.published(packet, client);
+      if (!client) return;
+      this.stats.messagesReceived += 1;
+      hooks.published?.(packet, client);
     });
     aedes.on('subscribe', (subs, client) => {
       if (client && hooks.subscribed) hooks.subscribed(subs.map((s) => s.topic), client);
@@ -98,9 +107,13 @@ export class Broker {
       authenticate: (client, username, _password, done) => {
         const cert = peerCertificate(client);
         const cn = Array.isArray(cert?.subject?.CN) ? cert.subject.CN[0] : cert?.subject?.CN;
-        if (!cn || cn !== client.id || username !== cn) return done(notAuthorized('certificate CN must equal client id and username'), false);
+        const refuse = (message: string) => {
+          if (self) self.stats.connectsRefused += 1;
+          done(notAuthorized(message), false);
+        };
+        if (!cn || cn !== client.id || username !== cn) return refuse('certificate CN must equal client id and username');
         const serial = cert?.serialNumber;
-        if (!serial || self?.revokedSerials.has(normalizeSerial(serial))) return done(notAuthorized('certificate revoked'), false);
+        if (!serial || self?.revokedSerials.has(normalizeSerial(serial))) return refuse('certificate revoked');
         done(null, true);
       },
       authorizePublish: (client, packet, cb) => {
@@ -115,6 +128,7 @@ export class Broker {
       maximumPacketSize: MAX_PACKET_BYTES,
       ...options.aedes,
     });
+    cacheTopicMatches((aedes as unknown as { mq: unknown }).mq);
     const broker = (self = new Broker(options, aedes));
     await new Promise<void>((resolve, reject) => {
       broker.server.once('error', reject);

@@ -4,6 +4,7 @@ import { redisAedesOptions } from './cluster.js';
 import { CommandRouter } from './commands.js';
 import { CrlWatcher } from './crl.js';
 import { IngestBuffer } from './ingest.js';
+import { registerBrokerMetrics } from './metrics.js';
 import { BrokerRepo } from './repo.js';
 import { brokerRoutes } from './routes.js';
 import { DeviceService } from './service.js';
@@ -36,6 +37,7 @@ export const brokerDomain: DomainModule = {
     gw.services.devices = devices;
     gw.services.deviceSessions = sessions;
     parts.set(gw, { ingest, sessions });
+    registerBrokerMetrics(gw.metrics, () => gw.services.broker);
   },
   async routes(app, gw) {
     await brokerRoutes(app, gw, gw.services.devices!);

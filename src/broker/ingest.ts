@@ -10,9 +10,8 @@ const MAX_PENDING = 2_000;
  * a second costs the database at most one row update per batch.
  */
 export class IngestBuffer {
-  private telemetry = new Map<string, { values: Record<string, unknown>; at: number }>();
-  /** epoch ms (numbers, not Dates: this runs for every device message) */
-  private seen = new Map<string, number>();
+  /** per thing: when it was last seen (epoch ms: this runs for every device message) and its merged telemetry */
+  private pending = new Map<string, { at: number; values?: Record<string, unknown> }>();
   private timer?: NodeJS.Timeout;
   private flushing: Promise<void> = Promise.resolve();
 
@@ -29,33 +28,38 @@ export class IngestBuffer {
   }
 
   seenNow(thingId: string): void {
-    this.seen.set(thingId, Date.now());
-    this.flushIfFull();
+    const entry = this.pending.get(thingId);
+    if (entry) entry.at = Date.now();
+    else this.add(thingId, { at: Date.now() });
   }
 
+  /** `values` is the caller's freshly parsed object: kept as is, not copied */
   addTelemetry(thingId: string, values: Record<string, unknown>): void {
-    const current = this.telemetry.get(thingId);
-    const now = Date.now();
-    if (current) {
-      Object.assign(current.values, values);
-      current.at = now;
-    } else this.telemetry.set(thingId, { values: { ...values }, at: now });
-    this.seen.set(thingId, now);
-    this.flushIfFull();
+    const entry = this.pending.get(thingId);
+    if (!entry) return this.add(thingId, { at: Date.now(), values });
+    entry.at = Date.now();
+    if (entry.values) Object.assign(entry.values, values);
+    else entry.values = values;
   }
 
-  private flushIfFull(): void {
-    if (this.seen.size >= MAX_PENDING) void this.flush();
+  private add(thingId: string, entry: { at: number; values?: Record<string, unknown> }): void {
+    this.pending.set(thingId, entry);
+    if (this.pending.size >= MAX_PENDING) void this.flush();
   }
 
   /** Writes what is pending; batches never overlap (the next waits for the previous). */
   flush(): Promise<void> {
     this.flushing = this.flushing.then(async () => {
-      if (this.telemetry.size === 0 && this.seen.size === 0) return;
-      const telemetry = [...this.telemetry].map(([thing_id, t]) => ({ thing_id, telemetry: t.values, at: new Date(t.at).toISOString() }));
-      const seen = [...this.seen].map(([thing_id, at]) => ({ thing_id, at: new Date(at).toISOString() }));
-      this.telemetry = new Map();
-      this.seen = new Map();
+      if (this.pending.size === 0) return;
+      const batch = this.pending;
+      this.pending = new Map();
+      const telemetry: { thing_id: string; telemetry: Record<string, unknown>; at: string }[] = [];
+      const seen: { thing_id: string; at: string }[] = [];
+      for (const [thing_id, entry] of batch) {
+        const at = new Date(entry.at).toISOString();
+        seen.push({ thing_id, at });
+        if (entry.values) telemetry.push({ thing_id, telemetry: entry.values, at });
+      }
       try {
         await this.repo.writeBatch(telemetry, seen);
       } catch (err) {

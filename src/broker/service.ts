@@ -7,7 +7,7 @@ import type { Broker, BrokerHooks } from './broker.js';
 import type { CommandRouter } from './commands.js';
 import type { IngestBuffer } from './ingest.js';
 import type { BrokerRepo } from './repo.js';
-import { deviceTopic, parseDeviceTopic } from './topics.js';
+import { deviceTopic, ownTopicKind, parseDeviceTopic } from './topics.js';
 
 const MAX_JSON_BYTES = 64 * 1024;
 
@@ -77,12 +77,7 @@ export class DeviceService {
   }
 
   private onPublish(packet: AedesPublishPacket, client: Client): void {
-    const topic = parseDeviceTopic(packet.topic);
-    if (!topic || topic.thingId !== client.id) {
-      this.ingest.seenNow(client.id);
-      return;
-    }
-    switch (topic.kind) {
+    switch (ownTopicKind(client.id, packet.topic)) {
       case 'telemetry': {
         const values = jsonObject(packet.payload);
         if (values) this.ingest.addTelemetry(client.id, values);

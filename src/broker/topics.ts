@@ -23,17 +23,33 @@ export type TopicKind = keyof typeof TOPICS;
 
 const PREFIX = 'devices/';
 const BY_SUFFIX = new Map<string, TopicKind>(Object.entries(TOPICS).map(([kind, t]) => [t.suffix, kind as TopicKind]));
-const GATEWAY_OWNED = new Set<string>(Object.values(TOPICS).filter((t) => t.from === 'gateway').map((t) => t.suffix));
 
 export const deviceTopic = (thingId: string, kind: TopicKind) => `${PREFIX}${thingId}/${TOPICS[kind].suffix}`;
 
 /** The ACL rule: a client may use only topics under `devices/{clientId}/`. */
-export const topicAllowed = (clientId: string, topic: string) => topic.startsWith(`${PREFIX}${clientId}/`) && !topic.includes('\0');
+export const topicAllowed = (clientId: string, topic: string) => isOwnTopic(clientId, topic) && !topic.includes('\0');
+
+/** `topic` starts with `devices/{clientId}/` (checked without building the prefix: this runs for every message) */
+function isOwnTopic(clientId: string, topic: string): boolean {
+  const slash = PREFIX.length + clientId.length;
+  return topic.length > slash + 1 && topic.charCodeAt(slash) === 47 /* '/' */ && topic.startsWith(PREFIX) && topic.startsWith(clientId, PREFIX.length);
+}
+
+const KINDS = Object.entries(TOPICS).map(([kind, t]) => ({ kind: kind as TopicKind, suffix: t.suffix, gateway: t.from === 'gateway' }));
+
+/** Which device topic of `clientId` this is: its kind, 'other' for another topic under its prefix, undefined outside it. */
+export function ownTopicKind(clientId: string, topic: string): TopicKind | 'other' | undefined {
+  if (!isOwnTopic(clientId, topic)) return undefined;
+  const suffixLength = topic.length - PREFIX.length - clientId.length - 1;
+  for (const k of KINDS) if (k.suffix.length === suffixLength && topic.endsWith(k.suffix)) return k.kind;
+  return 'other';
+}
 
 /** Devices publish under their prefix, except on the topics the gateway publishes. */
 export function devicePublishAllowed(clientId: string, topic: string): boolean {
-  if (!topicAllowed(clientId, topic)) return false;
-  return !GATEWAY_OWNED.has(topic.slice(PREFIX.length + clientId.length + 1));
+  const kind = ownTopicKind(clientId, topic);
+  if (kind === undefined || topic.includes('\0')) return false;
+  return kind === 'other' || TOPICS[kind].from === 'device';
 }
 
 /** `devices/{thingId}/{suffix}` -> its parts, or undefined for other topics. */

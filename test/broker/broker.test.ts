@@ -37,8 +37,10 @@ describe('authentication', () => {
 
   it('refuses a username other than the CN with CONNACK not authorized (0x87 in MQTT 5, 5 in 3.1.1)', async () => {
     const device = await ownedDevice();
+    const before = gw.gw.services.broker!.stats.connectsRefused;
     expect((await connectError(port, device, { username: 'someone-else' })).code).toBe(0x87);
     expect((await connectError(port, device, { username: 'someone-else', protocolVersion: 4 })).code).toBe(5);
+    expect(gw.gw.services.broker!.stats.connectsRefused - before).toBe(2);
   });
 
   it('refuses a client id other than the CN', async () => {
@@ -50,11 +52,13 @@ describe('authentication', () => {
   it('fails the TLS handshake for a self-signed certificate and for an expired one', async () => {
     const device = await ownedDevice();
     const { keyPem, certPem } = await selfSigned(device.thingId);
+    const handshakesRefused = gw.gw.services.broker!.stats.tlsHandshakesRefused;
     const refused = await tlsOutcome(port, certPem, keyPem, device.caPem);
     expect(refused).not.toBe('open');
     expect(refused).toMatch(/alert|closed|reset|ECONNRESET/i);
     const expired = await issueDevice(gw, { days: 0 });
     expect(await tlsOutcome(port, expired.certPem, expired.keyPem, expired.caPem)).toMatch(/expired|alert|closed|reset/i);
+    await waitFor(() => gw.gw.services.broker!.stats.tlsHandshakesRefused - handshakesRefused === 2, 5000, 'both refusals counted');
     // the control: the enrolled certificate passes the same handshake
     expect(await tlsOutcome(port, device.certPem, device.keyPem, device.caPem)).toBe('open');
   });
@@ -139,6 +143,11 @@ describe('device topics and tenant endpoints', () => {
     await waitFor(() => messages.filter((m) => m.telemetry).length === 2, 10_000, 'two streamed messages');
     expect(messages.filter((m) => m.telemetry).map((m) => m.telemetry)).toEqual([{ temp: 21.5, hum: 40 }, { temp: 22 }]);
     ws.close();
+    const metrics = await (await fetch(`${gw.httpUrl}/metrics`)).text();
+    const metric = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(metrics)?.[1]);
+    expect(metric('mqtt_messages_received_total')).toBeGreaterThanOrEqual(2);
+    expect(metric('mqtt_connected_clients')).toBeGreaterThanOrEqual(1);
+    expect(metric('mqtt_connects_total')).toBeGreaterThanOrEqual(1);
     const latest = await gw.http.get(`/api/v1/things/${device.thingId}/telemetry`, { token: account.viewer });
     expect(latest.status).toBe(200);
     expect(latest.body.telemetry).toEqual({ temp: 22, hum: 40 });
@@ -146,6 +155,20 @@ describe('device topics and tenant endpoints', () => {
     const foreign = new WebSocket(`${gw.httpUrl.replace('http', 'ws')}/api/v1/things/${device.thingId}/telemetry/stream`, { headers: { authorization: `Bearer ${other.viewer}` } });
     const status = await new Promise<number>((resolve) => foreign.on('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0)));
     expect(status).toBe(404);
+
+    // a browser sends its token as subprotocols (it cannot set headers); the server picks 'bearer'
+    const browser = new WebSocket(`${gw.httpUrl.replace('http', 'ws')}/api/v1/things/${device.thingId}/telemetry/stream`, ['bearer', account.viewer]);
+    const browserMessages: any[] = [];
+    browser.on('message', (m) => browserMessages.push(JSON.parse(m.toString())));
+    await waitFor(() => browserMessages.some((m) => m.type === 'subscribed'), 10_000, 'browser stream subscribed');
+    expect(browser.protocol).toBe('bearer');
+    await client.publishAsync(`devices/${device.thingId}/telemetry`, JSON.stringify({ temp: 23 }), { qos: 1 });
+    await waitFor(() => browserMessages.some((m) => m.telemetry?.temp === 23), 10_000, 'browser got telemetry');
+    browser.close();
+    const badToken = new WebSocket(`${gw.httpUrl.replace('http', 'ws')}/api/v1/things/${device.thingId}/telemetry/stream`, ['bearer', 'not.a.jwt']);
+    expect(await new Promise<number>((resolve) => badToken.on('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0)))).toBe(401);
+    const noToken = new WebSocket(`${gw.httpUrl.replace('http', 'ws')}/api/v1/things/${device.thingId}/telemetry/stream`);
+    expect(await new Promise<number>((resolve) => noToken.on('unexpected-response', (_req, res) => resolve(res.statusCode ?? 0)))).toBe(401);
     await client.endAsync();
   });
 

@@ -54,9 +54,9 @@ export class Auth {
     this.layers.push(layer);
   }
 
-  /** The caller, or undefined when the request carries no Authorization header. */
+  /** The caller, or undefined when the request carries no Authorization header (nor a WebSocket bearer subprotocol). */
   async authenticate(request: FastifyRequest): Promise<Principal | undefined> {
-    const header = request.headers.authorization;
+    const header = request.headers.authorization ?? webSocketBearer(request);
     if (!header) return undefined;
     const space = header.indexOf(' ');
     const scheme = (space > 0 ? header.slice(0, space) : header).toLowerCase();
@@ -109,4 +109,18 @@ export function accountOf(request: FastifyRequest): string {
   const p = principalOf(request);
   if (!p.accountId) throw forbidden('this operation acts on an account; your identity is not bound to one (send X-Account-Id for identity-center users)');
   return p.accountId;
+}
+
+/**
+ * Browsers cannot set headers on a WebSocket, so a WebSocket upgrade may carry its bearer token
+ * as subprotocols instead: `new WebSocket(url, ['bearer', token])`. The server answers with the
+ * `bearer` subprotocol (the first offered), never echoing the token; a token in the URL would
+ * end up in access logs.
+ */
+function webSocketBearer(request: FastifyRequest): string | undefined {
+  if (request.headers.upgrade?.toLowerCase() !== 'websocket') return undefined;
+  const offered = request.headers['sec-websocket-protocol'];
+  if (typeof offered !== 'string') return undefined;
+  const [first, token] = offered.split(',').map((p) => p.trim());
+  return first === 'bearer' && token ? `Bearer ${token}` : undefined;
 }

@@ -1,0 +1,143 @@
+/**
+ * What the MQTT benchmarks share: the gateway and Mosquitto 2 as child processes (same device CA,
+ * equivalent TLS settings and ACL), device certificates, and CPU and memory readings from /proc.
+ */
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import net from 'node:net';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import mqtt, { type MqttClient } from 'mqtt';
+import { Pki } from '../../src/pki/pki.js';
+
+export interface Creds { thingId: string; cert: string; key: string }
+
+export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+const TICKS = 100; // USER_HZ of /proc/<pid>/stat
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as net.AddressInfo;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/** CPU seconds (user + system) a process has used so far. */
+export function cpuSeconds(pid: number): number {
+  const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) / TICKS;
+}
+
+export function rssBytes(pid: number): number {
+  const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
+  return Number(/VmRSS:\s+(\d+) kB/.exec(status)![1]) * 1024;
+}
+
+export interface GatewayProcess { proc: ChildProcess; pid: number; httpUrl: string; mqttPort: number; certsDir: string; stop(): Promise<void> }
+
+/** A gateway in a child process (embedded PostgreSQL in a temporary folder), `node --import tsx` so its pid is the broker's. */
+export async function startGatewayProcess(dir: string, extraEnv: Record<string, string> = {}): Promise<GatewayProcess> {
+  const [httpPort, mqttPort, pgPort] = [await freePort(), await freePort(), await freePort()];
+  const certsDir = path.join(dir, 'certs');
+  fs.chmodSync(dir, 0o755); // embedded PostgreSQL runs as its own user when we are root
+  // BENCH_CPU_PROF=dir writes a V8 CPU profile of the gateway process there (on exit)
+  const prof = process.env.BENCH_CPU_PROF ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_CPU_PROF] : [];
+  const proc = spawn(process.execPath, [...prof, '--import', 'tsx', 'src/main.ts'], {
+    cwd: ROOT,
+    env: {
+      ...process.env, HTTP_HOST: '127.0.0.1', HTTP_PORT: String(httpPort), MQTT_HOST: '127.0.0.1', MQTT_PORT: String(mqttPort),
+      EMBEDDED_PG_PORT: String(pgPort), DATA_DIR: path.join(dir, 'data'), CERTS_DIR: certsDir, LOG_LEVEL: 'warn', LOG_PRETTY: 'false',
+      PUBLIC_BASE_URL: `http://127.0.0.1:${httpPort}`, DATABASE_URL: '', REDIS_URL: '', ...extraEnv,
+    },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  let startupLog = '';
+  proc.stdout!.on('data', (d) => { if (startupLog.length < 20_000) startupLog += d; });
+  const httpUrl = `http://127.0.0.1:${httpPort}`;
+  const deadline = Date.now() + 120_000;
+  for (;;) {
+    if (proc.exitCode !== null) throw new Error(`gateway exited during start:\n${startupLog}`);
+    const ok = await fetch(`${httpUrl}/readyz`).then((r) => r.ok, () => false);
+    if (ok) break;
+    if (Date.now() > deadline) throw new Error('gateway did not become ready');
+    await new Promise((r) => setTimeout(r, 300));
+  }
+  return {
+    proc, pid: proc.pid!, httpUrl, mqttPort, certsDir,
+    stop: () => new Promise<void>((resolve) => {
+      if (proc.exitCode !== null) return resolve();
+      proc.once('exit', () => resolve());
+      proc.kill('SIGTERM');
+    }),
+  };
+}
+
+/** Device certificates issued directly by the gateway's device CA (files in CERTS_DIR); CN = a new thingId, or the given names. */
+export async function issueDevices(certsDir: string, n: number, names?: string[]): Promise<Creds[]> {
+  const pki = await Pki.ensure(undefined as never, { dir: certsDir, serverNames: ['localhost'], crlUrl: 'http://127.0.0.1/crl' });
+  const out: Creds[] = [];
+  for (let i = 0; i < n; i++) {
+    const thingId = names?.[i] ?? crypto.randomUUID();
+    const { publicKey, privateKeyPem } = await pki.generateDeviceKey();
+    const cert = await pki.issueDeviceCertificate(thingId, publicKey, 2);
+    out.push({ thingId, cert: cert.pem, key: privateKeyPem });
+  }
+  return out;
+}
+
+/** CN of the certificate with which a benchmark reads Mosquitto's $SYS counters */
+export const MONITOR_CN = 'bench-monitor';
+
+/** Mosquitto 2 with TLS, required client certificates (same CA), identity as username and an ACL per client. */
+export async function startMosquitto(dir: string, certsDir: string): Promise<{ proc: ChildProcess; pid: number; port: number; stop(): Promise<void> }> {
+  const port = await freePort();
+  const conf = path.join(dir, 'mosquitto.conf');
+  fs.writeFileSync(path.join(dir, 'acl'), `pattern readwrite devices/%u/#\n\nuser ${MONITOR_CN}\ntopic read $SYS/#\n`);
+  fs.writeFileSync(path.join(dir, 'server-chain.crt'), fs.readFileSync(path.join(certsDir, 'server.crt'), 'utf8') + fs.readFileSync(path.join(certsDir, 'root-ca.crt'), 'utf8'));
+  fs.writeFileSync(conf, [
+    // keeps the invoking user (as root it would switch to 'mosquitto', who cannot read the key)
+    `user ${os.userInfo().username}`, 'per_listener_settings false', 'persistence false', 'log_dest none', `acl_file ${path.join(dir, 'acl')}`,
+    'allow_anonymous false', 'set_tcp_nodelay true', 'max_queued_messages 100000', 'max_inflight_messages 0', 'sys_interval 1',
+    `listener ${port} 127.0.0.1`, `cafile ${path.join(certsDir, 'ca-bundle.pem')}`, `certfile ${path.join(dir, 'server-chain.crt')}`,
+    `keyfile ${path.join(certsDir, 'server.key')}`, 'require_certificate true', 'use_identity_as_username true', '',
+  ].join('\n'));
+  const proc = spawn('mosquitto', ['-c', conf], { stdio: ['ignore', 'ignore', 'inherit'] });
+  for (let i = 0; i < 50; i++) {
+    const open = await new Promise<boolean>((resolve) => {
+      const s = net.connect(port, '127.0.0.1', () => { s.destroy(); resolve(true); });
+      s.on('error', () => resolve(false));
+    });
+    if (open) break;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return { proc, pid: proc.pid!, port, stop: () => new Promise((resolve) => { proc.once('exit', () => resolve()); proc.kill('SIGTERM'); }) };
+}
+
+export function connectDevice(port: number, c: Creds, ca: string, protocolVersion: 4 | 5 = 5): Promise<MqttClient> {
+  return mqtt.connectAsync(`mqtts://127.0.0.1:${port}`, {
+    key: c.key, cert: c.cert, ca, servername: 'localhost', clientId: c.thingId, username: c.thingId,
+    protocolVersion, reconnectPeriod: 0, connectTimeout: 300_000, keepalive: 600,
+  });
+}
+
+export async function connectMany(port: number, creds: Creds[], ca: string, concurrency: number, onEach?: (ms: number) => void): Promise<MqttClient[]> {
+  const clients: MqttClient[] = new Array(creds.length);
+  let next = 0;
+  await Promise.all(Array.from({ length: concurrency }, async () => {
+    while (next < creds.length) {
+      const i = next++;
+      const t0 = performance.now();
+      clients[i] = await connectDevice(port, creds[i], ca);
+      onEach?.(performance.now() - t0);
+    }
+  }));
+  return clients;
+}
+

@@ -311,6 +311,16 @@ ${table}
 
 ${ratios.map((r) => `QoS ${r.qos}: ratio gateway/Mosquitto: throughput **${r.throughput}**, CPU efficiency (Mosquitto CPU per message / gateway CPU per message) **${r.cpu}**.`).join('\n')}
 Target: 0.5 or more.
+
+Reading: at QoS 0 the gateway spends about 5.5 µs per message (Node's TLS stream, the MQTT parser,
+Aedes' publish pipeline, the ACL, the JSON parse of the telemetry and its batch), Mosquitto about 3 µs.
+At QoS 1 they are even: the gateway writes the PUBACKs of one event-loop turn together, Mosquitto writes
+each with its own TLS write (likely why the mosquitto_pub processes also work harder against Mosquitto: the
+generator column). What made the gateway cheaper per message: the topic trie walked once per distinct
+topic (\`src/broker/matchCache.ts\`), the ACL and topic kind checked without building strings, one map
+entry per device in the telemetry buffer. The earlier mqtt.js generator (one message in flight per
+device) measured 2.4 vs 0.7 ms (QoS 0) and 65 vs 22 ms (QoS 1) per 1,000 messages: small reads cost both
+brokers more, Node more so.
 `;
   const file = path.join(process.cwd(), 'docs', 'benchmarks.md');
   const text = fs.readFileSync(file, 'utf8');

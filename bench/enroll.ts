@@ -162,7 +162,7 @@ CLAIM_MANY per claim group, the Thing actors pipelined); each response still wai
 Measured in process (no HTTP) that costs about 1.6 ms of gateway CPU (thread pool included) and at
 most 0.7 ms of PostgreSQL CPU per enrollment. On 2026-11-22, runs while other engineers' test suites
 shared the machine (load average 1.4 to 5.4) gave 210 to 475 enrollments/s; on the quiet machine,
-700 to 720/s.
+700 to 820/s.
 `;
       const file = path.join(process.cwd(), 'docs', 'benchmarks.md');
       const text = fs.readFileSync(file, 'utf8');

@@ -56,7 +56,7 @@ export async function buildHttp(gw: Gateway, domains: DomainModule[]): Promise<Z
   installHttpMetrics(app, gw.metrics);
 
   app.get('/healthz', { config: { auth: 'public' }, schema: { tags: ['ops'], summary: 'Liveness', response: { 200: z.object({ status: z.literal('ok') }) } } }, async () => ({ status: 'ok' as const }));
-  app.get('/readyz', { config: { auth: 'public' }, schema: { tags: ['ops'], summary: 'Readiness: database and broker up', response: { 200: z.object({ status: z.literal('ready'), checks: z.record(z.string(), z.boolean()) }) } } }, async () => {
+  app.get('/readyz', { config: { auth: 'public' }, logLevel: 'error' /* probes poll it while starting: not-ready is expected */, schema: { tags: ['ops'], summary: 'Readiness: database and broker up', response: { 200: z.object({ status: z.literal('ready'), checks: z.record(z.string(), z.boolean()) }) } } }, async () => {
     const checks: Record<string, boolean> = {};
     checks.database = await gw.sql`select 1`.then(() => true, () => false);
     for (const d of domains) {

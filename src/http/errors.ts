@@ -81,7 +81,9 @@ export function registerErrorHandling(app: FastifyInstance, baseUrl: string, bod
       request.log.error({ err: mapErr }, 'error mapping failed');
       p = new Problem(500, 'internal error; quote the trace_id when reporting it');
     }
-    if (p.status >= 500) request.log.error({ err }, 'request failed');
+    // 503 is a state the caller is told about (not ready yet, shutting down), not a fault of ours
+    if (p.status === 503) request.log.warn({ detail: p.detail }, 'service unavailable');
+    else if (p.status >= 500) request.log.error({ err }, 'request failed');
     else request.log.info({ status: p.status, detail: p.detail }, 'request refused');
     return sendProblem(baseUrl, request, reply, p);
   });

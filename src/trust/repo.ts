@@ -298,6 +298,14 @@ export const repo = {
       returning *`;
     return row;
   },
+  /** Revocation answers the thing's open license request: denied, by whoever revoked it. */
+  async denyPendingLicenses(db: Db, thingId: string, by: string): Promise<number> {
+    const rows = await db`
+      update device_licenses set decision = 'denied', decided_by = ${by}, decided_at = now(), reason = 'thing revoked'
+      where thing_id = ${thingId} and decision = 'pending'
+      returning id`;
+    return rows.length;
+  },
   /** Keyset page (by id) of the licenses of the account's things; one row more than `limit` says there is a next page. */
   async listLicenses(db: Db, accountId: string, q: { status?: LicenseStatus; limit: number; after?: string }): Promise<LicenseRow[]> {
     return db<LicenseRow[]>`

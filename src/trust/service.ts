@@ -52,6 +52,7 @@ export class TrustService implements ThingDirectory {
       if (!thing || thing.account_id !== accountId) throw notFound(`thing ${thingId} not found`);
       const revokedNow = await repo.revokeCertificates(uow.sql, thingId);
       await repo.markThingRevoked(uow.sql, thingId);
+      await repo.denyPendingLicenses(uow.sql, thingId, by);
       if (!thing.revoked_at) {
         const serial = revokedNow[0] ?? null;
         const actor = await uow.load(thingKind, thingId);

@@ -198,12 +198,18 @@ describe('manual approval', () => {
     expect(n).toBe(1);
   });
 
-  it('a revoked thing\'s request cannot be approved (409), only denied', async () => {
+  it('revoking a thing denies its pending request; it can then be neither approved nor denied (409)', async () => {
     const d = await deviceOf(approver, 'manual');
     const licenseId = await pendingRequest(d);
     await revokeDevice(gw, approver, d.thingId);
-    expect(expectProblem(await approve(approver.operator, licenseId), 409).detail).toMatch(/revoked/);
-    expect((await deny(approver.operator, licenseId)).status).toBe(200);
+    const [row] = await gw.db.sql<{ decision: string; reason: string; decided_by: string | null }[]>`
+      select decision, reason, decided_by from device_licenses where id = ${licenseId}`;
+    expect(row).toMatchObject({ decision: 'denied', reason: 'thing revoked' });
+    expect(row.decided_by).toBeTruthy();
+    expect(expectProblem(await approve(approver.operator, licenseId), 409).detail).toMatch(/already denied/);
+    expect(expectProblem(await deny(approver.operator, licenseId), 409).detail).toMatch(/already denied/);
+    const pending = await gw.http.get('/api/v1/licenses?status=pending&limit=100', { token: approver.viewer });
+    expect(pending.body.items.map((i: { licenseId: string }) => i.licenseId)).not.toContain(licenseId);
   });
 
   it('lists with keyset pagination and a status filter', async () => {

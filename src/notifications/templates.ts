@@ -102,6 +102,14 @@ export const SEED_TEMPLATES: TemplateRecord[] = [
     bodyHtml: layout('Device {{serial}} was revoked', '<p>The certificate of device <b>{{serial}}</b> (thing <code>{{thingId}}</code>) was revoked by {{by}}. The device can no longer connect.</p>'),
   },
   {
+    id: 'license/requested',
+    categoryId: 'devices',
+    subject: 'Device {{serial}} requests a license',
+    title: 'Device {{serial}} requests a license: approve or deny it',
+    bodyText: 'Device {{serial}} (thing {{thingId}}) requested a license ({{licenseId}}); its model needs a tenant\'s approval. Users with the approve_licenses capability decide it with POST /api/v1/licenses/{{licenseId}}/approve or /deny.\n\n{{actionUrl}}\n',
+    bodyHtml: layout('Device {{serial}} requests a license', '<p>Device <b>{{serial}}</b> (thing <code>{{thingId}}</code>) requested a license; its model needs a tenant\'s approval.</p>'),
+  },
+  {
     id: 'claim-group/capped',
     categoryId: 'claim-groups',
     subject: 'Claim group {{name}} is full',

@@ -104,7 +104,7 @@ export class DeviceService {
    */
   async requestLicense(thingId: string, features: string[] = []): Promise<GrantedLicense | PendingLicense> {
     const thing = await this.licensable(thingId, 'request');
-    if (thing.license_approval === 'manual') return { licenseId: await this.pendingRequest(thingId, features), status: 'pending' };
+    if (thing.license_approval === 'manual') return { licenseId: await this.pendingRequest(thing, features), status: 'pending' };
     return this.grant(thingId, 'request', features);
   }
 
@@ -153,9 +153,15 @@ export class DeviceService {
    * same id. A conflicting insert waits for the other inserter; if the row it met was decided
    * before we read it, a new request is due, so insert again.
    */
-  private async pendingRequest(thingId: string, features: string[]): Promise<string> {
+  private async pendingRequest(thing: { id: string; account_id: string; serial: string }, features: string[]): Promise<string> {
+    const thingId = thing.id;
     for (let attempt = 0; attempt < 3; attempt++) {
-      const inserted = await repo.insertPendingLicense(this.gw.sql, { id: crypto.randomUUID(), thingId, features });
+      // a new request is announced (event license.requested -> the account's approvers are notified) in its own commit
+      const inserted = await this.gw.actors.run(async (uow) => {
+        const id = await repo.insertPendingLicense(uow.sql, { id: crypto.randomUUID(), thingId, features });
+        if (id) await uow.emit('license', id, { type: 'license.requested', licenseId: id, thingId, serial: thing.serial, features }, thing.account_id);
+        return id;
+      });
       if (inserted) return inserted;
       const existing = await repo.pendingLicenseOf(this.gw.sql, thingId);
       if (existing) return existing;

@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, expectProblem, type TestGateway } from '../helpers/gateway.js';
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { enrollDevice, revokeDevice, type EnrolledDevice } from '../helpers/devices.js';
+import { waitFor } from '../helpers/wait.js';
 
 let gw: TestGateway;
 /** may approve (approve_licenses) */
@@ -101,6 +102,17 @@ describe('manual approval', () => {
     }));
     const otherList = await gw.http.get('/api/v1/licenses?status=pending', { token: stranger.viewer });
     expect(otherList.body.items.map((l: { licenseId: string }) => l.licenseId)).not.toContain(licenseId);
+
+    // the account is told once (the repeated request above made no second notification)
+    const reader = await gw.token({ realm: `acc-${approver.id}`, sub: 'license-watcher', roles: ['viewer'] });
+    const notices = await waitFor(async () => {
+      const feed = await gw.http.get('/console/notifications/feed', { token: reader, headers: { 'x-account-id': approver.id } });
+      const mine = feed.body.items.filter((i: { template: string; data?: { licenseId?: string } }) => i.template === 'license/requested' && i.data?.licenseId === licenseId);
+      return mine.length ? mine : undefined;
+    }, 15_000, 'license/requested notification');
+    expect(notices).toHaveLength(1);
+    expect(notices[0]).toMatchObject({ scope: 'tenant', accountId: approver.id, actionUrl: `/licenses/${licenseId}` });
+    expect(notices[0].title).toContain('requests a license');
 
     const before = Date.now();
     const approved = await approve(approver.operator, licenseId);

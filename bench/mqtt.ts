@@ -12,6 +12,12 @@
  *
  *   npm run bench:mqtt                                  (DEVICES=1000, MESSAGES_QOS0=1000, MESSAGES_QOS1=200, ROUNDS=5)
  *   DEVICES=200 MESSAGES_QOS0=200 MESSAGES_QOS1=50 npm run bench:mqtt -- --no-write
+ *
+ * Also: INFLIGHT (QoS 1 window per device, 20), QOS=0|1 (one level only), ONLY=gateway|mosquitto
+ * (one broker only), NODELAY=1 (TCP_NODELAY on the publishers), BENCH_CPU_PROF=<dir> (a V8 CPU
+ * profile of the gateway). Only a full run (both levels, both brokers) rewrites docs/benchmarks.md.
+ * Keep rounds at 100,000 messages or more: a round ends at the broker's last busy CPU sample, so
+ * in a short round the gateway's own timers (telemetry batches, heartbeats) weigh on its figure.
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -126,10 +132,11 @@ async function waitIdle(pid: number, quietMs = 1000, timeoutMs = 120_000): Promi
   const deadline = Date.now() + timeoutMs;
   let last = cpuSeconds(pid);
   let quietSince = Date.now();
+  const stepMs = 200;
   while (Date.now() < deadline) {
-    await sleep(200);
+    await sleep(stepMs);
     const now = cpuSeconds(pid);
-    if (now - last > IDLE_SHARE * 0.2) quietSince = Date.now();
+    if (now - last > IDLE_SHARE * (stepMs / 1000)) quietSince = Date.now();
     last = now;
     if (Date.now() - quietSince >= quietMs) return;
   }

@@ -20,6 +20,7 @@ import { createLogger } from '../src/log.js';
 import { startGateway } from '../src/server.js';
 import { domains } from '../src/domains.js';
 import type { DomainModule, ZodApp } from '../src/gateway.js';
+import { writeBenchmarkSection } from './lib/report.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -129,12 +130,7 @@ async function main() {
         'capabilities): no database round trip per request; `last_used_at` is written in batches every 5 s.',
         '',
       ].join('\n');
-      const file = path.join(process.cwd(), 'docs', 'benchmarks.md');
-      const text = fs.readFileSync(file, 'utf8');
-      const re = /## Auth \(`npm run bench:auth`\)[\s\S]*?(?=\n## |$)/;
-      const next = re.test(text) ? text.replace(re, section.trimEnd() + '\n') : `${text.trimEnd()}\n\n${section}`;
-      fs.writeFileSync(file, next);
-      console.log('docs/benchmarks.md updated');
+      writeBenchmarkSection(section);
     }
     if (ratio < 0.7) process.exitCode = 1;
   } finally {

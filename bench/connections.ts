@@ -18,6 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { MqttClient } from 'mqtt';
 import { ROOT, connectMany, cpuSeconds, issueDevices, rssBytes, startGatewayProcess, startMosquitto } from './lib/brokers.js';
+import { writeBenchmarkSection } from './lib/report.js';
 
 interface WorkerResult { connected: number; failed: number; p50: number; p99: number }
 
@@ -124,11 +125,7 @@ ${table}
 
 ${ratios}
 `;
-      const file = path.join(ROOT, 'docs', 'benchmarks.md');
-      const text = fs.readFileSync(file, 'utf8');
-      const re = /### Connections \(`npm run bench:connections`\)[\s\S]*?(?=\n##|$)/;
-      fs.writeFileSync(file, re.test(text) ? text.replace(re, section.trimEnd() + '\n') : `${text.trimEnd()}\n\n${section}`);
-      console.log('docs/benchmarks.md updated');
+      writeBenchmarkSection(section);
     }
   } finally {
     await mosquitto?.stop();

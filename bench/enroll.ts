@@ -20,6 +20,7 @@ import { parseArgs } from 'node:util';
 import autocannon from 'autocannon';
 import forge from 'node-forge';
 import { freePort } from '../src/db/embedded.js';
+import { writeBenchmarkSection } from './lib/report.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -164,12 +165,7 @@ most 0.7 ms of PostgreSQL CPU per enrollment. On 2026-11-22, runs while other en
 shared the machine (load average 1.4 to 5.4) gave 210 to 475 enrollments/s; on the quiet machine,
 700 to 820/s.
 `;
-      const file = path.join(process.cwd(), 'docs', 'benchmarks.md');
-      const text = fs.readFileSync(file, 'utf8');
-      const re = /## Enrollment \(`npm run bench:enroll`\)[\s\S]*?(?=\n## |$)/;
-      const next = re.test(text) ? text.replace(re, section.trimEnd() + '\n') : `${text.trimEnd()}\n\n${section}`;
-      fs.writeFileSync(file, next);
-      console.log('docs/benchmarks.md updated');
+      writeBenchmarkSection(section);
     }
   } finally {
     await gw.stop();

@@ -28,6 +28,7 @@ import mqtt from 'mqtt';
 import {
   MONITOR_CN, cpuSeconds, issueDevices, startGatewayProcess, startMosquitto, type Creds,
 } from './lib/brokers.js';
+import { writeBenchmarkSection } from './lib/report.js';
 
 const { values: args } = parseArgs({ options: { 'no-write': { type: 'boolean', default: false } } });
 const DEVICES = Number(process.env.DEVICES ?? 1000);
@@ -329,12 +330,7 @@ entry per device in the telemetry buffer. The earlier mqtt.js generator (one mes
 device) measured 2.4 vs 0.7 ms (QoS 0) and 65 vs 22 ms (QoS 1) per 1,000 messages: small reads cost both
 brokers more, Node more so.
 `;
-  const file = path.join(process.cwd(), 'docs', 'benchmarks.md');
-  const text = fs.readFileSync(file, 'utf8');
-  const re = /### Throughput and CPU per message \(`npm run bench:mqtt`\)[\s\S]*?(?=\n##|$)/;
-  const next = re.test(text) ? text.replace(re, section.trimEnd() + '\n') : `${text.trimEnd()}\n\n${section}`;
-  fs.writeFileSync(file, next);
-  console.log('docs/benchmarks.md updated');
+  writeBenchmarkSection(section);
 }
 
 await main();

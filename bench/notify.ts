@@ -18,6 +18,7 @@ import path from 'node:path';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { parseArgs } from 'node:util';
 import { freePort } from '../src/db/embedded.js';
+import { writeBenchmarkSection } from './lib/report.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -310,12 +311,7 @@ async function main() {
       '',
     ].join('\n');
     if (!args['no-write']) {
-      const file = path.join(process.cwd(), 'docs', 'benchmarks.md');
-      const text = fs.readFileSync(file, 'utf8');
-      const re = /## Notifications \(`npm run bench:notify`\)[\s\S]*?(?=\n## |$)/;
-      const next = re.test(text) ? text.replace(re, section.trimEnd() + '\n') : `${text.trimEnd()}\n\n${section}`;
-      fs.writeFileSync(file, next);
-      console.log('docs/benchmarks.md updated');
+      writeBenchmarkSection(section);
     }
   } finally {
     for (const st of streams) st.close();

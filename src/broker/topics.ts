@@ -35,7 +35,7 @@ function isOwnTopic(clientId: string, topic: string): boolean {
   return topic.length > slash + 1 && topic.charCodeAt(slash) === 47 /* '/' */ && topic.startsWith(PREFIX) && topic.startsWith(clientId, PREFIX.length);
 }
 
-const KINDS = Object.entries(TOPICS).map(([kind, t]) => ({ kind: kind as TopicKind, suffix: t.suffix, gateway: t.from === 'gateway' }));
+const KINDS = Object.entries(TOPICS).map(([kind, t]) => ({ kind: kind as TopicKind, suffix: t.suffix }));
 
 /** Which device topic of `clientId` this is: its kind, 'other' for another topic under its prefix, undefined outside it. */
 export function ownTopicKind(clientId: string, topic: string): TopicKind | 'other' | undefined {

@@ -36,6 +36,27 @@ async function token(realm: string, sub: string, roles: string[]): Promise<strin
   return res.body.access_token;
 }
 
+/**
+ * A management account with an organization whose raised quotas (approved by the platform) a
+ * member account's leave must seed, and that member: what both crash tests start from.
+ */
+async function organizationWithMember(name: string, raised: [code: string, value: number][]) {
+  const platform = await token('platform', 'crash-admin', ['platform-admin']);
+  const mgmt = crypto.randomUUID();
+  const member = crypto.randomUUID();
+  for (const id of [mgmt, member]) expect((await http.post('/platform/v1/accounts', { id, name: id }, { token: platform })).status).toBe(201);
+  const mgmtAdmin = await token(`acc-${mgmt}`, 'boss', ['admin']);
+  const memberAdmin = await token(`acc-${member}`, 'leaver', ['admin']);
+  const org = (await http.post('/api/v1/organizations', { name }, { token: mgmtAdmin })).body.id;
+  for (const [code, value] of raised) {
+    const req = await http.post(`/api/v1/organizations/${org}/quota-requests`, { quota_code: code, desired_value: value }, { token: mgmtAdmin });
+    expect(req.status).toBe(201);
+    expect((await http.put(`/api/v1/quota-requests/${req.body.id}/approve`, undefined, { token: platform })).status).toBe(200);
+  }
+  expect((await http.post(`/api/v1/organizations/${org}/members`, { account_id: member }, { token: mgmtAdmin })).status).toBe(201);
+  return { platform, mgmt, mgmtAdmin, member, memberAdmin, org };
+}
+
 beforeAll(async () => {
   db = await createTestDatabase({ migrated: false });
   port = await freePort();
@@ -55,19 +76,7 @@ describe('leave saga durability', () => {
   it('crashes after the leave starts and after the last approval, restarts twice, and converges to departed', async () => {
     // process 1: set up, then crash right after the leave's first transaction commits
     let p = await startProcess('leave-after-start');
-    const platform = await token('platform', 'crash-admin', ['platform-admin']);
-    const mgmt = crypto.randomUUID();
-    const member = crypto.randomUUID();
-    for (const id of [mgmt, member]) expect((await http.post('/platform/v1/accounts', { id, name: id }, { token: platform })).status).toBe(201);
-    const mgmtAdmin = await token(`acc-${mgmt}`, 'boss', ['admin']);
-    const memberAdmin = await token(`acc-${member}`, 'leaver', ['admin']);
-    const org = (await http.post('/api/v1/organizations', { name: 'crashy' }, { token: mgmtAdmin })).body.id;
-    for (const [code, value] of [['member-accounts-per-organization', 15], ['delegated-administrators-per-organization', 30]] as const) {
-      const req = await http.post(`/api/v1/organizations/${org}/quota-requests`, { quota_code: code, desired_value: value }, { token: mgmtAdmin });
-      expect(req.status).toBe(201);
-      expect((await http.put(`/api/v1/quota-requests/${req.body.id}/approve`, undefined, { token: platform })).status).toBe(200);
-    }
-    expect((await http.post(`/api/v1/organizations/${org}/members`, { account_id: member }, { token: mgmtAdmin })).status).toBe(201);
+    const { platform, mgmt, mgmtAdmin, member, memberAdmin, org } = await organizationWithMember('crashy', [['member-accounts-per-organization', 15], ['delegated-administrators-per-organization', 30]]);
     await expect(http.delete(`/api/v1/organizations/${org}/members/${member}`, { token: memberAdmin })).rejects.toThrow();
     expect(await exited(p)).toBe(86);
     expect(current.output()).toContain('FAULT_INJECT=leave-after-start');
@@ -113,18 +122,7 @@ describe('leave saga durability', () => {
       await exited(child);
     }
     let p = await startProcess('leave-after-seed');
-    const platform = await token('platform', 'crash-admin', ['platform-admin']);
-    const mgmt = crypto.randomUUID();
-    const member = crypto.randomUUID();
-    for (const id of [mgmt, member]) expect((await http.post('/platform/v1/accounts', { id, name: id }, { token: platform })).status).toBe(201);
-    const mgmtAdmin = await token(`acc-${mgmt}`, 'boss', ['admin']);
-    const memberAdmin = await token(`acc-${member}`, 'leaver', ['admin']);
-    const org = (await http.post('/api/v1/organizations', { name: 'crashy-2' }, { token: mgmtAdmin })).body.id;
-    for (const [code, value] of [['member-accounts-per-organization', 12], ['scps-per-organization', 12_000]] as const) {
-      const req = await http.post(`/api/v1/organizations/${org}/quota-requests`, { quota_code: code, desired_value: value }, { token: mgmtAdmin });
-      expect((await http.put(`/api/v1/quota-requests/${req.body.id}/approve`, undefined, { token: platform })).status).toBe(200);
-    }
-    expect((await http.post(`/api/v1/organizations/${org}/members`, { account_id: member }, { token: mgmtAdmin })).status).toBe(201);
+    const { platform, member, memberAdmin, org } = await organizationWithMember('crashy-2', [['member-accounts-per-organization', 12], ['scps-per-organization', 12_000]]);
     const started = await http.delete(`/api/v1/organizations/${org}/members/${member}`, { token: memberAdmin });
     expect(started.status).toBe(202);
     const leaveId = started.body.id;

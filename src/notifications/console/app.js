@@ -54,23 +54,18 @@
     meta.textContent = `${n.severity} · ${n.categoryId} · ${n.scope === 'tenant' ? 'account' : 'personal'} · ${new Date(n.createdAt).toLocaleString()}${n.dismissed ? ' · dismissed' : ''}`;
     content.append(title, body, meta);
     li.append(content);
-    if (!n.read) {
-      const b = document.createElement('button');
-      b.type = 'button';
-      b.textContent = 'Mark read';
-      b.className = 'mark-read';
-      b.onclick = () => act(n, 'read');
-      li.append(b);
-    }
-    if (!n.dismissed) {
-      const d = document.createElement('button');
-      d.type = 'button';
-      d.textContent = 'Dismiss';
-      d.className = 'dismiss';
-      d.onclick = () => act(n, 'dismiss');
-      li.append(d);
-    }
+    if (!n.read) li.append(actionButton('Mark read', 'mark-read', () => act(n, 'read')));
+    if (!n.dismissed) li.append(actionButton('Dismiss', 'dismiss', () => act(n, 'dismiss')));
     return li;
+  }
+
+  function actionButton(label, className, onclick) {
+    const b = document.createElement('button');
+    b.type = 'button';
+    b.textContent = label;
+    b.className = className;
+    b.onclick = onclick;
+    return b;
   }
 
   function showEmpty() {

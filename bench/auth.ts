@@ -72,10 +72,10 @@ async function main() {
   console.log('starting gateway (embedded PostgreSQL, PKI)...');
   const gw = await startGateway(config, { domains: [...domains, benchDomain], log: createLogger('warn', false) });
   try {
-    const services = gw.gw.services;
-    const account = await services.accounts!.create({ name: 'bench' });
-    await services.iam!.recordAssertedRoles(account.id, 'bench-user', ['viewer']);
-    const cred = await services.iam!.createStatic(account.id, { principal_id: 'bench-user', description: 'bench:auth' }, 'bench');
+    const services = gw.services;
+    const account = await services.accounts.create({ name: 'bench' });
+    await services.iam.recordAssertedRoles(account.id, 'bench-user', ['viewer']);
+    const cred = await services.iam.createStatic(account.id, { principal_id: 'bench-user', description: 'bench:auth' }, 'bench');
     const authorization = `SVC ${Buffer.from(`${cred.access_key_id}:${cred.secret_key}`).toString('base64')}`;
     const authed = `${gw.httpUrl}/bench/v1/items`;
     const open = `${gw.httpUrl}/bench/v1/items-public`;

@@ -4,11 +4,11 @@ import { iamDomain } from './iam/index.js';
 import { quotasDomain } from './quotas/index.js';
 import { notificationsDomain } from './notifications/index.js';
 import { trustDomain } from './trust/index.js';
-import { brokerDomain } from './broker/index.js';
+import { brokerDomain, deviceSessionsDomain } from './broker/index.js';
 
 /**
- * Every domain of the gateway, in init/start order (a domain's `init` may use the services of the
- * ones before it; services of later domains are reached lazily through `gw.services`).
- * Stopped in reverse order.
+ * Every domain of the gateway, in init/start order. Each declares the services it `provides` and
+ * `requires`; a requirement must be provided by a domain before it (src/wiring.ts checks this
+ * at start-up and names what to move). Stopped in reverse order.
  */
-export const domains: DomainModule[] = [accountsDomain, iamDomain, quotasDomain, notificationsDomain, trustDomain, brokerDomain];
+export const domains: DomainModule[] = [accountsDomain, quotasDomain, iamDomain, notificationsDomain, deviceSessionsDomain, trustDomain, brokerDomain];

@@ -10,13 +10,18 @@ import type { Jobs } from './jobs.js';
 import type { Pki } from './pki/pki.js';
 import type { Auth } from './http/auth/plugin.js';
 import type { DevIssuer } from './http/auth/devIssuer.js';
+import type { AnyActorKind } from './actors/store.js';
+import type { Clock } from './lib/clock.js';
 
 /**
- * Services of the domains, added by each domain's `init` (declaration merging keeps this file
- * free of domain imports): `declare module '../gateway.js' { interface Services { trust: TrustService } }`.
- * Cross-domain calls go through these services, never through another domain's repo.
+ * Services of the domains, returned by each domain's `init` and declared in its `provides`
+ * (declaration merging keeps this file free of domain imports:
+ * `declare module '../gateway.js' { interface Services { trust: TrustService } }`).
+ * Cross-domain calls go through these services, never through another domain's files.
  */
 export interface Services {
+  /** broker domain: the MQTT listener's port once it runs (devices are told it at enrollment) */
+  mqttEndpoint: MqttEndpoint;
   /** broker domain: disconnects a device's MQTT session on whichever node holds it */
   deviceSessions: DeviceSessions;
   /** trust domain: the device CA's current CRL (regenerated at once on revocation) */
@@ -30,6 +35,11 @@ export interface Services {
 export interface DeviceSessions {
   /** `disconnected: false` means the device was connected nowhere (the broker's 404) */
   disconnect(thingId: string): Promise<{ disconnected: boolean }>;
+}
+
+export interface MqttEndpoint {
+  /** the port the broker listens on; undefined until it started */
+  readonly port: number | undefined;
 }
 
 export interface CrlSource {
@@ -58,12 +68,13 @@ export interface Gateway {
   /** committed domain events of every node, by event type and '*' */
   bus: DomainBus;
   actors: ActorStore;
+  /** the one source of time for lifecycle decisions (tests inject a ManualClock) */
+  clock: Clock;
   jobs: Jobs;
   pki: Pki;
   auth: Auth;
   devIssuer?: DevIssuer;
   metrics: Registry;
-  services: Partial<Services>;
   /** base URL the HTTP API listens on (set after listen) */
   httpUrl?: string;
 }
@@ -71,23 +82,30 @@ export interface Gateway {
 export type ZodApp = FastifyInstance<RawServerDefault, RawRequestDefaultExpression, RawReplyDefaultExpression, FastifyBaseLogger, ZodTypeProvider>;
 
 /** A domain folder's entry point (`src/<domain>/index.ts`), listed in src/domains.ts. */
-export interface DomainModule {
+export interface DomainModule<P extends keyof Services = keyof Services, R extends keyof Services = keyof Services> {
   name: string;
-  /** create services and register jobs, auth schemes and layers; runs before routes */
-  init?(gw: Gateway): Promise<void> | void;
-  /** a Fastify plugin: schemas and handlers only */
-  routes?(app: ZodApp, gw: Gateway): Promise<void>;
+  /** the services `init` returns (exactly these) */
+  provides?: readonly P[];
+  /** the services of earlier domains (in src/domains.ts) that this domain uses */
+  requires?: readonly R[];
+  /** the actor kinds of the lifecycles this domain owns (the architecture check reads their projections) */
+  kinds?: readonly AnyActorKind[];
+  /**
+   * Creates the domain's services from its requirements and registers jobs, auth schemes and
+   * layers; runs before routes. Returns the services it `provides`.
+   */
+  init?(gw: Gateway, required: Pick<Services, R>): Promise<Pick<Services, P> | void> | Pick<Services, P> | void;
+  /** a Fastify plugin: schemas and handlers only; `services` holds what it provides and requires */
+  routes?(app: ZodApp, gw: Gateway, services: Pick<Services, P | R>): Promise<void>;
   /** after the HTTP server listens: listeners, workers */
-  start?(gw: Gateway): Promise<void>;
+  start?(gw: Gateway, services: Pick<Services, P | R>): Promise<void>;
   /** on shutdown, in reverse order, after HTTP stopped accepting */
-  stop?(gw: Gateway): Promise<void>;
+  stop?(gw: Gateway, services: Pick<Services, P | R>): Promise<void>;
   /** readiness check for /readyz; throw or return false when not ready */
-  ready?(gw: Gateway): Promise<boolean> | boolean;
+  ready?(gw: Gateway, services: Pick<Services, P | R>): Promise<boolean> | boolean;
 }
 
-/** Typed access to a domain service that must exist. */
-export function service<K extends keyof Services>(gw: Gateway, name: K): Services[K] {
-  const s = gw.services[name];
-  if (!s) throw new Error(`service ${String(name)} is not initialised`);
-  return s as Services[K];
+/** Declares a domain module with its provided and required services typed. */
+export function defineDomain<P extends keyof Services = never, R extends keyof Services = never>(d: DomainModule<P, R>): DomainModule {
+  return d as unknown as DomainModule;
 }

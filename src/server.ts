@@ -14,11 +14,15 @@ import { JwtVerifier } from './http/auth/jwt.js';
 import { Auth } from './http/auth/plugin.js';
 import { createMetrics } from './http/metrics.js';
 import { buildHttp } from './http/app.js';
-import type { DomainModule, Gateway, ZodApp } from './gateway.js';
+import type { DomainModule, Gateway, Services, ZodApp } from './gateway.js';
+import { systemClock, type Clock } from './lib/clock.js';
+import { checkWiring, servicesOf, wireDomains } from './wiring.js';
 import { domains as allDomains } from './domains.js';
 
 export interface RunningGateway {
   gw: Gateway;
+  /** every domain service (tests and benchmarks reach into them) */
+  services: Services;
   app: ZodApp;
   httpUrl: string;
   mqttPort?: number;
@@ -29,6 +33,8 @@ export interface RunningGateway {
 export interface StartOptions {
   log?: Logger;
   domains?: DomainModule[];
+  /** time source of lifecycle decisions (tests pass a ManualClock) */
+  clock?: Clock;
 }
 
 /**
@@ -39,6 +45,7 @@ export interface StartOptions {
 export async function startGateway(config: Config, options: StartOptions = {}): Promise<RunningGateway> {
   const log = options.log ?? createLogger(config.LOG_LEVEL, config.LOG_PRETTY);
   const domains = options.domains ?? allDomains;
+  checkWiring(domains);
   const cleanups: (() => Promise<void>)[] = [];
   const stopAll = async () => {
     for (const c of cleanups.splice(0).reverse()) await c().catch((err) => log.error({ err }, 'shutdown step failed'));
@@ -71,17 +78,17 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     const devIssuer = config.DEV_ISSUER ? await DevIssuer.load(sql, config.PUBLIC_BASE_URL) : undefined;
     const auth = new Auth(new JwtVerifier(config.OIDC_ISSUERS, devIssuer, config.OIDC_AUDIENCE));
     const jobs = new Jobs(databaseUrl, log.child({ component: 'jobs' }));
-    const gw: Gateway = { config, log, sql, databaseUrl, cluster, bus, actors, jobs, pki, auth, devIssuer, metrics: createMetrics(), services: {} };
+    const gw: Gateway = { config, log, sql, databaseUrl, cluster, bus, actors, clock: options.clock ?? systemClock, jobs, pki, auth, devIssuer, metrics: createMetrics() };
 
-    for (const d of domains) await d.init?.(gw);
-    const app = await buildHttp(gw, domains);
+    const services = await wireDomains(domains, gw);
+    const app = await buildHttp(gw, domains, services);
     // Shutdown, in this order: stop accepting and finish in-flight requests, then the domains
     // (broker) in reverse, then the jobs, then cluster, database and embedded Postgres.
     const started: DomainModule[] = [];
     let jobsStarted = false;
     cleanups.push(async () => {
       await app.close();
-      for (const d of started.reverse()) await d.stop!(gw).catch((err) => log.error({ err, domain: d.name }, 'domain stop failed'));
+      for (const d of started.reverse()) await d.stop!(gw, servicesOf(d, services)).catch((err) => log.error({ err, domain: d.name }, 'domain stop failed'));
       if (jobsStarted) await jobs.stop();
     });
     await app.listen({ host: config.HTTP_HOST, port: config.HTTP_PORT });
@@ -93,10 +100,10 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     }
     for (const d of domains) {
       if (!d.start) continue;
-      await d.start(gw);
+      await d.start(gw, servicesOf(d, services));
       if (d.stop) started.push(d);
     }
-    return { gw, app, httpUrl: gw.httpUrl, mqttPort: gw.services.broker?.port, databaseUrl, stop: stopAll };
+    return { gw, services, app, httpUrl: gw.httpUrl, mqttPort: services.mqttEndpoint.port, databaseUrl, stop: stopAll };
   } catch (err) {
     await stopAll();
     throw err;

@@ -1,14 +1,33 @@
 import { createActor, type AnyActorRef, type AnyMachineSnapshot, type AnyStateMachine, type EventFromLogic, type SnapshotFrom, type InputFrom } from 'xstate';
 import type { Sql, Tx } from '../db/client.js';
-import { conflict, notFound } from '../http/problem.js';
+import { conflict, internal, notFound } from '../lib/errors.js';
 import type { Cluster, DomainBus } from './cluster.js';
 
-/** How a machine is stored: its actor type (table key) and how to find the owning account. */
+/**
+ * How an actor kind's snapshot shows in its domain row: the columns that queries filter and sort
+ * on (state, status, counters). The store writes them in the same transaction as the snapshot;
+ * no other code writes them (the architecture check in test/architecture.test.ts enforces it).
+ * The domain row must exist before the actor is created (insert it first, in the same unit of work).
+ */
+export interface Projection<M extends AnyStateMachine> {
+  table: string;
+  /** key column holding the actor id (default `id`) */
+  key?: string;
+  /** the projected column names */
+  columns: readonly string[];
+  project(snapshot: SnapshotFrom<M>, state: string): Record<string, unknown>;
+}
+
+/** How a machine is stored: its actor type (table key), its owning account, its projection. */
 export interface ActorKind<M extends AnyStateMachine> {
   type: string;
   machine: M;
   accountOf?: (context: SnapshotFrom<M>['context']) => string | null | undefined;
+  projection?: Projection<M>;
 }
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export type AnyActorKind = ActorKind<any>;
 
 export interface EmittedEvent {
   type: string;
@@ -79,6 +98,7 @@ export class UnitOfWork {
       on conflict do nothing`;
     actor.stop();
     if (inserted.count === 0) throw conflict(`${kind.type} ${id} already exists`);
+    await this.project(kind, id, snapshot, state);
     const events = await this.record(kind, id, snapshot, emitted);
     return { snapshot: snapshot as SnapshotFrom<M>, state, version: 1, events };
   }
@@ -88,14 +108,24 @@ export class UnitOfWork {
    * event in its current state (no transition, or its guard is false). 404 when absent.
    */
   async send<M extends AnyStateMachine>(kind: ActorKind<M>, id: string, event: EventFromLogic<M>): Promise<ActorResult<M>> {
+    const result = await this.trySend(kind, id, event);
+    if ('refused' in result) {
+      throw conflict(`${kind.type} ${id} is ${result.state}: ${event.type} is not accepted in that state`, {
+        extra: { state: result.state, event: event.type },
+      });
+    }
+    return result;
+  }
+
+  /**
+   * Like `send`, but a refusal by the machine (no transition, or a false guard) is an answer,
+   * not an error: `{ refused: true, state }`, nothing written. 404 when absent.
+   */
+  async trySend<M extends AnyStateMachine>(kind: ActorKind<M>, id: string, event: EventFromLogic<M>): Promise<ActorResult<M> | { refused: true; state: string; snapshot: SnapshotFrom<M> }> {
     const current = await this.load(kind, id);
     if (!current) throw notFound(`${kind.type} ${id} not found`);
     const before = current.snapshot as AnyMachineSnapshot;
-    if (!before.can(event)) {
-      throw conflict(`${kind.type} ${id} is ${current.state}: ${event.type} is not accepted in that state`, {
-        extra: { state: current.state, event: event.type },
-      });
-    }
+    if (!before.can(event)) return { refused: true, state: current.state, snapshot: current.snapshot };
     const emitted: EmittedEvent[] = [];
     const actor: AnyActorRef = createActor(kind.machine as AnyStateMachine, { snapshot: before, id });
     actor.on('*', (e: EmittedEvent) => emitted.push(e));
@@ -112,6 +142,7 @@ export class UnitOfWork {
       where type = ${kind.type} and id = ${id} and version = ${current.version}`;
     // Unreachable while the row is locked; kept as the optimistic check the design asks for.
     if (updated.count !== 1) throw conflict(`${kind.type} ${id} was changed concurrently; retry`);
+    await this.project(kind, id, snapshot, state);
     const events = await this.record(kind, id, snapshot, emitted);
     return { snapshot: snapshot as SnapshotFrom<M>, state, version: current.version + 1, events };
   }
@@ -120,6 +151,16 @@ export class UnitOfWork {
   async emit(actorType: string, actorId: string, event: EmittedEvent, accountId?: string | null): Promise<StoredEvent> {
     const [stored] = await this.insertEvents(actorType, actorId, accountId ?? null, [event]);
     return stored;
+  }
+
+  /** Writes the kind's projection of the new snapshot onto its domain row. */
+  private async project<M extends AnyStateMachine>(kind: ActorKind<M>, id: string, snapshot: AnyMachineSnapshot, state: string): Promise<void> {
+    const p = kind.projection;
+    if (!p) return;
+    const values = p.project(snapshot as SnapshotFrom<M>, state);
+    const updated = await this.sql`
+      update ${this.sql(p.table)} set ${this.sql(values as Record<string, never>, p.columns as string[])} where ${this.sql(p.key ?? 'id')} = ${id}`;
+    if (updated.count !== 1) throw internal(`${kind.type} ${id}: its ${p.table} row is missing; insert it before creating the actor`);
   }
 
   private async record<M extends AnyStateMachine>(kind: ActorKind<M>, id: string, snapshot: AnyMachineSnapshot, emitted: EmittedEvent[]): Promise<StoredEvent[]> {
@@ -145,7 +186,7 @@ export class UnitOfWork {
 
 function failIfErrored(kind: ActorKind<AnyStateMachine>, id: string, snapshot: { status: string; error?: unknown }): void {
   if (snapshot.status === 'error') {
-    throw new Error(`${kind.type} ${id}: machine failed: ${String(snapshot.error)}`);
+    throw internal(`${kind.type} ${id}: machine failed: ${String(snapshot.error)}`);
   }
 }
 
@@ -177,6 +218,12 @@ export class ActorStore {
 
   create<M extends AnyStateMachine>(kind: ActorKind<M>, id: string, input: InputFrom<M>): Promise<ActorResult<M>> {
     return this.run((uow) => uow.create(kind, id, input));
+  }
+
+  /** Would the actor accept this event now? (the machine's guards decide; no write) */
+  async can<M extends AnyStateMachine>(kind: ActorKind<M>, id: string, event: EventFromLogic<M>): Promise<boolean> {
+    const current = await this.get(kind, id);
+    return Boolean(current && (current.snapshot as AnyMachineSnapshot).can(event));
   }
 
   /** Reads without locking. */

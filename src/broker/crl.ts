@@ -1,13 +1,13 @@
 import 'reflect-metadata';
 import * as x509 from '@peculiar/x509';
-import type { Gateway } from '../gateway.js';
+import type { CrlSource, Gateway } from '../gateway.js';
 import type { Broker } from './broker.js';
 import { RootCrl } from './rootCrl.js';
 
 /**
  * Keeps the broker's TLS context on the trust domain's current CRL: loaded at start, on every
  * `pki.crl-changed` broadcast (all nodes), before a cluster-wide disconnect, and at least every
- * CRL_REFRESH_SECONDS. Without a CRL source (trust domain absent) the broker runs with no CRL.
+ * CRL_REFRESH_SECONDS.
  */
 export class CrlWatcher {
   private timer?: NodeJS.Timeout;
@@ -16,7 +16,7 @@ export class CrlWatcher {
   private inFlight?: Promise<void>;
   private rootCrl?: RootCrl | null;
 
-  constructor(private readonly gw: Gateway, private readonly broker: Broker) {}
+  constructor(private readonly gw: Gateway, private readonly broker: Broker, private readonly source: CrlSource) {}
 
   async start(): Promise<void> {
     this.unsubscribe = this.gw.cluster.on('pki.crl-changed', () => this.refresh());
@@ -33,10 +33,8 @@ export class CrlWatcher {
   /** Loads the current CRL now (concurrent calls share one load that starts after them). */
   refresh(): Promise<void> {
     const run = async () => {
-      const source = this.gw.services.crl;
-      if (!source) return;
       try {
-        const crl = await source.current();
+        const crl = await this.source.current();
         const serials = new x509.X509Crl(crl.der).entries.map((e) => e.serialNumber);
         if (this.rootCrl === undefined) this.rootCrl = (await RootCrl.load(this.gw.pki, this.gw.config.CERTS_DIR)) ?? null;
         // without the root's CRL the TLS layer cannot check CRLs at all; authenticate still does

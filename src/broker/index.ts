@@ -1,8 +1,9 @@
-import type { DomainModule, Gateway } from '../gateway.js';
+import { defineDomain, type Gateway } from '../gateway.js';
 import { Broker } from './broker.js';
 import { redisAedesOptions } from './cluster.js';
 import { CommandRouter } from './commands.js';
 import { CrlWatcher } from './crl.js';
+import { BrokerHost } from './host.js';
 import { IngestBuffer } from './ingest.js';
 import { registerBrokerMetrics } from './metrics.js';
 import { BrokerRepo } from './repo.js';
@@ -12,7 +13,8 @@ import { ClusterSessions } from './sessions.js';
 
 declare module '../gateway.js' {
   interface Services {
-    broker: Broker;
+    /** the broker's runtime (the running Broker once started) */
+    brokerHost: BrokerHost;
     devices: DeviceService;
   }
 }
@@ -20,34 +22,51 @@ declare module '../gateway.js' {
 /** seconds without a heartbeat after which a broker node's sessions count as gone */
 const NODE_TTL_SECONDS = 20;
 
-const parts = new WeakMap<Gateway, { ingest: IngestBuffer; sessions: ClusterSessions; crl?: CrlWatcher; commands?: CommandRouter }>();
+const parts = new WeakMap<Gateway, { ingest: IngestBuffer; sessions: ClusterSessions }>();
+
+/**
+ * Cluster-wide device sessions: a disconnect reaches whichever node holds the device. Its own
+ * module, before trust (revocation disconnects), while the broker itself needs trust's CRL.
+ */
+export const deviceSessionsDomain = defineDomain({
+  name: 'device-sessions',
+  provides: ['deviceSessions', 'mqttEndpoint', 'brokerHost'],
+  init(gw) {
+    const host = new BrokerHost();
+    const sessions = new ClusterSessions(gw, host);
+    parts.set(gw, { sessions, ingest: undefined as never });
+    return { deviceSessions: sessions, mqttEndpoint: host, brokerHost: host };
+  },
+  async start(gw) {
+    await parts.get(gw)!.sessions.start();
+  },
+  async stop(gw) {
+    await parts.get(gw)!.sessions.stop();
+  },
+});
 
 /**
  * The embedded MQTT broker (mutual TLS, CRL, per-device ACL) on MQTT_PORT, device traffic
- * (lifecycle, heartbeat, telemetry, twin, commands), the tenant device endpoints and
- * `deviceSessions` (cluster-wide disconnect).
+ * (lifecycle, heartbeat, telemetry, twin, commands) and the tenant device endpoints.
  */
-export const brokerDomain: DomainModule = {
+export const brokerDomain = defineDomain({
   name: 'broker',
-  init(gw: Gateway) {
+  provides: ['devices'],
+  requires: ['brokerHost', 'crl', 'thingDirectory', 'deviceSessions'],
+  init(gw, { brokerHost, thingDirectory }) {
     const repo = new BrokerRepo(gw.sql);
     const ingest = new IngestBuffer(repo, gw.log.child({ component: 'ingest' }));
-    const devices = new DeviceService(gw, repo, ingest);
-    const sessions = new ClusterSessions(gw, () => gw.services.broker, () => parts.get(gw)?.crl);
-    gw.services.devices = devices;
-    gw.services.deviceSessions = sessions;
-    parts.set(gw, { ingest, sessions });
-    registerBrokerMetrics(gw.metrics, () => gw.services.broker);
+    const devices = new DeviceService(gw, repo, ingest, brokerHost, thingDirectory);
+    parts.get(gw)!.ingest = ingest;
+    registerBrokerMetrics(gw.metrics, () => brokerHost.broker);
+    return { devices };
   },
-  async routes(app, gw) {
-    await brokerRoutes(app, gw, gw.services.devices!);
+  async routes(app, gw, { devices, deviceSessions }) {
+    await brokerRoutes(app, gw, devices, deviceSessions);
   },
-  async start(gw: Gateway) {
+  async start(gw, { devices, brokerHost, crl: crlSource }) {
     const p = parts.get(gw)!;
-    const devices = gw.services.devices!;
-    const repo = new BrokerRepo(gw.sql);
-    await p.sessions.start();
-    await repo.releaseDeadNodes(gw.cluster.nodeId, NODE_TTL_SECONDS);
+    await new BrokerRepo(gw.sql).releaseDeadNodes(gw.cluster.nodeId, NODE_TTL_SECONDS);
     const broker = await Broker.start({
       host: gw.config.MQTT_HOST,
       port: gw.config.MQTT_PORT,
@@ -56,23 +75,21 @@ export const brokerDomain: DomainModule = {
       aedes: { id: gw.cluster.nodeId, ...(gw.config.REDIS_URL ? redisAedesOptions(gw.config.REDIS_URL) : {}) },
       hooks: devices.hooks(),
     });
-    gw.services.broker = broker;
-    devices.broker = broker;
-    p.crl = new CrlWatcher(gw, broker);
-    await p.crl.start();
-    p.commands = new CommandRouter(broker);
-    await p.commands.start();
-    devices.commands = p.commands;
+    const crl = new CrlWatcher(gw, broker, crlSource);
+    await crl.start();
+    const commands = new CommandRouter(broker);
+    await commands.start();
+    brokerHost.attach({ broker, crl, commands });
     p.ingest.start();
   },
-  async stop(gw: Gateway) {
-    const p = parts.get(gw);
-    if (gw.services.devices) gw.services.devices.stopping = true;
-    p?.crl?.stop();
-    await p?.commands?.stop().catch(() => {});
-    await gw.services.broker?.close();
-    await p?.ingest.stop();
-    await p?.sessions.stop();
+  async stop(gw, { devices, brokerHost }) {
+    const p = parts.get(gw)!;
+    devices.stopping = true;
+    brokerHost.crl?.stop();
+    await brokerHost.commands?.stop().catch(() => {});
+    await brokerHost.broker?.close();
+    brokerHost.detach();
+    await p.ingest.stop();
   },
-  ready: (gw: Gateway) => Boolean(gw.services.broker?.server.listening),
-};
+  ready: (_gw, { brokerHost }) => Boolean(brokerHost.broker?.server.listening),
+});

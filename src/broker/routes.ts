@@ -1,6 +1,6 @@
 import { z } from 'zod';
-import type { Gateway, ZodApp } from '../gateway.js';
-import { conflict, notFound, Problem } from '../http/problem.js';
+import type { DeviceSessions, Gateway, ZodApp } from '../gateway.js';
+import { conflict, notFound, timedOut } from '../lib/errors.js';
 import type { DeviceService } from './service.js';
 import { commandBody, commandResult, connectivitySchema, desiredBody, desiredSchema, telemetrySchema, thingParams, twinSchema } from './schemas.js';
 
@@ -8,7 +8,7 @@ const READERS = ['admin', 'operator', 'viewer'];
 const WRITERS = ['admin', 'operator'];
 
 /** Tenant endpoints for connected devices, and the broker's management interface. */
-export async function brokerRoutes(app: ZodApp, gw: Gateway, devices: DeviceService): Promise<void> {
+export async function brokerRoutes(app: ZodApp, gw: Gateway, devices: DeviceService, deviceSessions: DeviceSessions): Promise<void> {
   app.get('/api/v1/things/:thingId/connectivity', {
     config: { auth: { action: 'device:Connectivity:Read', roles: READERS } },
     schema: { tags: ['devices'], summary: "A thing's MQTT connectivity and last seen", params: thingParams, response: { 200: connectivitySchema } },
@@ -72,8 +72,8 @@ export async function brokerRoutes(app: ZodApp, gw: Gateway, devices: DeviceServ
     await devices.requireThing(request.principal!, thingId);
     if (!(await devices.connectivity(thingId)).connected) throw conflict(`thing ${thingId} is not connected`, { type: 'device-not-connected' });
     const timeoutMs = request.body.timeoutMs ?? gw.config.COMMAND_TIMEOUT_MS;
-    const result = await devices.commands!.invoke(thingId, request.body.name, request.body.payload ?? null, timeoutMs);
-    if (!result) throw new Problem(504, `thing ${thingId} did not answer command ${request.body.name} within ${timeoutMs} ms`, { type: 'command-timeout' });
+    const result = await devices.invokeCommand(thingId, request.body.name, request.body.payload ?? null, timeoutMs);
+    if (!result) throw timedOut(`thing ${thingId} did not answer command ${request.body.name} within ${timeoutMs} ms`, { type: 'command-timeout' });
     return { id: result.id, status: 'completed' as const, response: result.response };
   });
 
@@ -84,7 +84,7 @@ export async function brokerRoutes(app: ZodApp, gw: Gateway, devices: DeviceServ
       params: z.object({ thingId: z.string().min(1).max(128) }), response: { 204: z.null() },
     },
   }, async (request, reply) => {
-    const { disconnected } = await gw.services.deviceSessions!.disconnect(request.params.thingId);
+    const { disconnected } = await deviceSessions.disconnect(request.params.thingId);
     if (!disconnected) throw notFound(`device ${request.params.thingId} is not connected`);
     return reply.code(204).send(null);
   });

@@ -1,10 +1,10 @@
 import crypto from 'node:crypto';
 import type { AedesPublishPacket, Client } from 'aedes';
-import type { Gateway } from '../gateway.js';
-import { conflict, notFound } from '../http/problem.js';
+import type { Gateway, ThingDirectory } from '../gateway.js';
+import type { BrokerHost } from './host.js';
+import { conflict, notFound, unavailable } from '../lib/errors.js';
 import type { Principal } from '../http/auth/principal.js';
 import type { Broker, BrokerHooks } from './broker.js';
-import type { CommandRouter } from './commands.js';
 import type { IngestBuffer } from './ingest.js';
 import type { BrokerRepo } from './repo.js';
 import { deviceTopic, ownTopicKind, parseDeviceTopic } from './topics.js';
@@ -28,12 +28,16 @@ function jsonObject(payload: Buffer | string): Record<string, unknown> | undefin
 export class DeviceService {
   /** per MQTT connection: its session id and the pending connect write (a disconnect waits for it) */
   private readonly sessions = new WeakMap<Client, { id: string; connected: Promise<void> }>();
-  broker?: Broker;
-  commands?: CommandRouter;
   /** set on shutdown: the sessions closed by stopping are not device disconnects to announce */
   stopping = false;
 
-  constructor(private readonly gw: Gateway, private readonly repo: BrokerRepo, private readonly ingest: IngestBuffer) {}
+  constructor(
+    private readonly gw: Gateway,
+    private readonly repo: BrokerRepo,
+    private readonly ingest: IngestBuffer,
+    private readonly host: BrokerHost,
+    private readonly things: ThingDirectory,
+  ) {}
 
   hooks(): BrokerHooks {
     return {
@@ -71,8 +75,8 @@ export class DeviceService {
   /** Retained lifecycle message on the device's topic, and the domain event. */
   private async lifecycle(thingId: string, state: 'connected' | 'disconnected', extra: Record<string, unknown>): Promise<void> {
     const at = new Date().toISOString();
-    await this.broker?.publish({ topic: deviceTopic(thingId, 'lifecycle'), payload: JSON.stringify({ state, at, ...extra }), qos: 0, retain: true });
-    const accountId = (await this.gw.services.thingDirectory?.accountOf(thingId)) ?? null;
+    await this.host.broker?.publish({ topic: deviceTopic(thingId, 'lifecycle'), payload: JSON.stringify({ state, at, ...extra }), qos: 0, retain: true });
+    const accountId = (await this.things.accountOf(thingId)) ?? null;
     await this.gw.actors.run((uow) => uow.emit('device', thingId, { type: `device.${state}`, thingId, at, ...extra }, accountId));
   }
 
@@ -115,12 +119,12 @@ export class DeviceService {
   }
 
   private async publishDesired(thingId: string, version: number, desired: Record<string, unknown>): Promise<void> {
-    await this.broker?.publish({ topic: deviceTopic(thingId, 'twinDesired'), payload: JSON.stringify({ version, desired }), qos: 1 });
+    await this.host.broker?.publish({ topic: deviceTopic(thingId, 'twinDesired'), payload: JSON.stringify({ version, desired }), qos: 1 });
   }
 
   /** 404 unless the thing belongs to the caller's account (other accounts' things do not exist for them). */
   async requireThing(principal: Principal, thingId: string): Promise<void> {
-    const owner = principal.accountId ? await this.gw.services.thingDirectory?.accountOf(thingId) : undefined;
+    const owner = principal.accountId ? await this.things.accountOf(thingId) : undefined;
     if (!owner || owner !== principal.accountId) throw notFound(`thing ${thingId} not found`);
   }
 
@@ -164,11 +168,18 @@ export class DeviceService {
 
   /** Live telemetry of one thing from any node; returns the unsubscribe. */
   streamTelemetry(thingId: string, onMessage: (m: { thingId: string; at: string; telemetry: unknown }) => void): Promise<() => Promise<void>> {
-    if (!this.broker) throw new Error('broker not started');
-    return this.broker.subscribe(deviceTopic(thingId, 'telemetry'), (packet) => {
+    if (!this.host.broker) throw unavailable("the MQTT broker is not running on this node");
+    return this.host.broker.subscribe(deviceTopic(thingId, 'telemetry'), (packet) => {
       const telemetry = jsonObject(packet.payload);
       if (telemetry) onMessage({ thingId, at: new Date().toISOString(), telemetry });
     });
+  }
+
+  /** Sends a command to a connected device and waits for its reply (undefined on timeout). */
+  invokeCommand(thingId: string, name: string, payload: unknown, timeoutMs: number) {
+    const commands = this.host.commands;
+    if (!commands) throw unavailable('the MQTT broker is not running on this node');
+    return commands.invoke(thingId, name, payload, timeoutMs);
   }
 }
 

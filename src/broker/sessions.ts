@@ -1,7 +1,6 @@
 import crypto from 'node:crypto';
 import type { DeviceSessions, Gateway } from '../gateway.js';
-import type { Broker } from './broker.js';
-import type { CrlWatcher } from './crl.js';
+import type { BrokerHost } from './host.js';
 
 const REQUEST_TOPIC = 'broker.disconnect';
 const REPLY_TOPIC = 'broker.disconnect-reply';
@@ -23,7 +22,7 @@ export class ClusterSessions implements DeviceSessions {
   private readonly offs: (() => void)[] = [];
   private heartbeat?: NodeJS.Timeout;
 
-  constructor(private readonly gw: Gateway, private readonly broker: () => Broker | undefined, private readonly crl: () => CrlWatcher | undefined) {}
+  constructor(private readonly gw: Gateway, private readonly host: BrokerHost) {}
 
   get nodeId(): string {
     return this.gw.cluster.nodeId;
@@ -76,8 +75,9 @@ export class ClusterSessions implements DeviceSessions {
   }
 
   private async local(thingId: string): Promise<boolean> {
-    await this.crl()?.refresh();
-    return (await this.broker()?.disconnect(thingId)) ?? false;
+    // a node whose broker is not running holds no device
+    await this.host.crl?.refresh();
+    return (await this.host.broker?.disconnect(thingId)) ?? false;
   }
 
   private async handleRequest(req: Request): Promise<void> {

@@ -4,15 +4,16 @@ import swaggerUi from '@fastify/swagger-ui';
 import websocket from '@fastify/websocket';
 import { z } from 'zod';
 import { jsonSchemaTransform, serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
-import type { DomainModule, Gateway, ZodApp } from '../gateway.js';
+import type { DomainModule, Gateway, Services, ZodApp } from '../gateway.js';
 import { registerErrorHandling } from './errors.js';
+import { servicesOf } from '../wiring.js';
 import { installHttpMetrics } from './metrics.js';
 import { traceIdOf, traceparentFor } from './trace.js';
 import { Problem } from './problem.js';
 import { devRoutes } from './devRoutes.js';
 
 /** Builds the Fastify app: errors, tracing, auth hook, OpenAPI, health, metrics, domain routes. */
-export async function buildHttp(gw: Gateway, domains: DomainModule[]): Promise<ZodApp> {
+export async function buildHttp(gw: Gateway, domains: DomainModule[], services: Services): Promise<ZodApp> {
   const { config } = gw;
   const app = Fastify({
     loggerInstance: gw.log as FastifyBaseLogger,
@@ -60,7 +61,7 @@ export async function buildHttp(gw: Gateway, domains: DomainModule[]): Promise<Z
     const checks: Record<string, boolean> = {};
     checks.database = await gw.sql`select 1`.then(() => true, () => false);
     for (const d of domains) {
-      if (d.ready) checks[d.name] = await Promise.resolve(d.ready(gw)).catch(() => false);
+      if (d.ready) checks[d.name] = await Promise.resolve(d.ready(gw, servicesOf(d, services))).catch(() => false);
     }
     const failed = Object.entries(checks).filter(([, ok]) => !ok).map(([k]) => k);
     if (failed.length) throw new Problem(503, `not ready: ${failed.join(', ')}`, { extra: { checks } });
@@ -73,7 +74,7 @@ export async function buildHttp(gw: Gateway, domains: DomainModule[]): Promise<Z
 
   if (gw.devIssuer) await app.register(async (scope) => devRoutes(scope as ZodApp, gw));
   for (const d of domains) {
-    if (d.routes) await app.register(async (scope) => d.routes!(scope as ZodApp, gw));
+    if (d.routes) await app.register(async (scope) => d.routes!(scope as ZodApp, gw, servicesOf(d, services)));
   }
   return app;
 }

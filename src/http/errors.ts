@@ -1,5 +1,6 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
+import { DomainError, type ErrorKind } from '../lib/errors.js';
 import { Problem, slugOf, statusTitle } from './problem.js';
 
 export const PROBLEM_JSON = 'application/problem+json';
@@ -48,9 +49,24 @@ function validationDetail(err: FastifyError): string {
   return `${where}: ${err.message}`;
 }
 
+/** The one place where a domain error kind becomes an HTTP status. */
+export const STATUS_OF: Record<ErrorKind, number> = {
+  invalid: 400, unauthenticated: 401, refused: 403, not_found: 404, conflict: 409, gone: 410,
+  unprocessable: 422, too_many: 429, internal: 500, upstream: 502, unavailable: 503, timeout: 504,
+};
+
+export function fromDomainError(err: DomainError): Problem {
+  const { retryAfterSeconds, ...options } = err.options;
+  return new Problem(STATUS_OF[err.kind], err.detail, {
+    ...options,
+    ...(retryAfterSeconds !== undefined ? { headers: { 'retry-after': String(Math.max(1, Math.ceil(retryAfterSeconds))) } } : {}),
+  });
+}
+
 /** Turns anything thrown into a Problem: known 4xx keep their status, the rest is a 500. */
 export function toProblem(err: unknown, bodyLimit: number): Problem {
   if (err instanceof Problem) return err;
+  if (err instanceof DomainError) return fromDomainError(err);
   const e = err as FastifyError & { statusCode?: number; validation?: unknown };
   if (e?.validation) return new Problem(400, validationDetail(e), { title: 'Validation failed' });
   switch (e?.code) {

@@ -1,8 +1,8 @@
 import crypto from 'node:crypto';
 import { z } from 'zod';
 import type { Db } from '../db/client.js';
-import type { DomainModule, Gateway, ZodApp } from '../gateway.js';
-import { conflict, forbidden, notFound } from '../http/problem.js';
+import { defineDomain } from '../gateway.js';
+import { conflict, notFound, refused } from '../lib/errors.js';
 
 export interface Account {
   id: string;
@@ -58,7 +58,7 @@ export class AccountsService {
     if (this.known.has(id)) return;
     const [row] = await this.sql`select 1 from accounts where id = ${id}`;
     if (!row) {
-      if (!this.autoCreate) throw forbidden(`account ${id} does not exist; a platform admin creates accounts`);
+      if (!this.autoCreate) throw refused(`account ${id} does not exist; a platform admin creates accounts`);
       await this.sql`insert into accounts (id, name, created_by) values (${id}, ${'acc-' + id}, 'dev-issuer') on conflict do nothing`;
     }
     this.known.add(id);
@@ -71,18 +71,18 @@ function present(row: Account & { created_at: unknown }): Account {
 
 const accountSchema = z.object({ id: z.uuid(), name: z.string(), created_at: z.string() });
 
-export const accountsDomain: DomainModule = {
+export const accountsDomain = defineDomain({
   name: 'accounts',
-  init(gw: Gateway) {
+  provides: ['accounts'],
+  init(gw) {
     const accounts = new AccountsService(gw.sql, gw.config.DEV_ISSUER);
-    gw.services.accounts = accounts;
     gw.auth.addResolver(async (principal) => {
       if (principal.realmKind === 'acc' && principal.accountId) await accounts.ensureExists(principal.accountId);
       return principal;
     });
+    return { accounts };
   },
-  async routes(app: ZodApp, gw: Gateway) {
-    const accounts = gw.services.accounts!;
+  async routes(app, _gw, { accounts }) {
     const read = { action: 'platform:Account:Read', roles: ['platform-admin', 'platform-operator'] };
     app.post('/platform/v1/accounts', {
       config: { auth: { action: 'platform:Account:Create', roles: ['platform-admin'] } },
@@ -108,4 +108,4 @@ export const accountsDomain: DomainModule = {
       schema: { tags: ['platform'], summary: 'Read an account', params: z.object({ accountId: z.uuid() }), response: { 200: accountSchema } },
     }, async (request) => accounts.require(request.params.accountId));
   },
-};
+});

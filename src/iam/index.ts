@@ -1,8 +1,8 @@
-import type { DomainModule, Gateway, ZodApp } from '../gateway.js';
-import { badRequest } from '../http/problem.js';
+import { defineDomain } from '../gateway.js';
+import { invalid } from '../lib/errors.js';
 import { isUuid } from '../http/auth/principal.js';
 import { iamRoutes } from './routes.js';
-import { IamService } from './service.js';
+import { IamService, staticCredentialKind } from './service.js';
 
 declare module '../gateway.js' {
   interface Services {
@@ -13,11 +13,13 @@ declare module '../gateway.js' {
 export const CLEANUP_JOB = 'iam.cleanup-expired-credentials';
 
 /** Domain module of src/iam/: credentials, STS, SVC scheme, idc assignments, SCP and capability layers. */
-export const iamDomain: DomainModule = {
+export const iamDomain = defineDomain({
   name: 'iam',
-  async init(gw: Gateway) {
-    const iam = new IamService(gw);
-    gw.services.iam = iam;
+  provides: ['iam'],
+  requires: ['accounts', 'quotaGate'],
+  kinds: [staticCredentialKind],
+  async init(gw, { accounts, quotaGate }) {
+    const iam = new IamService(gw, accounts, quotaGate);
     // live for acknowledged invalidations before the HTTP server accepts requests
     await iam.cache.register();
 
@@ -34,7 +36,7 @@ export const iamDomain: DomainModule = {
       if (principal.realmKind === 'idc') {
         const header = request.headers['x-account-id'];
         if (typeof header !== 'string' || header === '') return { ...principal, accountId: undefined, roles: [] };
-        if (!isUuid(header)) throw badRequest(`X-Account-Id must be an account id (UUID); got ${JSON.stringify(header.slice(0, 64))}`);
+        if (!isUuid(header)) throw invalid(`X-Account-Id must be an account id (UUID); got ${JSON.stringify(header.slice(0, 64))}`);
         const accountId = header.toLowerCase();
         const roles = await iam.assignmentRoles(principal.realm, principal.sub, accountId);
         return roles ? { ...principal, accountId, roles } : { ...principal, accountId: undefined, roles: [] };
@@ -48,14 +50,15 @@ export const iamDomain: DomainModule = {
     gw.jobs.define(CLEANUP_JOB, async () => {
       await iam.cleanupExpired();
     }, { schedule: '0 * * * *', retryLimit: 3 });
+    return { iam };
   },
-  async routes(app: ZodApp, gw: Gateway) {
-    await iamRoutes(app, gw, gw.services.iam!);
+  async routes(app, gw, { iam }) {
+    await iamRoutes(app, gw, iam);
   },
-  async start(gw: Gateway) {
-    await gw.services.iam!.start();
+  async start(_gw, { iam }) {
+    await iam.start();
   },
-  async stop(gw: Gateway) {
-    await gw.services.iam!.stop();
+  async stop(_gw, { iam }) {
+    await iam.stop();
   },
-};
+});

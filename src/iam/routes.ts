@@ -1,7 +1,7 @@
 import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import type { Gateway, ZodApp } from '../gateway.js';
-import { notFound, unauthorized } from '../http/problem.js';
+import { notFound, unauthenticated } from '../lib/errors.js';
 import { principalOf, type RouteAuth } from '../http/auth/plugin.js';
 import { ACCOUNT_ROLES, PLATFORM_ROLES, type Principal } from '../http/auth/principal.js';
 import type { IamService } from './service.js';
@@ -70,7 +70,7 @@ export async function iamRoutes(app: ZodApp, gw: Gateway, iam: IamService): Prom
   const stsSecurity = [{ bearer: [] }];
   async function stsCaller(request: FastifyRequest): Promise<Principal> {
     const p = await gw.auth.authenticate(request);
-    if (!p) throw unauthorized('missing Authorization header (Bearer <JWT> of an idc-* realm)');
+    if (!p) throw unauthenticated('missing Authorization header (Bearer <JWT> of an idc-* realm)');
     iam.requireIdcJwt(p);
     request.principal = p;
     return p;

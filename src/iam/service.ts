@@ -1,9 +1,10 @@
 import crypto from 'node:crypto';
 import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import type { Gateway } from '../gateway.js';
+import type { Gateway, QuotaGate } from '../gateway.js';
+import type { AccountsService } from './accounts.js';
 import type { ActorKind } from '../actors/store.js';
-import { badRequest, conflict, forbidden, notFound, unauthorized, unprocessable } from '../http/problem.js';
+import { conflict, invalid, notFound, refused, unauthenticated, unprocessable } from '../lib/errors.js';
 import type { Principal } from '../http/auth/principal.js';
 import type { RouteAuth } from '../http/auth/plugin.js';
 import { staticCredentialMachine } from '../../machines/staticCredential.js';
@@ -89,7 +90,11 @@ export class IamService {
   private lastUsed = new Map<string, number>();
   private flushTimer?: NodeJS.Timeout;
 
-  constructor(private readonly gw: Gateway) {
+  constructor(
+    private readonly gw: Gateway,
+    private readonly accounts: Pick<AccountsService, 'require'>,
+    private readonly quotaGate: QuotaGate,
+  ) {
     this.cache = new IamCache(gw);
   }
 
@@ -174,21 +179,21 @@ export class IamService {
   requireIdcJwt(principal: Principal): void {
     if (principal.via !== 'jwt' || principal.realmKind !== 'idc') {
       const what = principal.via !== 'jwt' ? 'an access-key credential' : `a JWT of realm ${principal.realm}`;
-      throw badRequest(`STS calls accept only a bearer JWT from an identity-center realm (idc-*); this call carries ${what}`, { type: 'sts-realm' });
+      throw invalid(`STS calls accept only a bearer JWT from an identity-center realm (idc-*); this call carries ${what}`, { type: 'sts-realm' });
     }
   }
 
   /** Account-bound STS calls: `X-Account-Id` present, equal to the account named in the call, assigned. */
   requireAccountHeader(principal: Principal, request: FastifyRequest, named: string): void {
     const header = request.headers['x-account-id'];
-    if (typeof header !== 'string' || header === '') throw badRequest('header X-Account-Id is required for this STS call');
-    if (header.toLowerCase() !== named.toLowerCase()) throw badRequest(`X-Account-Id ${header} does not match the account of the request (${named})`);
-    if (!principal.accountId) throw forbidden(`you (${principal.realm}/${principal.sub}) are not assigned to account ${named}`, { type: 'not-assigned' });
+    if (typeof header !== 'string' || header === '') throw invalid('header X-Account-Id is required for this STS call');
+    if (header.toLowerCase() !== named.toLowerCase()) throw invalid(`X-Account-Id ${header} does not match the account of the request (${named})`);
+    if (!principal.accountId) throw refused(`you (${principal.realm}/${principal.sub}) are not assigned to account ${named}`, { type: 'not-assigned' });
   }
 
   async getSessionToken(principal: Principal, accountId: string, durationSeconds: number) {
     const a = await this.assignmentRoles(principal.realm, principal.sub, accountId);
-    if (!a) throw forbidden(`you (${principal.realm}/${principal.sub}) are not assigned to account ${accountId}; a platform admin assigns identity-center users to accounts`, { type: 'not-assigned' });
+    if (!a) throw refused(`you (${principal.realm}/${principal.sub}) are not assigned to account ${accountId}; a platform admin assigns identity-center users to accounts`, { type: 'not-assigned' });
     const id = crypto.randomUUID();
     const accessKeyId = newAccessKeyId(TEMPORARY_PREFIX);
     const secret = newSecretKey();
@@ -240,17 +245,17 @@ export class IamService {
   async authenticateSvc(credentials: string, request: FastifyRequest): Promise<Principal> {
     const { accessKeyId, secret } = parseSvc(credentials);
     const c = this.cache.peek<CachedCredential>('cred', accessKeyId) ?? (await this.cache.get('cred', accessKeyId, () => this.loadCredential(accessKeyId)));
-    if (!c) throw unauthorized(`credential not found: no access key ${accessKeyId}`, { type: 'credential-not-found' });
-    if (!hashMatches(secret, c.secretHash)) throw unauthorized(`secret key invalid for access key ${accessKeyId}`, { type: 'secret-invalid' });
-    if (c.status === 'REVOKED') throw unauthorized(`temporary credential ${accessKeyId} has been revoked`, { type: 'credential-revoked' });
-    if (c.status === 'INACTIVE') throw unauthorized(`credential inactive: access key ${accessKeyId} is INACTIVE (an account admin can set it ACTIVE)`, { type: 'credential-inactive' });
-    if (c.expiresAt !== null && c.expiresAt <= Date.now()) throw unauthorized(`credential expired at ${new Date(c.expiresAt).toISOString()}; request new temporary credentials`, { type: 'credential-expired' });
+    if (!c) throw unauthenticated(`credential not found: no access key ${accessKeyId}`, { type: 'credential-not-found' });
+    if (!hashMatches(secret, c.secretHash)) throw unauthenticated(`secret key invalid for access key ${accessKeyId}`, { type: 'secret-invalid' });
+    if (c.status === 'REVOKED') throw unauthenticated(`temporary credential ${accessKeyId} has been revoked`, { type: 'credential-revoked' });
+    if (c.status === 'INACTIVE') throw unauthenticated(`credential inactive: access key ${accessKeyId} is INACTIVE (an account admin can set it ACTIVE)`, { type: 'credential-inactive' });
+    if (c.expiresAt !== null && c.expiresAt <= Date.now()) throw unauthenticated(`credential expired at ${new Date(c.expiresAt).toISOString()}; request new temporary credentials`, { type: 'credential-expired' });
     let roles: string[];
     if (c.temporary) {
       const token = request.headers['x-session-token'];
-      if (token === undefined || token === '') throw unauthorized(`session token missing: access key ${accessKeyId} is temporary (ASIA); send X-Session-Token`, { type: 'session-token-missing' });
+      if (token === undefined || token === '') throw unauthenticated(`session token missing: access key ${accessKeyId} is temporary (ASIA); send X-Session-Token`, { type: 'session-token-missing' });
       if (typeof token !== 'string' || !SESSION_TOKEN.test(token) || !hashMatches(token, c.tokenHash!)) {
-        throw unauthorized(`session token invalid for access key ${accessKeyId}`, { type: 'session-token-invalid' });
+        throw unauthenticated(`session token invalid for access key ${accessKeyId}`, { type: 'session-token-invalid' });
       }
       const key = assignmentKey(c.realm, c.principalId, c.accountId);
       roles = (this.cache.peek<string[] | null>('assign', key) ?? (await this.assignmentRoles(c.realm, c.principalId, c.accountId))) ?? [];
@@ -364,8 +369,8 @@ export class IamService {
   // --- SCPs --------------------------------------------------------------------------------------
 
   private async quotaLimit(accountId: string | undefined, code: string, fallback: number): Promise<number> {
-    const gate = this.gw.services.quotaGate;
-    if (!gate || !accountId) return fallback;
+    const gate = this.quotaGate;
+    if (!accountId) return fallback;
     try {
       const v = await gate.limit(accountId, 'organizations', code);
       return v ?? Number.POSITIVE_INFINITY;
@@ -388,11 +393,11 @@ export class IamService {
       try {
         raw = JSON.parse(raw);
       } catch (err) {
-        throw badRequest(`document is not valid JSON: ${(err as Error).message}`);
+        throw invalid(`document is not valid JSON: ${(err as Error).message}`);
       }
     }
     const parsed = scpDocumentSchema.safeParse(normalizeScpDocument(raw));
-    if (!parsed.success) throw badRequest(`document is not a valid SCP: ${formatIssues(parsed.error)}`, { type: 'invalid-scp' });
+    if (!parsed.success) throw invalid(`document is not a valid SCP: ${formatIssues(parsed.error)}`, { type: 'invalid-scp' });
     // stored as submitted (a single Statement object or Action string stays so); validated normalized
     const row = await repo.insertScp(this.gw.sql, { id: crypto.randomUUID(), name: input.name, description: input.description ?? '', document: raw as ScpDocument, size: text.length, by });
     if (!row) throw conflict(`an SCP named ${input.name} already exists`);
@@ -470,7 +475,7 @@ export class IamService {
     if (scps.length === 0) return;
     const denied = evaluateScps(scps, route.action, request.url.split('?')[0]);
     if (denied) {
-      throw forbidden(`action ${route.action} denied by policy ${denied.scp.name} (${denied.scp.id}): an explicit Deny in a service control policy of account ${accountId} blocks it regardless of roles and capabilities`, {
+      throw refused(`action ${route.action} denied by policy ${denied.scp.name} (${denied.scp.id}): an explicit Deny in a service control policy of account ${accountId} blocks it regardless of roles and capabilities`, {
         type: 'denied-by-policy', extra: { action: route.action, policy_id: denied.scp.id, policy_name: denied.scp.name },
       });
     }
@@ -486,21 +491,20 @@ export class IamService {
       const hint = capability === 'enroll_things'
         ? '; join existing devices with POST /api/v1/things/join and an access_code instead'
         : '; a platform admin grants capabilities';
-      throw forbidden(`account not qualified: ${route.action} requires capability ${capability}, which account ${accountId} does not hold${hint}`, {
+      throw refused(`account not qualified: ${route.action} requires capability ${capability}, which account ${accountId} does not hold${hint}`, {
         type: 'account-not-qualified', extra: { action: route.action, capability },
       });
     });
   }
 
   private async requireAccount(accountId: string): Promise<void> {
-    const accounts = this.gw.services.accounts;
-    if (accounts) await accounts.require(accountId);
+    await this.accounts.require(accountId);
   }
 }
 
 function checkCapability(capability: string): asserts capability is Capability {
   if (!(CAPABILITIES as readonly string[]).includes(capability)) {
-    throw badRequest(`unknown capability ${JSON.stringify(capability)}; one of ${CAPABILITIES.join(', ')}`);
+    throw invalid(`unknown capability ${JSON.stringify(capability)}; one of ${CAPABILITIES.join(', ')}`);
   }
 }
 
@@ -510,7 +514,7 @@ function formatIssues(error: z.ZodError): string {
 
 /** `SVC base64(akid:secret)` -> its parts, or 401 credential format invalid. */
 export function parseSvc(credentials: string): { accessKeyId: string; secret: string } {
-  const invalid = (why: string) => unauthorized(`credential format invalid: ${why}; expected SVC base64(<access_key_id>:<secret_key>)`, { type: 'credential-format-invalid' });
+  const invalid = (why: string) => unauthenticated(`credential format invalid: ${why}; expected SVC base64(<access_key_id>:<secret_key>)`, { type: 'credential-format-invalid' });
   if (credentials.length > 200 || !/^[A-Za-z0-9+/]+={0,2}$/.test(credentials)) throw invalid('not Base64');
   const decoded = Buffer.from(credentials, 'base64').toString('utf8');
   const colon = decoded.indexOf(':');

@@ -1,5 +1,5 @@
 import { Counter, Gauge } from 'prom-client';
-import type { DomainModule, Gateway, ZodApp } from '../gateway.js';
+import { defineDomain, type Gateway } from '../gateway.js';
 import type { StoredEvent } from '../actors/store.js';
 import { Mailer } from './mailer.js';
 import { NotificationsService, NOTIFYING_EVENTS } from './service.js';
@@ -15,12 +15,13 @@ declare module '../gateway.js' {
 const unsubscribers = new WeakMap<Gateway, () => void>();
 
 /** Domain module of src/notifications/: publish, templates, preferences, feed, SSE/WebSocket streams, email, console page. */
-export const notificationsDomain: DomainModule = {
+export const notificationsDomain = defineDomain({
   name: 'notifications',
-  async init(gw: Gateway) {
+  provides: ['notifications'],
+  requires: ['accounts'],
+  async init(gw, { accounts }) {
     const hub = new StreamHub(gw.cluster, gw.config.SSE_HEARTBEAT_SECONDS * 1000, gw.log.child({ component: 'notifications' }));
-    const svc = new NotificationsService(gw, new Mailer(gw.config, gw.log), hub);
-    gw.services.notifications = svc;
+    const svc = new NotificationsService(gw, new Mailer(gw.config, gw.log), hub, accounts);
     new Gauge({ name: 'notification_streams_open', help: 'Open notification streams (SSE and WebSocket) on this node', registers: [gw.metrics], collect() {
       this.set(hub.size);
     } });
@@ -30,9 +31,9 @@ export const notificationsDomain: DomainModule = {
       await svc.sweep();
       await svc.catchUp();
     }, { schedule: '17 * * * *', retryLimit: 1 });
+    return { notifications: svc };
   },
-  async routes(app: ZodApp, gw: Gateway) {
-    const svc = gw.services.notifications!;
+  async routes(app, gw, { notifications: svc }) {
     // Streams end before the HTTP server waits for its open connections (graceful shutdown).
     app.addHook('preClose', async () => svc.hub.closeAll());
     for (const prefix of ['/api/notifications', '/console/notifications']) {
@@ -41,8 +42,7 @@ export const notificationsDomain: DomainModule = {
     await app.register(apiRoutes(svc, gw));
     await app.register(consoleRoutes);
   },
-  async start(gw: Gateway) {
-    const svc = gw.services.notifications!;
+  async start(gw, { notifications: svc }) {
     svc.hub.start();
     // gw.bus fires on every node; the unique source_event_id makes one notification cluster-wide.
     const handlers = NOTIFYING_EVENTS.map((type) => {
@@ -56,9 +56,9 @@ export const notificationsDomain: DomainModule = {
     // events committed while no node was listening (unique source_event_id keeps this idempotent)
     svc.catchUp().catch((err) => gw.log.error({ err }, 'notification catch-up failed'));
   },
-  async stop(gw: Gateway) {
+  async stop(gw, { notifications: svc }) {
     unsubscribers.get(gw)?.();
     unsubscribers.delete(gw);
-    gw.services.notifications?.hub.stop();
+    svc.hub.stop();
   },
-};
+});

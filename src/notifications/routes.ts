@@ -5,7 +5,7 @@ import type { FastifyRequest } from 'fastify';
 import type { Gateway, ZodApp } from '../gateway.js';
 import { principalOf } from '../http/auth/plugin.js';
 import { isUuid } from '../http/auth/principal.js';
-import { badRequest, forbidden, unauthorized } from '../http/problem.js';
+import { invalid, refused, unauthenticated } from '../lib/errors.js';
 import { traceparentFor } from '../http/trace.js';
 import type { Reader } from './repo.js';
 import {
@@ -27,7 +27,7 @@ function readerOf(request: FastifyRequest): Reader {
   const raw = request.headers['x-account-id'];
   const header = Array.isArray(raw) ? raw[0] : raw;
   if (header === undefined || header === '') return { sub: p.sub, accountId: null };
-  if (!isUuid(header)) throw badRequest(`X-Account-Id must be an account id (UUID); got ${JSON.stringify(header.slice(0, 60))}`);
+  if (!isUuid(header)) throw invalid(`X-Account-Id must be an account id (UUID); got ${JSON.stringify(header.slice(0, 60))}`);
   const accountId = header.toLowerCase();
   return { sub: p.sub, accountId: p.accountId === accountId ? accountId : null };
 }
@@ -45,7 +45,7 @@ function cookieOf(request: FastifyRequest, name: string): string | undefined {
 function lastEventIdOf(request: FastifyRequest, query: string | undefined): number | undefined {
   const raw = (request.headers['last-event-id'] as string | undefined) ?? query;
   if (raw === undefined || raw === '') return undefined;
-  if (!/^\d{1,15}$/.test(raw)) throw badRequest('Last-Event-ID must be the id of an event this stream sent');
+  if (!/^\d{1,15}$/.test(raw)) throw invalid('Last-Event-ID must be the id of an event this stream sent');
   return Number(raw);
 }
 
@@ -129,7 +129,7 @@ export function feedRoutes(svc: NotificationsService, prefix: string) {
 
     const authenticateStream = async (request: FastifyRequest): Promise<Reader> => {
       const reader = await svc.resolveStreamSession(cookieOf(request, STREAM_COOKIE));
-      if (!reader) throw unauthorized(`no valid stream cookie; POST ${prefix}/stream/auth with your bearer token first (the cookie lasts one hour)`);
+      if (!reader) throw unauthenticated(`no valid stream cookie; POST ${prefix}/stream/auth with your bearer token first (the cookie lasts one hour)`);
       return reader;
     };
 
@@ -301,7 +301,7 @@ export function apiRoutes(svc: NotificationsService, gw: Gateway) {
         response: { 200: z.object({ allow: z.boolean(), reason: z.string().optional() }) },
       },
     }, async (request) => {
-      if (!isInternal(request.socket.remoteAddress)) throw forbidden('the authorization endpoint serves internal networks only');
+      if (!isInternal(request.socket.remoteAddress)) throw refused('the authorization endpoint serves internal networks only');
       return svc.defaultDecision(request.body as AuthzRequest);
     });
   };

@@ -1,9 +1,9 @@
 import crypto from 'node:crypto';
 import type { Counter } from 'prom-client';
-import type { Gateway } from '../gateway.js';
+import type { Gateway, Services } from '../gateway.js';
 import type { StoredEvent } from '../actors/store.js';
 import { isUuid, type Principal } from '../http/auth/principal.js';
-import { badRequest, forbidden, notFound, Problem } from '../http/problem.js';
+import { internal, invalid, notFound, refused, upstreamFailed } from '../lib/errors.js';
 import { repo, type NewNotification, type Reader } from './repo.js';
 import type { Mailer } from './mailer.js';
 import type { StreamHub } from './streams.js';
@@ -68,7 +68,7 @@ export class NotificationsService {
   /** publish outcomes (set by the domain module: the metrics registry is per gateway) */
   published?: Counter<'status' | 'reason'>;
 
-  constructor(private readonly gw: Gateway, private readonly mailer: Mailer, readonly hub: StreamHub) {}
+  constructor(private readonly gw: Gateway, private readonly mailer: Mailer, readonly hub: StreamHub, private readonly accounts: Pick<Services['accounts'], 'get'>) {}
 
   private get sql() {
     return this.gw.sql;
@@ -88,10 +88,10 @@ export class NotificationsService {
 
   private async publishOnce(publisher: Principal, req: PublishRequest, now: Date): Promise<PublishResult> {
     const template = await repo.template(this.sql, req.template);
-    if (!template) throw badRequest(`template ${req.template} is not in the catalogue (GET /api/notifications/templates lists it)`);
+    if (!template) throw invalid(`template ${req.template} is not in the catalogue (GET /api/notifications/templates lists it)`);
     if (req.scope === 'tenant') {
-      if (!isUuid(req.to.subscriberId)) throw badRequest('to.subscriberId must be an account id (UUID) when scope is tenant');
-      if (!(await this.gw.services.accounts?.get(req.to.subscriberId.toLowerCase()))) throw badRequest(`account ${req.to.subscriberId} does not exist`);
+      if (!isUuid(req.to.subscriberId)) throw invalid('to.subscriberId must be an account id (UUID) when scope is tenant');
+      if (!(await this.accounts.get(req.to.subscriberId.toLowerCase()))) throw invalid(`account ${req.to.subscriberId} does not exist`);
     }
     const subscriberId = req.scope === 'tenant' ? req.to.subscriberId.toLowerCase() : req.to.subscriberId;
     const rendered = this.renderStrict(template, req.data, req.actionUrl);
@@ -140,7 +140,7 @@ export class NotificationsService {
           await this.mailer.send({ to: req.to.email!, subject: rendered.subject, text: rendered.text, html: rendered.html });
         } catch (err) {
           this.gw.log.error({ err, template: template.id }, 'notification email could not be sent');
-          throw new Problem(500, `the notification could not be dispatched by email: ${(err as Error).message}; nothing was stored, retry later`);
+          throw internal(`the notification could not be dispatched by email: ${(err as Error).message}; nothing was stored, retry later`);
         }
       }
     });
@@ -152,8 +152,8 @@ export class NotificationsService {
     try {
       return render(template, data, { strict: true, vars: { actionUrl: this.absolute(actionUrl) } });
     } catch (err) {
-      if (err instanceof MissingVariables) throw badRequest(`template ${template.id} needs data.${err.names.join(', data.')}`);
-      throw new Problem(500, `template ${template.id} could not be rendered`);
+      if (err instanceof MissingVariables) throw invalid(`template ${template.id} needs data.${err.names.join(', data.')}`);
+      throw internal(`template ${template.id} could not be rendered`);
     }
   }
 
@@ -169,7 +169,7 @@ export class NotificationsService {
       res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal: AbortSignal.timeout(AUTHZ_TIMEOUT_MS) });
     } catch (err) {
       this.gw.log.warn({ err: (err as Error).message }, 'notification authorization service unreachable');
-      throw new Problem(502, 'the authorization service could not be reached; the send is denied (fail closed)');
+      throw upstreamFailed('the authorization service could not be reached; the send is denied (fail closed)');
     }
     let decision: { allow?: unknown; reason?: unknown } | undefined;
     try {
@@ -178,10 +178,10 @@ export class NotificationsService {
       decision = undefined;
     }
     if (!decision || typeof decision.allow !== 'boolean') {
-      throw new Problem(502, `the authorization service answered ${res.status} without a decision; the send is denied (fail closed)`);
+      throw upstreamFailed(`the authorization service answered ${res.status} without a decision; the send is denied (fail closed)`);
     }
     if (!decision.allow) {
-      throw forbidden(`the authorization service denied the send${typeof decision.reason === 'string' ? `: ${decision.reason}` : ''}`, { type: 'send-denied' });
+      throw refused(`the authorization service denied the send${typeof decision.reason === 'string' ? `: ${decision.reason}` : ''}`, { type: 'send-denied' });
     }
   }
 
@@ -308,7 +308,7 @@ export class NotificationsService {
   }
 
   async putTemplate(t: TemplateRecord, by: string) {
-    if (!(await repo.categoryExists(this.sql, t.categoryId))) throw badRequest(`category ${t.categoryId} does not exist; create it first (PUT /api/notifications/categories/${t.categoryId})`);
+    if (!(await repo.categoryExists(this.sql, t.categoryId))) throw invalid(`category ${t.categoryId} does not exist; create it first (PUT /api/notifications/categories/${t.categoryId})`);
     const r = await repo.upsertTemplate(this.sql, t, by);
     return { created: r.created, template: { ...t, updatedAt: r.updatedAt } };
   }
@@ -325,7 +325,7 @@ export class NotificationsService {
   }
 
   async putPreferences(sub: string, p: Preferences) {
-    if (p.quietHours && !isTimeZone(p.quietHours.timeZone)) throw badRequest(`quietHours.timeZone ${JSON.stringify(p.quietHours.timeZone)} is not an IANA time zone (e.g. Europe/Berlin)`);
+    if (p.quietHours && !isTimeZone(p.quietHours.timeZone)) throw invalid(`quietHours.timeZone ${JSON.stringify(p.quietHours.timeZone)} is not an IANA time zone (e.g. Europe/Berlin)`);
     const updatedAt = await repo.putPreferences(this.sql, sub, { ...p, disabledCategories: [...new Set(p.disabledCategories)] });
     return { ...p, disabledCategories: [...new Set(p.disabledCategories)], updatedAt };
   }

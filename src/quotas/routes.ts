@@ -1,8 +1,8 @@
 import { z } from 'zod';
 import type { FastifyRequest } from 'fastify';
-import type { Gateway, ZodApp } from '../gateway.js';
+import type { ZodApp } from '../gateway.js';
 import { accountOf, principalOf } from '../http/auth/plugin.js';
-import { forbidden } from '../http/problem.js';
+import { refused } from '../lib/errors.js';
 import type { Caller, QuotasService } from './service.js';
 import {
   accountQuotasSchema, addMemberBody, createOrganizationBody, defaultSchema, denyBody, leaveSchema, memberSchema, orgParams,
@@ -24,12 +24,11 @@ function callerOf(request: FastifyRequest): Caller {
 
 function platformAdmin(request: FastifyRequest): Caller {
   const c = callerOf(request);
-  if (!c.platform || !c.roles.includes('platform-admin')) throw forbidden('only platform admins (platform realm, role platform-admin) decide quota requests');
+  if (!c.platform || !c.roles.includes('platform-admin')) throw refused('only platform admins (platform realm, role platform-admin) decide quota requests');
   return c;
 }
 
-export async function quotaRoutes(app: ZodApp, gw: Gateway): Promise<void> {
-  const svc = gw.services.quotas as QuotasService;
+export async function quotaRoutes(app: ZodApp, svc: QuotasService): Promise<void> {
 
   // ---- defaults and account quotas --------------------------------------------------------
   app.get('/api/v1/quotas/defaults', {
@@ -96,7 +95,7 @@ export async function quotaRoutes(app: ZodApp, gw: Gateway): Promise<void> {
     config: { auth: { action: 'quotas:QuotaRequest:ListAll', roles: PLATFORM } },
     schema: { tags: ['quotas'], summary: 'Platform admin: every pending request (standalone, organization, leave-gated), oldest first', querystring: pageQuery, response: { 200: pageOf(requestSchema) } },
   }, async (request) => {
-    if (!callerOf(request).platform) throw forbidden('the quota request queue is for platform principals');
+    if (!callerOf(request).platform) throw refused('the quota request queue is for platform principals');
     return svc.queue(request.query.page, request.query.size);
   });
 
@@ -104,7 +103,7 @@ export async function quotaRoutes(app: ZodApp, gw: Gateway): Promise<void> {
     config: { auth: { action: 'quotas:QuotaRequest:Read', roles: PLATFORM } },
     schema: { tags: ['quotas'], summary: 'Platform admin: read one request', params: z.object({ requestId: z.uuid() }), response: { 200: requestSchema } },
   }, async (request) => {
-    if (!callerOf(request).platform) throw forbidden('this read is for platform principals');
+    if (!callerOf(request).platform) throw refused('this read is for platform principals');
     return svc.request(request.params.requestId);
   });
 

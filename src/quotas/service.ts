@@ -1,7 +1,7 @@
 import crypto from 'node:crypto';
 import type { ActorKind, UnitOfWork } from '../actors/store.js';
 import type { Gateway, QuotaGate } from '../gateway.js';
-import { conflict, forbidden, notFound, unprocessable } from '../http/problem.js';
+import { conflict, notFound, refused, unprocessable } from '../lib/errors.js';
 import { isUuid } from '../http/auth/principal.js';
 import { quotaRequestMachine, type QuotaRequestKind } from '../../machines/quotaRequest.js';
 import { organizationLeaveMachine, type OrganizationLeaveContext } from '../../machines/organizationLeave.js';
@@ -368,7 +368,7 @@ export class QuotasService implements QuotaGate {
   async manageable(organizationId: string, caller: Caller): Promise<OrganizationRow> {
     const org = await this.readable(organizationId, caller);
     if (caller.accountId !== org.management_account_id || !caller.roles.includes('admin')) {
-      throw forbidden(`only admins of the organization's management account ${org.management_account_id} manage organization ${organizationId}`);
+      throw refused(`only admins of the organization's management account ${org.management_account_id} manage organization ${organizationId}`);
     }
     return org;
   }
@@ -456,7 +456,7 @@ export class QuotasService implements QuotaGate {
     let initiatedAs: 'leave' | 'remove';
     if (caller.accountId === accountId && caller.roles.includes('admin')) initiatedAs = 'leave';
     else if (caller.accountId === org.management_account_id && caller.roles.includes('admin')) initiatedAs = 'remove';
-    else throw forbidden(`only an admin of account ${accountId} (leave) or of the management account ${org.management_account_id} (remove) ends this membership`);
+    else throw refused(`only an admin of account ${accountId} (leave) or of the management account ${org.management_account_id} (remove) ends this membership`);
     if (accountId === org.management_account_id) throw conflict(`account ${accountId} is the management account of organization ${organizationId}; it cannot leave`, { type: 'management-account-cannot-leave' });
     const result = await this.gw.actors.run(async (uow) => {
       await repo.lockAccount(uow.sql, accountId);

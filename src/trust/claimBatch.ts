@@ -1,6 +1,6 @@
 import type { Gateway } from '../gateway.js';
 import type { UnitOfWork } from '../actors/store.js';
-import { forbidden, type Problem } from '../http/problem.js';
+import { refused, type DomainError } from '../lib/errors.js';
 import { repo } from './repo.js';
 import { claimGroupKind, claimGroupStatus, thingKind } from './kinds.js';
 
@@ -11,7 +11,7 @@ export interface PendingClaim {
 }
 
 /** `claimed`: committed; `repeat`: the identity was enrolled by someone else first; or the group's refusal. */
-export type ClaimOutcome = 'claimed' | 'repeat' | Problem;
+export type ClaimOutcome = 'claimed' | 'repeat' | DomainError;
 
 const MAX_BATCH = 64;
 /** batches in flight per node: one forms while another commits */
@@ -60,12 +60,12 @@ export class ClaimBatcher {
     const now = new Date();
     // 1. lock the groups (id order: no deadlock between batches), read status and room left
     const room = new Map<string, number>();
-    const refusal = new Map<string, Problem>();
+    const refusal = new Map<string, DomainError>();
     for (const id of [...new Set(claims.map((c) => c.groupId))].sort()) {
       const g = await uow.load(claimGroupKind, id);
       const status = g ? claimGroupStatus(g.state, g.snapshot.context, now) : 'revoked';
       room.set(id, status === 'active' ? g!.snapshot.context.maxDevices - g!.snapshot.context.consumed : 0);
-      refusal.set(id, forbidden(`claim group is ${status === 'active' ? 'capped' : status}${status === 'active' || status === 'capped' ? ': maxDevices reached' : ''}`,
+      refusal.set(id, refused(`claim group is ${status === 'active' ? 'capped' : status}${status === 'active' || status === 'capped' ? ': maxDevices reached' : ''}`,
         { extra: { claimGroupStatus: status === 'active' ? 'capped' : status } }));
     }
     // 2. one identity once per batch; later duplicates share the first one's fate

@@ -5,10 +5,10 @@ import * as x509 from '@peculiar/x509';
 import { SignJWT, jwtVerify } from 'jose';
 import type { FastifyRequest } from 'fastify';
 import type { Gateway } from '../gateway.js';
-import { conflict, forbidden, notFound, unauthorized } from '../http/problem.js';
+import { conflict, notFound, refused, unauthenticated } from '../lib/errors.js';
 import { repo, type LicenseRow, type LicenseStatus } from './repo.js';
 import { thingKind } from './kinds.js';
-import { safeEqual, sha256 } from './secrets.js';
+import { safeEqual, sha256 } from '../lib/encoding.js';
 
 const LICENSE_DAYS = 30;
 const LICENSE_AUDIENCE = 'device-license';
@@ -63,26 +63,26 @@ export class DeviceService {
     const header = request.headers.authorization;
     if (header) {
       const [scheme, token] = header.split(/\s+/, 2);
-      if (scheme?.toLowerCase() !== 'targettoken' || !token) throw unauthorized('use Authorization: TargetToken <enrollment token> or mutual TLS');
+      if (scheme?.toLowerCase() !== 'targettoken' || !token) throw unauthenticated('use Authorization: TargetToken <enrollment token> or mutual TLS');
       const thing = await repo.thingByToken(this.gw.sql, sha256(token));
-      if (!thing || !safeEqual(Buffer.from(thing.id), Buffer.from(thingId))) throw unauthorized('enrollment token is not valid for this thing');
-      if (!thing.enrollment_token_expires_at || thing.enrollment_token_expires_at.getTime() <= Date.now()) throw unauthorized('enrollment token has expired; use mutual TLS');
-      if (thing.revoked_at) throw forbidden('this thing was revoked');
+      if (!thing || !safeEqual(Buffer.from(thing.id), Buffer.from(thingId))) throw unauthenticated('enrollment token is not valid for this thing');
+      if (!thing.enrollment_token_expires_at || thing.enrollment_token_expires_at.getTime() <= Date.now()) throw unauthenticated('enrollment token has expired; use mutual TLS');
+      if (thing.revoked_at) throw refused('this thing was revoked');
       return;
     }
     const forwarded = request.headers['x-ssl-client-cert'];
     if (typeof forwarded === 'string' && this.isInternal(request.socket.remoteAddress)) {
       let cert: x509.X509Certificate;
-      try { cert = new x509.X509Certificate(decodeURIComponent(forwarded)); } catch { throw unauthorized('client certificate could not be parsed'); }
+      try { cert = new x509.X509Certificate(decodeURIComponent(forwarded)); } catch { throw unauthenticated('client certificate could not be parsed'); }
       const ok = cert.issuer === this.gw.pki.deviceCaCert.subject
         && (await cert.verify({ publicKey: this.gw.pki.deviceCaCert, date: new Date() }).catch(() => false));
-      if (!ok) throw unauthorized('client certificate is not issued by the device CA');
-      if (cert.subject !== `CN=${thingId}`) throw forbidden('client certificate belongs to another thing');
+      if (!ok) throw unauthenticated('client certificate is not issued by the device CA');
+      if (cert.subject !== `CN=${thingId}`) throw refused('client certificate belongs to another thing');
       const stored = await repo.certificate(this.gw.sql, cert.serialNumber.toLowerCase());
-      if (!stored || stored.revoked) throw forbidden('client certificate is revoked');
+      if (!stored || stored.revoked) throw refused('client certificate is revoked');
       return;
     }
-    throw unauthorized('device authentication required: Authorization: TargetToken <enrollment token>, or mutual TLS');
+    throw unauthenticated('device authentication required: Authorization: TargetToken <enrollment token>, or mutual TLS');
   }
 
   async status(thingId: string) {
@@ -117,10 +117,10 @@ export class DeviceService {
       }));
     } catch {
       await repo.recordLicense(this.gw.sql, { id: crypto.randomUUID(), thingId, kind: 'renew', decision: 'denied', reason: 'license invalid or expired' });
-      throw forbidden('license is not a valid, unexpired license of this thing; request a new one');
+      throw refused('license is not a valid, unexpired license of this thing; request a new one');
     }
     const previous = await repo.license(this.gw.sql, String(claims.jti));
-    if (!previous || previous.decision !== 'granted' || previous.thing_id !== thingId) throw forbidden('license is not known');
+    if (!previous || previous.decision !== 'granted' || previous.thing_id !== thingId) throw refused('license is not known');
     await this.licensable(thingId, 'renew');
     return this.grant(thingId, 'renew', (claims.features as string[] | undefined) ?? []);
   }
@@ -143,7 +143,7 @@ export class DeviceService {
     const refusal = thing.revoked_at || cert?.revoked ? 'thing revoked' : !cert ? 'thing not enrolled' : undefined;
     if (refusal) {
       await repo.recordLicense(this.gw.sql, { id: crypto.randomUUID(), thingId, kind, decision: 'denied', reason: refusal });
-      throw forbidden(`license refused: ${refusal}`);
+      throw refused(`license refused: ${refusal}`);
     }
     return thing;
   }

@@ -1,15 +1,16 @@
 import crypto from 'node:crypto';
 import 'reflect-metadata';
 import * as x509 from '@peculiar/x509';
-import type { Gateway } from '../gateway.js';
+import type { Gateway, MqttEndpoint } from '../gateway.js';
 import type { UnitOfWork } from '../actors/store.js';
-import { badRequest, conflict, forbidden, unauthorized } from '../http/problem.js';
+import { conflict, invalid, refused, unauthenticated } from '../lib/errors.js';
 import { repo, type ClaimContextRow, type Identity, type ModelRow, type ThingRow } from './repo.js';
 import { isUuid } from '../http/auth/principal.js';
 import { claimGroupStatus, thingKind } from './kinds.js';
 import type { ClaimGroupContext } from '../../machines/claimGroup.js';
 import { parseDescriptor, type ModelService } from './models.js';
-import { safeEqual, sha256, type Sealer } from './secrets.js';
+import { safeEqual, sha256 } from '../lib/encoding.js';
+import type { Sealer } from './secrets.js';
 import type { EnrollBody, EnrollmentResponse } from './schemas.js';
 import { ClaimBatcher } from './claimBatch.js';
 
@@ -32,14 +33,14 @@ const PROVING_METHODS = new Set(['claim_token', 'symmetric_key', 'certificate', 
 export class EnrollmentService {
   private readonly batcher: ClaimBatcher;
 
-  constructor(private readonly gw: Gateway, private readonly models: ModelService, private readonly sealer: Sealer) {
+  constructor(private readonly gw: Gateway, private readonly models: ModelService, private readonly sealer: Sealer, private readonly mqtt: MqttEndpoint) {
     this.batcher = new ClaimBatcher(gw);
   }
 
   async enroll(body: EnrollBody): Promise<EnrollmentResponse> {
     if (body.enrollmentToken) return this.byToken(body.enrollmentToken, body.csr);
     const { manufacturer, model: modelRef, serial } = body;
-    if (!manufacturer || !modelRef || !serial) throw badRequest('manufacturer, model and serial are required (or an enrollmentToken)');
+    if (!manufacturer || !modelRef || !serial) throw invalid('manufacturer, model and serial are required (or an enrollmentToken)');
     if (body.claimSecret && (!body.provisioningMethod || body.provisioningMethod === 'claim_token')) {
       // the hot path: one query answers secret, group state, model and an earlier enrollment
       const ctx = await repo.claimContext(this.gw.sql, sha256(body.claimSecret), this.modelRef(modelRef), { manufacturer, serial });
@@ -47,13 +48,13 @@ export class EnrollmentService {
     }
     const model = await this.models.resolve(modelRef);
     const method = model?.provisioning_method ?? (body.claimSecret || body.provisioningMethod === 'claim_token' ? 'claim_token' : undefined);
-    if (!method) throw badRequest(`model ${modelRef} is not registered; enroll with a claimSecret or an enrollmentToken`);
+    if (!method) throw invalid(`model ${modelRef} is not registered; enroll with a claimSecret or an enrollmentToken`);
     if (body.provisioningMethod && body.provisioningMethod !== method) {
-      throw badRequest(`model ${modelRef} enrolls by ${method}, not ${body.provisioningMethod}`);
+      throw invalid(`model ${modelRef} enrolls by ${method}, not ${body.provisioningMethod}`);
     }
     const modelName = model ? `${model.vid}:${model.pid}` : (parseDescriptor(modelRef) ? `${parseDescriptor(modelRef)!.vid}:${parseDescriptor(modelRef)!.pid}` : modelRef);
     // claims with a secret took the path above
-    if (method === 'claim_token') throw badRequest('claimSecret is required for claim_token enrollment');
+    if (method === 'claim_token') throw invalid('claimSecret is required for claim_token enrollment');
     await this.verify(method, model!, body, { manufacturer, serial });
     return this.enrollIdentity({ accountId: model!.account_id, manufacturer, model: modelName, serial }, model!, method, body.csr);
   }
@@ -62,11 +63,11 @@ export class EnrollmentService {
 
   private async byToken(token: string, csr?: string): Promise<EnrollmentResponse> {
     const thing = await repo.thingByToken(this.gw.sql, sha256(token));
-    if (!thing) throw unauthorized('unknown enrollment token');
+    if (!thing) throw unauthenticated('unknown enrollment token');
     this.checkToken(thing);
     const issued = await this.issue(thing.id, csr);
     return this.gw.actors.run(async (uow) => {
-      if (!(await repo.consumeToken(uow.sql, thing.id))) throw forbidden('enrollment token was already used or has expired');
+      if (!(await repo.consumeToken(uow.sql, thing.id))) throw refused('enrollment token was already used or has expired');
       await repo.insertCertificate(uow.sql, { thingId: thing.id, ...this.certificateRow(issued) });
       await this.birth(uow, thing, 'enrollment_token');
       return this.response(thing.id, issued);
@@ -74,9 +75,9 @@ export class EnrollmentService {
   }
 
   private checkToken(thing: ThingRow): void {
-    if (thing.revoked_at) throw forbidden('this thing was revoked');
-    if (thing.enrollment_token_used_at) throw forbidden('enrollment token was already used');
-    if (!thing.enrollment_token_expires_at || thing.enrollment_token_expires_at.getTime() <= Date.now()) throw forbidden('enrollment token has expired');
+    if (thing.revoked_at) throw refused('this thing was revoked');
+    if (thing.enrollment_token_used_at) throw refused('enrollment token was already used');
+    if (!thing.enrollment_token_expires_at || thing.enrollment_token_expires_at.getTime() <= Date.now()) throw refused('enrollment token has expired');
   }
 
   /** What the device calls its model, for the claim query: a descriptor, an id, or a free name. */
@@ -88,13 +89,13 @@ export class EnrollmentService {
 
   private async byClaim(body: EnrollBody, group: ClaimContextRow, tuple: Omit<Identity, 'accountId'>): Promise<EnrollmentResponse> {
     const hash = sha256(body.claimSecret!);
-    if (!group.id || !group.account_id || !group.secret_hash || !safeEqual(group.secret_hash, hash)) throw forbidden('claim secret is not valid');
-    if (group.model_account_id && group.model_account_id !== group.account_id) throw forbidden('claim secret is not valid for this model');
+    if (!group.id || !group.account_id || !group.secret_hash || !safeEqual(group.secret_hash, hash)) throw refused('claim secret is not valid');
+    if (group.model_account_id && group.model_account_id !== group.account_id) throw refused('claim secret is not valid for this model');
     const status = group.state ? claimGroupStatus(group.state, group.context as ClaimGroupContext, new Date()) : 'revoked';
-    if (status === 'revoked' || status === 'expired') throw forbidden(`claim group is ${status}`, { extra: { claimGroupStatus: status } });
+    if (status === 'revoked' || status === 'expired') throw refused(`claim group is ${status}`, { extra: { claimGroupStatus: status } });
     const identity = { accountId: group.account_id, ...tuple };
     if (group.existing) return this.repeat(await this.thingOf(group.existing), body.csr);
-    if (status === 'capped') throw forbidden('claim group is capped: maxDevices reached', { extra: { claimGroupStatus: status } });
+    if (status === 'capped') throw refused('claim group is capped: maxDevices reached', { extra: { claimGroupStatus: status } });
 
     const thingId = crypto.randomUUID();
     const issued = await this.issue(thingId, body.csr);
@@ -151,10 +152,10 @@ export class EnrollmentService {
 
   /** Idempotent re-enrollment: the same thingId and certificate, nothing re-issued. */
   private async repeat(thing: ThingRow, csr?: string, uow?: UnitOfWork): Promise<EnrollmentResponse> {
-    if (thing.revoked_at) throw forbidden('this thing was revoked; it cannot enroll again');
+    if (thing.revoked_at) throw refused('this thing was revoked; it cannot enroll again');
     const cert = await repo.currentCertificate(uow?.sql ?? this.gw.sql, thing.id);
     if (!cert) throw conflict(`thing ${thing.id} is registered but not enrolled; enroll with its enrollment token`);
-    if (cert.revoked) throw forbidden('this thing was revoked; it cannot enroll again');
+    if (cert.revoked) throw refused('this thing was revoked; it cannot enroll again');
     if (csr) {
       const spki = await this.csrKey(csr);
       const issuedKey = Buffer.from(new x509.X509Certificate(cert.pem).publicKey.rawData);
@@ -173,19 +174,19 @@ export class EnrollmentService {
         return;
       case 'auto': {
         if (settings.serialPattern && !new RegExp(`^(?:${settings.serialPattern})$`).test(device.serial)) {
-          throw forbidden(`serial ${device.serial} does not match the model's serial pattern`);
+          throw refused(`serial ${device.serial} does not match the model's serial pattern`);
         }
         if (settings.manufacturers && !(settings.manufacturers as string[]).includes(device.manufacturer)) {
-          throw forbidden(`manufacturer ${device.manufacturer} is not allowed for this model`);
+          throw refused(`manufacturer ${device.manufacturer} is not allowed for this model`);
         }
         return;
       }
       case 'symmetric_key': {
-        if (!body.derivedKey) throw badRequest('derivedKey is required for symmetric_key enrollment');
+        if (!body.derivedKey) throw invalid('derivedKey is required for symmetric_key enrollment');
         const registrationId = body.registrationId ?? device.serial;
         const groupKey = Buffer.from(this.models.secretOf(model), 'base64');
         const expected = crypto.createHmac('sha256', groupKey).update(registrationId, 'utf8').digest();
-        if (!safeEqual(expected, Buffer.from(body.derivedKey, 'base64'))) throw forbidden('derivedKey does not match the registrationId');
+        if (!safeEqual(expected, Buffer.from(body.derivedKey, 'base64'))) throw refused('derivedKey does not match the registrationId');
         return;
       }
       case 'certificate':
@@ -193,21 +194,21 @@ export class EnrollmentService {
       case 'webhook':
         return this.askApprovalWebhook(model, device);
       default:
-        throw forbidden(`provisioning method ${method} is not supported`);
+        throw refused(`provisioning method ${method} is not supported`);
     }
   }
 
   /** The device shows a certificate from the model's manufacturer CA and a CSR signed by the same key. */
   private async verifyBirthCertificate(caPem: string, body: EnrollBody): Promise<void> {
-    if (!body.deviceCertificate || !body.csr) throw badRequest('certificate enrollment needs deviceCertificate and a csr signed with its key');
+    if (!body.deviceCertificate || !body.csr) throw invalid('certificate enrollment needs deviceCertificate and a csr signed with its key');
     let cert: x509.X509Certificate;
-    try { cert = new x509.X509Certificate(body.deviceCertificate); } catch { throw badRequest('deviceCertificate is not a PEM certificate'); }
+    try { cert = new x509.X509Certificate(body.deviceCertificate); } catch { throw invalid('deviceCertificate is not a PEM certificate'); }
     const ca = new x509.X509Certificate(caPem);
     const now = new Date();
     const signed = cert.issuer === ca.subject && (await cert.verify({ publicKey: ca, date: now }).catch(() => false));
-    if (!signed) throw forbidden('deviceCertificate is not a valid certificate of the model\'s manufacturer CA');
+    if (!signed) throw refused('deviceCertificate is not a valid certificate of the model\'s manufacturer CA');
     const spki = await this.csrKey(body.csr);
-    if (!spki.equals(Buffer.from(cert.publicKey.rawData))) throw forbidden('the csr is not signed with the key of deviceCertificate');
+    if (!spki.equals(Buffer.from(cert.publicKey.rawData))) throw refused('the csr is not signed with the key of deviceCertificate');
   }
 
   /** Standard Webhooks signed POST; anything but a 2xx `{ "approved": true }` in time refuses (fail closed). */
@@ -232,7 +233,7 @@ export class EnrollmentService {
     } catch (err) {
       why = (err as Error).name === 'TimeoutError' ? 'timed out' : 'could not be reached';
     }
-    if (!approved) throw forbidden(`enrollment refused: the model's approval webhook ${why}`);
+    if (!approved) throw refused(`enrollment refused: the model's approval webhook ${why}`);
   }
 
   // --- issuance
@@ -241,7 +242,7 @@ export class EnrollmentService {
     try {
       return await this.gw.pki.spkiFromCsr(csr);
     } catch {
-      throw badRequest('csr is not a PEM PKCS#10 request with a valid signature');
+      throw invalid('csr is not a PEM PKCS#10 request with a valid signature');
     }
   }
 
@@ -269,7 +270,7 @@ export class EnrollmentService {
 
   private response(thingId: string, issued: Issued): EnrollmentResponse {
     const { config, pki } = this.gw;
-    const brokerPort = config.MQTT_PUBLIC_PORT ?? (config.MQTT_PORT === 0 ? this.gw.services.broker?.port : config.MQTT_PORT) ?? 8883;
+    const brokerPort = config.MQTT_PUBLIC_PORT ?? (config.MQTT_PORT === 0 ? this.mqtt.port : config.MQTT_PORT) ?? 8883;
     return {
       certificate: issued.pem,
       ...(issued.privateKeyPem ? { privateKey: issued.privateKeyPem } : {}),

@@ -1,4 +1,4 @@
-import type { DomainModule, Gateway } from '../gateway.js';
+import { defineDomain, type Gateway } from '../gateway.js';
 import { CrlService } from './crl.js';
 import { DeviceService } from './devices.js';
 import { EnrollmentService } from './enrollment.js';
@@ -6,6 +6,7 @@ import { ModelService } from './models.js';
 import { trustRoutes } from './routes.js';
 import { Sealer } from './secrets.js';
 import { TrustService } from './service.js';
+import { claimGroupKind, thingKind } from './kinds.js';
 
 export interface TrustServices {
   trust: TrustService;
@@ -26,18 +27,21 @@ declare module '../gateway.js' {
 const byGateway = new WeakMap<Gateway, TrustServices>();
 
 /** Domain module of src/trust/: PKI services, models, things, claim groups, enrollment, revocation. */
-export const trustDomain: DomainModule = {
+export const trustDomain = defineDomain({
   name: 'trust',
-  init(gw: Gateway) {
+  provides: ['trust', 'models', 'enrollment', 'crl', 'thingDirectory'],
+  requires: ['deviceSessions', 'mqttEndpoint'],
+  kinds: [claimGroupKind, thingKind],
+  init(gw, { deviceSessions, mqttEndpoint }) {
     const sealer = new Sealer(gw.pki.deriveKey('trust-sealed-secrets'));
     const crl = new CrlService(gw);
     const models = new ModelService(gw.sql, sealer);
-    const trust = new TrustService(gw, crl, models);
-    const services: TrustServices = { trust, models, crl, enrollment: new EnrollmentService(gw, models, sealer), devices: new DeviceService(gw) };
+    const trust = new TrustService(gw, crl, models, deviceSessions);
+    const services: TrustServices = { trust, models, crl, enrollment: new EnrollmentService(gw, models, sealer, mqttEndpoint), devices: new DeviceService(gw) };
     byGateway.set(gw, services);
-    Object.assign(gw.services, { trust, models, enrollment: services.enrollment, crl, thingDirectory: trust });
     gw.jobs.define('trust.crl-refresh', () => crl.refreshIfOld(), { schedule: '17 * * * *' });
     gw.jobs.define('trust.claim-group-expiry', async () => { await trust.expireClaimGroups(); }, { schedule: '7 * * * *' });
+    return { trust, models, enrollment: services.enrollment, crl, thingDirectory: trust };
   },
   async routes(app, gw) {
     await trustRoutes(app, gw, byGateway.get(gw)!);
@@ -45,4 +49,4 @@ export const trustDomain: DomainModule = {
   async start(gw) {
     await byGateway.get(gw)!.crl.current();
   },
-};
+});

@@ -2,7 +2,7 @@ import crypto from 'node:crypto';
 import 'reflect-metadata';
 import * as x509 from '@peculiar/x509';
 import type { Sql } from '../db/client.js';
-import { badRequest, conflict, notFound } from '../http/problem.js';
+import { conflict, invalid, notFound } from '../lib/errors.js';
 import { isUuid } from '../http/auth/principal.js';
 import { repo, type LicenseApproval, type ModelRow, type ProvisioningMethod } from './repo.js';
 import type { Sealer } from './secrets.js';
@@ -48,13 +48,13 @@ export class ModelService {
       case 'auto': {
         const pattern = settings.serialPattern as string | undefined;
         if (pattern !== undefined) {
-          try { new RegExp(pattern); } catch { throw badRequest(`provisioning.serialPattern is not a valid regular expression`); }
+          try { new RegExp(pattern); } catch { throw invalid(`provisioning.serialPattern is not a valid regular expression`); }
         }
         break;
       }
       case 'symmetric_key': {
         const groupKey = (settings.groupKey as string | undefined) ?? crypto.randomBytes(32).toString('base64');
-        if (Buffer.from(groupKey, 'base64').length < 32) throw badRequest('provisioning.groupKey must be base64 of at least 32 bytes');
+        if (Buffer.from(groupKey, 'base64').length < 32) throw invalid('provisioning.groupKey must be base64 of at least 32 bytes');
         delete settings.groupKey;
         secret = { groupKey };
         break;
@@ -62,12 +62,12 @@ export class ModelService {
       case 'certificate': {
         const pem = settings.manufacturerCaPem as string;
         let ca: x509.X509Certificate;
-        try { ca = new x509.X509Certificate(pem); } catch { throw badRequest('provisioning.manufacturerCaPem is not a PEM certificate'); }
+        try { ca = new x509.X509Certificate(pem); } catch { throw invalid('provisioning.manufacturerCaPem is not a PEM certificate'); }
         settings.manufacturerCaSubject = ca.subject;
         break;
       }
       case 'webhook': {
-        if (!approvalUrlAllowed(settings.approvalUrl as string)) throw badRequest('provisioning.approvalUrl must use https:// (http:// only to loopback)');
+        if (!approvalUrlAllowed(settings.approvalUrl as string)) throw invalid('provisioning.approvalUrl must use https:// (http:// only to loopback)');
         secret = { webhookSecret: 'whsec_' + crypto.randomBytes(32).toString('base64') };
         break;
       }

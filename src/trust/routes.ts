@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import type { Gateway, ZodApp } from '../gateway.js';
 import { accountOf, principalOf } from '../http/auth/plugin.js';
-import { forbidden } from '../http/problem.js';
+import { refused } from '../lib/errors.js';
 import type { TrustServices } from './index.js';
 import {
   accessCodeSchema, claimGroupCreateSchema, claimGroupCreatedSchema, claimGroupSchema, deviceStatusSchema, emqxAuthnSchema,
@@ -146,7 +146,7 @@ export async function trustRoutes(app: ZodApp, gw: Gateway, s: TrustServices): P
     config: { auth: 'public' },
     schema: { tags: ['devices'], summary: 'Broker authentication callback (internal networks only)', body: emqxAuthnSchema, response: { 200: emqxResultSchema } },
   }, async (request) => {
-    if (!s.devices.isInternal(request.socket.remoteAddress)) throw forbidden('this endpoint answers internal networks only');
+    if (!s.devices.isInternal(request.socket.remoteAddress)) throw refused('this endpoint answers internal networks only');
     return { result: await s.devices.authnEmqx(request.body) };
   });
 }

@@ -1,18 +1,5 @@
 import crypto from 'node:crypto';
 
-/** Random bearer secret with a readable prefix (`cgs_`, `et_`, `ac_`): 256 bits, base64url. */
-export function newSecret(prefix: string): string {
-  return prefix + crypto.randomBytes(32).toString('base64url');
-}
-
-export function sha256(value: string): Buffer {
-  return crypto.createHash('sha256').update(value, 'utf8').digest();
-}
-
-export function safeEqual(a: Buffer, b: Buffer): boolean {
-  return a.length === b.length && crypto.timingSafeEqual(a, b);
-}
-
 /**
  * AES-256-GCM sealing for the few secrets the gateway must read back (a model's symmetric group
  * key and webhook secret: HMACs are recomputed with them; a server-generated device key, returned

@@ -1,11 +1,11 @@
 import crypto from 'node:crypto';
-import type { Gateway, ThingDirectory } from '../gateway.js';
-import { conflict, forbidden, notFound } from '../http/problem.js';
+import type { DeviceSessions, Gateway, ThingDirectory } from '../gateway.js';
+import { conflict, notFound, refused } from '../lib/errors.js';
 import { repo } from './repo.js';
 import { claimGroupKind, claimGroupStatus, thingKind } from './kinds.js';
 import type { CrlService } from './crl.js';
 import type { ModelService } from './models.js';
-import { newSecret, sha256 } from './secrets.js';
+import { newSecret, sha256 } from '../lib/encoding.js';
 import { isUuid } from '../http/auth/principal.js';
 
 const ACCESS_CODE_TTL_MS = 7 * 86_400_000;
@@ -15,7 +15,7 @@ const ACCESS_CODE_TTL_MS = 7 * 86_400_000;
  * access codes for joining a thing into another account; and the thing directory other domains use.
  */
 export class TrustService implements ThingDirectory {
-  constructor(private readonly gw: Gateway, private readonly crl: CrlService, private readonly models: ModelService) {}
+  constructor(private readonly gw: Gateway, private readonly crl: CrlService, private readonly models: ModelService, private readonly sessions: DeviceSessions) {}
 
   async accountOf(thingId: string): Promise<string | undefined> {
     if (!isUuid(thingId)) return undefined;
@@ -63,8 +63,7 @@ export class TrustService implements ThingDirectory {
       return { serials: revokedNow, number: crl.number };
     });
     await this.crl.announce(number);
-    const sessions = this.gw.services.deviceSessions;
-    const { disconnected } = sessions ? await sessions.disconnect(thingId) : { disconnected: false };
+    const { disconnected } = await this.sessions.disconnect(thingId);
     return { thingId, revoked: true as const, revokedSerials: serials, crlNumber: number, disconnected };
   }
 
@@ -133,9 +132,9 @@ export class TrustService implements ThingDirectory {
   async join(accountId: string, accessCode: string) {
     return this.gw.actors.run(async (uow) => {
       const used = await repo.useAccessCode(uow.sql, sha256(accessCode), accountId);
-      if (!used) throw forbidden('access_code is not valid, was already used or has expired');
+      if (!used) throw refused('access_code is not valid, was already used or has expired');
       const thing = await repo.thing(uow.sql, used.thing_id);
-      if (!thing || thing.account_id !== used.issued_by_account || thing.revoked_at) throw forbidden('access_code is no longer valid for this thing');
+      if (!thing || thing.account_id !== used.issued_by_account || thing.revoked_at) throw refused('access_code is no longer valid for this thing');
       await repo.moveThing(uow.sql, thing.id, accountId);
       const at = new Date().toISOString();
       if (await uow.load(thingKind, thing.id)) await uow.send(thingKind, thing.id, { type: 'TRANSFER', at, accountId });

@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { claimGroupMachine } from '../../machines/claimGroup.js';
 import { Cluster, DomainBus } from '../../src/actors/cluster.js';
 import { ActorStore, type ActorKind, type StoredEvent } from '../../src/actors/store.js';
-import { Problem } from '../../src/http/problem.js';
+import { DomainError } from '../../src/lib/errors.js';
 import { createLogger } from '../../src/log.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 
@@ -47,7 +47,7 @@ describe('actor store', () => {
     const stored = await nodeA.store.get(claimGroup, g.id);
     expect(stored?.snapshot.context.consumed).toBe(0);
     await expect(nodeA.store.create(claimGroup, g.id, { id: g.id, accountId: crypto.randomUUID(), name: 'x', maxDevices: 1, ttlDays: 1, createdAt: now() }))
-      .rejects.toMatchObject({ status: 409 });
+      .rejects.toMatchObject({ kind: 'conflict' });
   });
 
   it('50 concurrent events at one actor: each applied once or refused, no lost update', async () => {
@@ -59,8 +59,8 @@ describe('actor store', () => {
     expect(ok).toHaveLength(30);
     expect(refused).toHaveLength(20);
     for (const r of refused) {
-      expect(r.reason).toBeInstanceOf(Problem);
-      expect(r.reason.status).toBe(409);
+      expect(r.reason).toBeInstanceOf(DomainError);
+      expect(r.reason.kind).toBe('conflict');
     }
     const stored = await nodeA.store.get(claimGroup, g.id);
     expect(stored?.snapshot.context.consumed).toBe(30);
@@ -78,14 +78,14 @@ describe('actor store', () => {
     const g = await newGroup(1);
     await nodeA.store.send(claimGroup, g.id, { type: 'REVOKE', at: now() });
     const err = await nodeA.store.send(claimGroup, g.id, { type: 'CLAIM', at: now(), thingId: 'x' }).catch((e) => e);
-    expect(err).toBeInstanceOf(Problem);
-    expect(err.status).toBe(409);
+    expect(err).toBeInstanceOf(DomainError);
+    expect(err.kind).toBe('conflict');
     expect(err.detail).toMatch(/revoked.*CLAIM/);
     expect((await nodeA.store.get(claimGroup, g.id))?.version).toBe(2);
   });
 
   it('404 for an unknown actor', async () => {
-    await expect(nodeA.store.send(claimGroup, crypto.randomUUID(), { type: 'REVOKE', at: now() })).rejects.toMatchObject({ status: 404 });
+    await expect(nodeA.store.send(claimGroup, crypto.randomUUID(), { type: 'REVOKE', at: now() })).rejects.toMatchObject({ kind: 'not_found' });
   });
 
   it('writes nothing when the surrounding work fails (one transaction)', async () => {

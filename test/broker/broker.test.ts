@@ -37,10 +37,10 @@ describe('authentication', () => {
 
   it('refuses a username other than the CN with CONNACK not authorized (0x87 in MQTT 5, 5 in 3.1.1)', async () => {
     const device = await ownedDevice();
-    const before = gw.gw.services.broker!.stats.connectsRefused;
+    const before = gw.services.brokerHost.broker!.stats.connectsRefused;
     expect((await connectError(port, device, { username: 'someone-else' })).code).toBe(0x87);
     expect((await connectError(port, device, { username: 'someone-else', protocolVersion: 4 })).code).toBe(5);
-    expect(gw.gw.services.broker!.stats.connectsRefused - before).toBe(2);
+    expect(gw.services.brokerHost.broker!.stats.connectsRefused - before).toBe(2);
   });
 
   it('refuses a client id other than the CN', async () => {
@@ -52,13 +52,13 @@ describe('authentication', () => {
   it('fails the TLS handshake for a self-signed certificate and for an expired one', async () => {
     const device = await ownedDevice();
     const { keyPem, certPem } = await selfSigned(device.thingId);
-    const handshakesRefused = gw.gw.services.broker!.stats.tlsHandshakesRefused;
+    const handshakesRefused = gw.services.brokerHost.broker!.stats.tlsHandshakesRefused;
     const refused = await tlsOutcome(port, certPem, keyPem, device.caPem);
     expect(refused).not.toBe('open');
     expect(refused).toMatch(/alert|closed|reset|ECONNRESET/i);
     const expired = await issueDevice(gw, { days: 0 });
     expect(await tlsOutcome(port, expired.certPem, expired.keyPem, expired.caPem)).toMatch(/expired|alert|closed|reset/i);
-    await waitFor(() => gw.gw.services.broker!.stats.tlsHandshakesRefused - handshakesRefused === 2, 5000, 'both refusals counted');
+    await waitFor(() => gw.services.brokerHost.broker!.stats.tlsHandshakesRefused - handshakesRefused === 2, 5000, 'both refusals counted');
     // the control: the enrolled certificate passes the same handshake
     expect(await tlsOutcome(port, device.certPem, device.keyPem, device.caPem)).toBe('open');
   });
@@ -229,21 +229,21 @@ describe('revocation and the management interface', () => {
   it('DELETE thing disconnects the device (DISCONNECT 0x98) before answering and refuses its reconnect at once', async () => {
     const device = await ownedDevice();
     const client = await connectDevice(port, device);
-    await waitFor(() => gw.gw.services.broker!.isConnected(device.thingId), 5000, 'registered');
+    await waitFor(() => gw.services.brokerHost.broker!.isConnected(device.thingId), 5000, 'registered');
     const reason = new Promise<number | undefined>((resolve) => client.once('disconnect', (p) => resolve(p.reasonCode)));
     const revoked = await revokeDevice(gw, account, device.thingId);
     expect(revoked.disconnected).toBe(true);
-    expect(gw.gw.services.broker!.isConnected(device.thingId)).toBe(false);
+    expect(gw.services.brokerHost.broker!.isConnected(device.thingId)).toBe(false);
     expect(await reason).toBe(0x98);
     // refused at the TLS layer (CRL) and, should that pass, by authenticate (revoked serial)
     expect(await tlsOutcome(port, device.certPem, device.keyPem, device.caPem)).toMatch(/revoked|alert|closed|reset/i);
-    expect(await gw.gw.services.deviceSessions!.disconnect(device.thingId)).toEqual({ disconnected: false });
+    expect(await gw.services.deviceSessions.disconnect(device.thingId)).toEqual({ disconnected: false });
   });
 
   it('the management interface disconnects by thingId: 204, then 404 when connected nowhere; platform roles only', async () => {
     const device = await ownedDevice();
     const client = await connectDevice(port, device);
-    await waitFor(() => gw.gw.services.broker!.isConnected(device.thingId), 5000, 'registered');
+    await waitFor(() => gw.services.brokerHost.broker!.isConnected(device.thingId), 5000, 'registered');
     const platform = await gw.token({ realm: 'platform', sub: 'ops', roles: ['platform-admin'] });
     expectProblem(await gw.http.delete(`/platform/v1/broker/sessions/${device.thingId}`, { token: account.admin }), 403);
     const gone = closed(client);

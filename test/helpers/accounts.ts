@@ -30,7 +30,7 @@ export async function createAccount(gw: TestGateway, opts: { capabilities?: stri
  * until then writes the row the capability layer reads.
  */
 export async function grantCapability(gw: TestGateway, accountId: string, capability: string): Promise<void> {
-  const iam = (gw.gw.services as Record<string, any>).iam;
+  const iam = (gw.services as Record<string, any>).iam;
   if (iam?.grantCapability) {
     await iam.grantCapability(accountId, capability, 'test');
     return;

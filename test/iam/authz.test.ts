@@ -68,12 +68,12 @@ describe('authorization layers: role, then SCP explicit deny, then capability', 
   });
 
   it('the capability layer runs last; its message and the enroll hint differ from the other two', async () => {
-    const iam = gw.gw.services.iam!;
+    const iam = gw.services.iam;
     const a = await createAccount(gw);
     const principal = { via: 'jwt' as const, sub: 'x', realm: `acc-${a.id}`, realmKind: 'acc' as const, accountId: a.id, roles: ['operator'] };
     const route = { action: 'things:Thing:Create', roles: ['admin', 'operator'], capability: 'enroll_things' };
     await expect(Promise.resolve().then(() => iam.checkCapability(principal, route))).rejects.toMatchObject({
-      status: 403, detail: expect.stringMatching(/^account not qualified: things:Thing:Create requires capability enroll_things.*POST \/api\/v1\/things\/join.*access_code/),
+      kind: 'refused', detail: expect.stringMatching(/^account not qualified: things:Thing:Create requires capability enroll_things.*POST \/api\/v1\/things\/join.*access_code/),
     });
     await expect(Promise.resolve().then(() => iam.checkCapability(principal, { ...route, capability: 'manage_ota_rollouts' }))).rejects.toMatchObject({ detail: expect.not.stringMatching(/join/) });
     await iam.grantCapability(a.id, 'enroll_things', 'test');

@@ -84,7 +84,7 @@ describe('STS', () => {
     expect((await gw.http.get('/iam/v1/whoami', { headers: svcHeaders(c) })).status).toBe(200);
     // expiry reached (moved into the past; the cache entry carries the old expiry, so drop it as a restart would)
     await gw.db.sql`update iam_credentials set expires_at = now() - interval '1 second' where access_key_id = ${c.access_key_id}`;
-    gw.gw.services.iam!.cache.clear();
+    gw.services.iam.cache.clear();
     expect(expectProblem(await gw.http.get('/iam/v1/whoami', { headers: svcHeaders(c) }), 401).detail).toMatch(/credential expired/);
   });
 
@@ -163,7 +163,7 @@ describe('STS', () => {
     await gw.db.sql`update iam_credentials set expires_at = now() - interval '1 minute' where access_key_id = ${c.access_key_id}`;
     const schedules = await gw.db.sql`select name, cron from pgboss.schedule where name = ${CLEANUP_JOB}`;
     expect(schedules).toEqual([{ name: CLEANUP_JOB, cron: '0 * * * *' }]);
-    const deleted = await gw.gw.services.iam!.cleanupExpired();
+    const deleted = await gw.services.iam.cleanupExpired();
     expect(deleted).toBeGreaterThanOrEqual(1);
     expect(await gw.db.sql`select 1 from iam_credentials where access_key_id = ${c.access_key_id}`).toHaveLength(0);
     expect((await gw.db.sql`select 1 from iam_credentials where kind = 'temporary' and expires_at <= now()`)).toHaveLength(0);

@@ -98,8 +98,8 @@ describe('SVC authentication (spec error table, 401 rows for static keys)', () =
   });
 
   it('an acknowledged invalidation has reached every live node when it resolves', async () => {
-    const a = gw.gw.services.iam!.cache;
-    const b = node2.gw.services.iam!.cache;
+    const a = gw.services.iam.cache;
+    const b = node2.services.iam.cache;
     b.set('cap', 'probe-account', new Set(['x']));
     await a.invalidate(['cap:probe-account'], { wait: true });
     expect(b.peek('cap', 'probe-account')).toBeUndefined();
@@ -111,12 +111,12 @@ describe('SVC authentication (spec error table, 401 rows for static keys)', () =
     // a change behind the service's back (no invalidation) is not seen: the row is not read again
     await gw.db.sql`update iam_credentials set status = 'INACTIVE' where id = ${credential.id}`;
     for (let i = 0; i < 5; i++) expect((await gw.http.get('/iam/v1/whoami', { headers: svcHeaders(credential) })).status).toBe(200);
-    await gw.gw.services.iam!.cache.invalidate([`cred:${credential.access_key_id}`], { wait: true });
+    await gw.services.iam.cache.invalidate([`cred:${credential.access_key_id}`], { wait: true });
     expect(expectProblem(await gw.http.get('/iam/v1/whoami', { headers: svcHeaders(credential) }), 401).detail).toMatch(/inactive/);
   });
 
   it('a node that missed an invalidation message drops its caches at its next heartbeat', async () => {
-    const b = node2.gw.services.iam!.cache;
+    const b = node2.services.iam.cache;
     await b.beat(); // catch up with earlier tests
     b.set('cred', 'AKSV00000000000000AA', { stale: true });
     await b.beat();

@@ -98,7 +98,7 @@ describe('join by access code', () => {
     const joined = await gw.http.post('/api/v1/things/join', { access_code: code.body.accessCode }, { token: other.operator });
     expect(joined.status).toBe(200);
     expect(joined.body).toEqual({ thingId: d.thingId, accountId: other.id });
-    expect(await gw.gw.services.thingDirectory!.accountOf(d.thingId)).toBe(other.id);
+    expect(await gw.services.thingDirectory.accountOf(d.thingId)).toBe(other.id);
     const [joinedEvent] = await gw.db.sql<{ account_id: string }[]>`select account_id from domain_events where actor_id = ${d.thingId} and type = 'thing.joined'`;
     expect(joinedEvent.account_id).toBe(other.id);
     // the new owner revokes it; the event belongs to the new owner

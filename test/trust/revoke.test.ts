@@ -23,16 +23,16 @@ async function crlSerials(base = gw.httpUrl): Promise<string[]> {
 describe('revocation', () => {
   it('sets the flag, regenerates the CRL, then disconnects; emits thing.revoked; twice is fine', async () => {
     const device = await enrollDevice(gw, account);
-    const services = gw.gw.services;
-    const original = services.deviceSessions;
+    const services = gw.services;
+    const sessions = services.deviceSessions;
+    const original = sessions.disconnect;
     const seen: { thingId: string; crlHasSerial: boolean; flag: boolean }[] = [];
-    services.deviceSessions = {
-      async disconnect(thingId) {
-        const crl = await services.crl!.current();
+    // observe the call the trust domain makes (same instance it was wired with)
+    sessions.disconnect = async (thingId: string) => {
+        const crl = await services.crl.current();
         const [row] = await gw.db.sql<{ revoked: boolean }[]>`select revoked from device_certificates where thing_id = ${thingId}`;
         seen.push({ thingId, crlHasSerial: new x509.X509Crl(crl.der).entries.some((e) => e.serialNumber.toLowerCase() === device.serial), flag: row.revoked });
         return { disconnected: seen.length === 1 };
-      },
     };
     const events: StoredEvent[] = [];
     const listener = (e: StoredEvent) => events.push(e);
@@ -54,7 +54,7 @@ describe('revocation', () => {
       expect(events[0]).toMatchObject({ accountId: account.id, payload: { thingId: device.thingId, serial: device.serial } });
       expect(typeof events[0].payload.by).toBe('string');
     } finally {
-      services.deviceSessions = original;
+      sessions.disconnect = original;
       gw.gw.bus.off('thing.revoked', listener);
       off();
     }
@@ -99,7 +99,7 @@ describe('revocation', () => {
         if (!serials.includes(device.serial)) await new Promise((r) => setTimeout(r, 100));
       }
       expect(serials).toContain(device.serial);
-      expect(await second.gw.services.thingDirectory!.accountOf(device.thingId)).toBe(account.id);
+      expect(await second.services.thingDirectory.accountOf(device.thingId)).toBe(account.id);
     } finally {
       await second.stop();
     }

@@ -16,7 +16,7 @@ afterAll(async () => gw?.close());
 
 describe('scheduled sweeps', () => {
   it('re-signs a CRL that is getting old, and leaves a fresh one alone', async () => {
-    const crl = gw.gw.services.crl!;
+    const crl = gw.services.crl;
     const first = await crl.current();
     await (crl as any).refreshIfOld();
     expect((await crl.current()).number).toBe(first.number);
@@ -32,11 +32,11 @@ describe('scheduled sweeps', () => {
     const fresh = await createClaimGroup(gw, account, { ttlDays: 1 });
     await gw.db.sql`update actors set snapshot = jsonb_set(snapshot, '{context,expiresAt}', to_jsonb(${new Date(Date.now() - 1000).toISOString()}::text))
       where type = 'claimGroup' and id = ${g.id}`;
-    expect(await gw.gw.services.trust!.expireClaimGroups()).toBe(1);
+    expect(await gw.services.trust.expireClaimGroups()).toBe(1);
     const rows = await gw.db.sql<{ id: string; state: string }[]>`select id, state from actors where type = 'claimGroup' and id in (${g.id}, ${fresh.id})`;
     expect(Object.fromEntries(rows.map((r) => [r.id, r.state]))).toEqual({ [g.id]: 'expired', [fresh.id]: 'active' });
     const events = await gw.db.sql`select 1 from domain_events where actor_id = ${g.id} and type = 'claimGroup.expired'`;
     expect(events.length).toBe(1);
-    expect(await gw.gw.services.thingDirectory!.accountOf('not-a-uuid')).toBeUndefined();
+    expect(await gw.services.thingDirectory.accountOf('not-a-uuid')).toBeUndefined();
   });
 });

@@ -1,6 +1,6 @@
 import { defineDomain, type Gateway } from '../gateway.js';
 import { CrlService } from './crl.js';
-import { DeviceService } from './devices.js';
+import { DdiService } from './ddi.js';
 import { EnrollmentService } from './enrollment.js';
 import { ModelService } from './models.js';
 import { trustRoutes } from './routes.js';
@@ -12,7 +12,7 @@ export interface TrustServices {
   trust: TrustService;
   models: ModelService;
   enrollment: EnrollmentService;
-  devices: DeviceService;
+  ddi: DdiService;
   crl: CrlService;
 }
 
@@ -37,7 +37,7 @@ export const trustDomain = defineDomain({
     const crl = new CrlService(gw);
     const models = new ModelService(gw.sql, sealer);
     const trust = new TrustService(gw, crl, models, deviceSessions);
-    const services: TrustServices = { trust, models, crl, enrollment: new EnrollmentService(gw, models, sealer, mqttEndpoint), devices: new DeviceService(gw) };
+    const services: TrustServices = { trust, models, crl, enrollment: new EnrollmentService(gw, models, sealer, mqttEndpoint), ddi: new DdiService(gw) };
     byGateway.set(gw, services);
     gw.jobs.define('trust.crl-refresh', () => crl.refreshIfOld(), { schedule: '17 * * * *' });
     gw.jobs.define('trust.claim-group-expiry', async () => { await trust.expireClaimGroups(); }, { schedule: '7 * * * *' });

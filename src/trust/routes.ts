@@ -73,21 +73,21 @@ export async function trustRoutes(app: ZodApp, gw: Gateway, s: TrustServices): P
       tags: ['licenses'], summary: 'License decisions of the account\'s things (?status=pending: the approval queue; keyset pagination by id)',
       querystring: licenseListQuery, response: { 200: z.object({ items: z.array(licenseRecordSchema), next_cursor: z.string().nullable() }) },
     },
-  }, async (request) => s.devices.listLicenses(accountOf(request), request.query));
+  }, async (request) => s.ddi.listLicenses(accountOf(request), request.query));
   app.post('/api/v1/licenses/:licenseId/approve', {
     config: { auth: { action: 'factory:License:Approve', roles: WRITE, capability: 'approve_licenses' } },
     schema: {
       tags: ['licenses'], summary: 'Approve a pending license request; the license is valid 30 days from now (409 when not pending or the thing is revoked)',
       params: licenseIdParams, response: { 200: licenseRecordSchema },
     },
-  }, async (request) => s.devices.approveLicense(accountOf(request), request.params.licenseId, principalOf(request).sub));
+  }, async (request) => s.ddi.approveLicense(accountOf(request), request.params.licenseId, principalOf(request).sub));
   app.post('/api/v1/licenses/:licenseId/deny', {
     config: { auth: { action: 'factory:License:Deny', roles: WRITE, capability: 'approve_licenses' } },
     schema: {
       tags: ['licenses'], summary: 'Deny a pending license request (409 when not pending)',
       params: licenseIdParams, body: licenseDenySchema.nullish(), response: { 200: licenseRecordSchema },
     },
-  }, async (request) => s.devices.denyLicense(accountOf(request), request.params.licenseId, principalOf(request).sub, request.body?.reason));
+  }, async (request) => s.ddi.denyLicense(accountOf(request), request.params.licenseId, principalOf(request).sub, request.body?.reason));
 
   // --- public PKI
   app.get('/api/v1/certificates/crl', {
@@ -111,8 +111,8 @@ export async function trustRoutes(app: ZodApp, gw: Gateway, s: TrustServices): P
     config: { auth: 'public' },
     schema: { tags: ['devices'], summary: 'Device status (enrollment token or mutual TLS)', params: thingIdParams, response: { 200: deviceStatusSchema } },
   }, async (request) => {
-    await s.devices.authenticate(request, request.params.thingId);
-    return s.devices.status(request.params.thingId);
+    await s.ddi.authenticate(request, request.params.thingId);
+    return s.ddi.status(request.params.thingId);
   });
   app.post('/ddi/v1/:thingId/license/request', {
     config: { auth: 'public' },
@@ -121,8 +121,8 @@ export async function trustRoutes(app: ZodApp, gw: Gateway, s: TrustServices): P
       params: thingIdParams, body: licenseRequestSchema.nullish(), response: { 200: licenseSchema, 202: licensePendingSchema },
     },
   }, async (request, reply) => {
-    await s.devices.authenticate(request, request.params.thingId);
-    const result = await s.devices.requestLicense(request.params.thingId, request.body?.features);
+    await s.ddi.authenticate(request, request.params.thingId);
+    const result = await s.ddi.requestLicense(request.params.thingId, request.body?.features);
     return 'license' in result ? reply.code(200).send(result) : reply.code(202).send(result);
   });
   app.get('/ddi/v1/:thingId/license/:licenseId', {
@@ -132,21 +132,21 @@ export async function trustRoutes(app: ZodApp, gw: Gateway, s: TrustServices): P
       params: licenseParams, response: { 200: licenseStatusSchema },
     },
   }, async (request) => {
-    await s.devices.authenticate(request, request.params.thingId);
-    return s.devices.licenseStatus(request.params.thingId, request.params.licenseId);
+    await s.ddi.authenticate(request, request.params.thingId);
+    return s.ddi.licenseStatus(request.params.thingId, request.params.licenseId);
   });
   app.post('/ddi/v1/:thingId/license/renew', {
     config: { auth: 'public' },
     schema: { tags: ['devices'], summary: 'Renew a license token', params: thingIdParams, body: licenseRenewSchema, response: { 200: licenseSchema } },
   }, async (request) => {
-    await s.devices.authenticate(request, request.params.thingId);
-    return s.devices.renewLicense(request.params.thingId, request.body.license);
+    await s.ddi.authenticate(request, request.params.thingId);
+    return s.ddi.renewLicense(request.params.thingId, request.body.license);
   });
   app.post('/ddi/v1/authn/emqx', {
     config: { auth: 'public' },
     schema: { tags: ['devices'], summary: 'Broker authentication callback (internal networks only)', body: emqxAuthnSchema, response: { 200: emqxResultSchema } },
   }, async (request) => {
-    if (!s.devices.isInternal(request.socket.remoteAddress)) throw refused('this endpoint answers internal networks only');
-    return { result: await s.devices.authnEmqx(request.body) };
+    if (!s.ddi.isInternal(request.socket.remoteAddress)) throw refused('this endpoint answers internal networks only');
+    return { result: await s.ddi.authnEmqx(request.body) };
   });
 }

@@ -47,7 +47,7 @@ export function internalNetworks(cidrs: string[]): (address: string | undefined)
  * a TLS-terminating proxy on the internal network forwards), status, licenses, and the broker's
  * authentication callback.
  */
-export class DeviceService {
+export class DdiService {
   readonly isInternal: (address: string | undefined) => boolean;
 
   constructor(private readonly gw: Gateway) {

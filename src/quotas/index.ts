@@ -4,16 +4,9 @@ import { IncreaseRequests } from './increaseRequests.js';
 import { leaveKind, requestKind } from './kinds.js';
 import { LEAVE_STEP_JOB, LEAVE_SWEEP_JOB, LeaveSaga } from './leaveSaga.js';
 import { Organizations } from './organizations.js';
+import type { Quotas } from './parts.js';
 import { QuotaValues } from './quotaValues.js';
 import { quotaRoutes } from './routes.js';
-
-/** The parts of the quotas domain, each a concern of its own. */
-export interface Quotas {
-  values: QuotaValues;
-  organizations: Organizations;
-  requests: IncreaseRequests;
-  leaves: LeaveSaga;
-}
 
 declare module '../gateway.js' {
   interface Services {

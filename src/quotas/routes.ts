@@ -3,7 +3,7 @@ import type { FastifyRequest } from 'fastify';
 import type { ZodApp } from '../gateway.js';
 import { accountOf, principalOf } from '../http/auth/plugin.js';
 import { refused } from '../lib/errors.js';
-import type { Quotas } from './index.js';
+import type { Quotas } from './parts.js';
 import type { Caller } from './views.js';
 import {
   accountQuotasSchema, addMemberBody, createOrganizationBody, defaultSchema, denyBody, leaveSchema, memberSchema, orgParams,

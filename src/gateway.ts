@@ -12,6 +12,7 @@ import type { Auth } from './http/auth/plugin.js';
 import type { DevIssuer } from './http/auth/devIssuer.js';
 import type { AnyActorKind } from './actors/store.js';
 import type { Clock } from './lib/clock.js';
+import type { FaultHook } from './lib/faults.js';
 
 /**
  * Services of the domains, returned by each domain's `init` and declared in its `provides`
@@ -70,6 +71,8 @@ export interface Gateway {
   actors: ActorStore;
   /** the one source of time for lifecycle decisions (tests inject a ManualClock) */
   clock: Clock;
+  /** test-only crash injection (src/lib/faults.ts); undefined in production */
+  faults?: FaultHook;
   jobs: Jobs;
   pki: Pki;
   auth: Auth;

@@ -16,6 +16,7 @@ import { createMetrics } from './http/metrics.js';
 import { buildHttp } from './http/app.js';
 import type { DomainModule, Gateway, Services, ZodApp } from './gateway.js';
 import { systemClock, type Clock } from './lib/clock.js';
+import type { FaultHook } from './lib/faults.js';
 import { checkWiring, servicesOf, wireDomains } from './wiring.js';
 import { domains as allDomains } from './domains.js';
 
@@ -35,6 +36,8 @@ export interface StartOptions {
   domains?: DomainModule[];
   /** time source of lifecycle decisions (tests pass a ManualClock) */
   clock?: Clock;
+  /** test-only crash injection points (src/lib/faults.ts); none in production */
+  faults?: FaultHook;
 }
 
 /**
@@ -78,7 +81,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     const devIssuer = config.DEV_ISSUER ? await DevIssuer.load(sql, config.PUBLIC_BASE_URL) : undefined;
     const auth = new Auth(new JwtVerifier(config.OIDC_ISSUERS, devIssuer, config.OIDC_AUDIENCE));
     const jobs = new Jobs(databaseUrl, log.child({ component: 'jobs' }));
-    const gw: Gateway = { config, log, sql, databaseUrl, cluster, bus, actors, clock: options.clock ?? systemClock, jobs, pki, auth, devIssuer, metrics: createMetrics() };
+    const gw: Gateway = { config, log, sql, databaseUrl, cluster, bus, actors, clock: options.clock ?? systemClock, faults: options.faults, jobs, pki, auth, devIssuer, metrics: createMetrics() };
 
     const services = await wireDomains(domains, gw);
     const app = await buildHttp(gw, domains, services);

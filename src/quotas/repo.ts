@@ -54,6 +54,11 @@ export interface RequestRow {
   created_at: Date;
 }
 
+/** Membership with the status derived from the account's unfinished leave (at most one: unique index). */
+const membersWithStatus = (db: Db) => db`m.account_id, m.organization_id, m.joined_at,
+  case when l.id is null then 'active' else 'leaving' end as status, l.id as leave_id
+  from organization_members m left join organization_leaves l on l.account_id = m.account_id and l.finished_at is null`;
+
 const quotaCols = (db: Db) => db`q.id, q.account_id, q.organization_id, q.service_code, q.quota_code, d.name, q.default_value,
   q.applied_value, q.max_value, q.adjustable, q.updated_at`;
 
@@ -118,13 +123,13 @@ export const repo = {
     const [row] = await db`select 1 from accounts where id = ${accountId}`;
     return !!row;
   },
+  /** The account's membership; `leaving` (with its leave) while a leave of the account is unfinished. */
   async membership(db: Db, accountId: string): Promise<MemberRow | undefined> {
-    const [row] = await db<MemberRow[]>`select account_id, organization_id, status, leave_id, joined_at from organization_members where account_id = ${accountId}`;
+    const [row] = await db<MemberRow[]>`select ${membersWithStatus(db)} where m.account_id = ${accountId}`;
     return row;
   },
   async members(db: Db, organizationId: string): Promise<MemberRow[]> {
-    return db<MemberRow[]>`select account_id, organization_id, status, leave_id, joined_at from organization_members
-      where organization_id = ${organizationId} order by joined_at, account_id`;
+    return db<MemberRow[]>`select ${membersWithStatus(db)} where m.organization_id = ${organizationId} order by m.joined_at, m.account_id`;
   },
   async memberCount(db: Db, organizationId: string): Promise<number> {
     const [row] = await db<{ n: number }[]>`select count(*)::int as n from organization_members where organization_id = ${organizationId}`;
@@ -132,9 +137,6 @@ export const repo = {
   },
   async addMember(db: Db, organizationId: string, accountId: string): Promise<void> {
     await db`insert into organization_members (account_id, organization_id) values (${accountId}, ${organizationId})`;
-  },
-  async setMemberStatus(db: Db, accountId: string, status: 'active' | 'leaving', leaveId: string | null): Promise<void> {
-    await db`update organization_members set status = ${status}, leave_id = ${leaveId} where account_id = ${accountId}`;
   },
   async removeMember(db: Db, accountId: string, organizationId: string): Promise<number> {
     return (await db`delete from organization_members where account_id = ${accountId} and organization_id = ${organizationId}`).count;
@@ -153,14 +155,12 @@ export const repo = {
     return row;
   },
 
+  /** The request's row; its lifecycle columns start at their defaults and are the actor's projection. */
   async insertRequest(db: Db, r: Omit<RequestRow, 'status' | 'decision_reason' | 'decided_by' | 'decided_at' | 'created_at'> & { created_at: string }): Promise<void> {
     await db`insert into quota_requests (id, kind, account_id, organization_id, leave_request_account_id, leave_id, service_code, quota_code,
-        desired_value, reason, status, created_by, created_at)
+        desired_value, reason, created_by, created_at)
       values (${r.id}, ${r.kind}, ${r.account_id}, ${r.organization_id}, ${r.leave_request_account_id}, ${r.leave_id}, ${r.service_code},
-        ${r.quota_code}, ${r.desired_value}, ${r.reason}, 'pending', ${r.created_by}, ${r.created_at})`;
-  },
-  async setRequestStatus(db: Db, id: string, status: RequestRow['status'], by: string, at: string, reason: string | null): Promise<void> {
-    await db`update quota_requests set status = ${status}, decided_by = ${by}, decided_at = ${at}, decision_reason = ${reason} where id = ${id}`;
+        ${r.quota_code}, ${r.desired_value}, ${r.reason}, ${r.created_by}, ${r.created_at})`;
   },
   async request(db: Db, id: string): Promise<RequestRow | undefined> {
     const [row] = await db<RequestRow[]>`select * from quota_requests where id = ${id}`;
@@ -182,8 +182,14 @@ export const repo = {
     const [{ n }] = await db<{ n: number }[]>`select count(*)::int as n from quota_requests where ${cond}`;
     return { items, total: n };
   },
-  /** Leave actors whose state is a step still to do (start-up and periodic sweep). */
-  async unfinishedLeaves(db: Db): Promise<{ id: string; state: string }[]> {
-    return db<{ id: string; state: string }[]>`select id, state from actors where type = 'organizationLeave' and state in ('seeding', 'departing', 'blocking')`;
+  /** The leave's row (before its actor is created); `state` and `finished_at` are the actor's projection. */
+  async insertLeave(db: Db, l: { id: string; organizationId: string; accountId: string; startedAt: string }): Promise<void> {
+    await db`insert into organization_leaves (id, organization_id, account_id, started_at)
+      values (${l.id}, ${l.organizationId}, ${l.accountId}, ${l.startedAt})`;
+  },
+  /** Leaves whose state is a step still to do (start-up and periodic sweep). */
+  async leavesWithStepDue(db: Db, states: string[]): Promise<{ id: string; state: string }[]> {
+    return db<{ id: string; state: string }[]>`select id, state from organization_leaves
+      where finished_at is null and state in ${db(states)}`;
   },
 };

@@ -18,11 +18,12 @@ export interface GatewayProcess {
 /**
  * Starts `tsx src/main.ts` as a real child process (crash, restart, signal and cluster tests) on
  * loopback, with the run's shared PKI, and waits until /readyz answers 200. `env` overrides
- * anything; DATABASE_URL and HTTP_PORT are required.
+ * anything; DATABASE_URL and HTTP_PORT are required. `entry` runs another start-up script (e.g. the
+ * crash tests' test/helpers/faultyGateway.ts).
  */
-export async function spawnGateway(env: Record<string, string> & { DATABASE_URL: string; HTTP_PORT: string }): Promise<GatewayProcess> {
+export async function spawnGateway(env: Record<string, string> & { DATABASE_URL: string; HTTP_PORT: string }, entry = 'src/main.ts'): Promise<GatewayProcess> {
   let output = '';
-  const proc = spawn(path.resolve('node_modules/.bin/tsx'), ['src/main.ts'], {
+  const proc = spawn(path.resolve('node_modules/.bin/tsx'), [entry], {
     env: {
       ...process.env,
       HTTP_HOST: '127.0.0.1',

@@ -11,8 +11,9 @@ import { waitFor } from '../helpers/wait.js';
 import { spawnGateway, type GatewayProcess } from '../helpers/process.js';
 
 /**
- * The leave saga survives crashes: the gateway runs as a real child process; the test-only
- * FAULT_INJECT variable makes it exit right after a step commits; a restarted process resumes.
+ * The leave saga survives crashes: the gateway runs as a real child process started by the
+ * test-only entry test/helpers/faultyGateway.ts, whose fault hook (from FAULT_INJECT in the
+ * child's environment) exits right after a step commits; a restarted process resumes.
  */
 let db: TestDatabase;
 let port: number;
@@ -22,10 +23,17 @@ let current: GatewayProcess;
 let http: HttpClient;
 
 async function startProcess(fault?: string): Promise<ChildProcess> {
-  const started = await spawnGateway({ DATABASE_URL: db.url, HTTP_PORT: String(port), DATA_DIR: dataDir, FAULT_INJECT: fault ?? '' });
+  const started = await spawnGateway({ DATABASE_URL: db.url, HTTP_PORT: String(port), DATA_DIR: dataDir, FAULT_INJECT: fault ?? '' }, 'test/helpers/faultyGateway.ts');
   current = started;
   child = started.proc;
   return child;
+}
+
+/** The leave's machine state (actors) and its projection (organization_leaves), which must agree. */
+async function leaveStates(id?: string): Promise<{ id: string; state: string; projected: string }[]> {
+  return db.sql<{ id: string; state: string; projected: string }[]>`
+    select a.id, a.state, l.state as projected from actors a join organization_leaves l on l.id = a.id::uuid
+    where a.type = 'organizationLeave' ${id ? db.sql`and a.id = ${id}` : db.sql``}`;
 }
 
 const exited = (p: ChildProcess) => new Promise<number | null>((resolve) => (p.exitCode !== null ? resolve(p.exitCode) : p.once('exit', (code) => resolve(code))));
@@ -80,8 +88,8 @@ describe('leave saga durability', () => {
     await expect(http.delete(`/api/v1/organizations/${org}/members/${member}`, { token: memberAdmin })).rejects.toThrow();
     expect(await exited(p)).toBe(86);
     expect(current.output()).toContain('FAULT_INJECT=leave-after-start');
-    const [leaveRow] = await db.sql<{ id: string; state: string }[]>`select id, state from actors where type = 'organizationLeave'`;
-    expect(leaveRow.state).toBe('seeding');
+    const [leaveRow] = await leaveStates();
+    expect(leaveRow).toMatchObject({ state: 'seeding', projected: 'seeding' });
 
     // process 2: the start-up sweep resumes seeding; crash right after the final approval commits
     p = await startProcess('leave-after-decision');
@@ -95,10 +103,13 @@ describe('leave saga durability', () => {
     expect((await http.put(`/api/v1/quota-requests/${leave.request_ids[0]}/approve`, undefined, { token: platform })).status).toBe(200);
     await expect(http.put(`/api/v1/quota-requests/${leave.request_ids[1]}/approve`, undefined, { token: platform })).rejects.toThrow();
     expect(await exited(p)).toBe(86);
-    const [mid] = await db.sql<{ state: string }[]>`select state from actors where type = 'organizationLeave' and id = ${leaveRow.id}`;
-    expect(mid.state).toBe('departing');
-    const [stillMember] = await db.sql`select status from organization_members where account_id = ${member}`;
-    expect(stillMember.status).toBe('leaving');
+    const [mid] = await leaveStates(leaveRow.id);
+    expect(mid).toMatchObject({ state: 'departing', projected: 'departing' });
+
+    // still a member, leaving: the leave is unfinished
+    const [stillMember] = await db.sql`select l.id from organization_members m join organization_leaves l on l.account_id = m.account_id and l.finished_at is null
+      where m.account_id = ${member}`;
+    expect(stillMember.id).toBe(leaveRow.id);
 
     // process 3: no fault; the departure step resumes and the account leaves with its elevated values
     await startProcess();
@@ -135,8 +146,8 @@ describe('leave saga durability', () => {
     expect(leave.state).toBe('awaitingDecisions');
     await expect(http.put(`/api/v1/quota-requests/${leave.request_ids[0]}/deny`, { reason: 'keep the capacity' }, { token: platform })).rejects.toThrow();
     expect(await exited(p)).toBe(86);
-    const [mid] = await db.sql<{ state: string }[]>`select state from actors where type = 'organizationLeave' and id = ${leaveId}`;
-    expect(mid.state).toBe('blocking');
+    const [mid] = await leaveStates(leaveId);
+    expect(mid).toMatchObject({ state: 'blocking', projected: 'blocking' });
 
     await startProcess();
     const done = await waitFor(async () => {

@@ -72,8 +72,7 @@ async function portInUse(port: number): Promise<boolean> {
   });
 }
 
-/** Resolves after `ms` without keeping the process alive. */
-const delay = (ms: number) => new Promise((r) => setTimeout(r, ms).unref());
+const delay = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 function alive(pid: number): boolean {
   try {
@@ -265,7 +264,9 @@ export async function startEmbeddedPostgres(dir: string, opts: { port?: number; 
       watchdog?.kill('SIGKILL');
       if (child.exitCode === null && child.signalCode === null) {
         child.kill('SIGINT'); // fast shutdown
-        const stopped = await Promise.race([exited.then(() => true), delay(30_000).then(() => false)]);
+        let timer: NodeJS.Timeout | undefined;
+        const stopped = await Promise.race([exited.then(() => true), new Promise<false>((r) => (timer = setTimeout(() => r(false), 30_000)))]);
+        clearTimeout(timer);
         if (!stopped) {
           child.kill('SIGQUIT');
           await exited;

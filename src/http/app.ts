@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
 import Fastify, { type FastifyBaseLogger } from 'fastify';
@@ -29,10 +30,13 @@ function clientErrorResponder(baseUrl: string) {
       status = 431;
       detail = 'request headers are too large';
     }
-    this.log.debug({ code: err.code }, 'client error');
+    const traceId = randomBytes(16).toString('hex');
+    // the request, when its headers had arrived (Node's pending response keeps it)
+    const url = (socket as { _httpMessage?: { req?: { url?: string } } })._httpMessage?.req?.url;
+    this.log.debug({ code: err.code, status, url, trace_id: traceId }, 'client error');
     if (socket.writable) {
       const title = STATUS_CODES[status]!;
-      const body = JSON.stringify({ type: `${baseUrl}/docs/problems/${slugOf(title)}`, title, status, detail });
+      const body = JSON.stringify({ type: `${baseUrl}/docs/problems/${slugOf(title)}`, title, status, detail, ...(url ? { instance: url.split('?')[0] } : {}), trace_id: traceId });
       socket.write(`HTTP/1.1 ${status} ${title}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
     }
     socket.destroy(); // as Node and Fastify do: the request cannot go on

@@ -174,7 +174,7 @@ function hintFor(output: string, databaseDir: string, port: number): string {
   if (/incompatible with server|database files are incompatible/.test(output)) return `${databaseDir} was created by another PostgreSQL major version; move it away (the gateway creates a new one) or use DATABASE_URL`;
   if (/Permission denied|must be owned by/.test(output)) return `check the ownership and permissions of ${databaseDir}`;
   if (/No space left/.test(output)) return `the disk holding ${databaseDir} is full`;
-  return `see the PostgreSQL output in this error (data in ${databaseDir})`;
+  return `PostgreSQL's own messages are in err.output (data in ${databaseDir})`;
 }
 
 /**

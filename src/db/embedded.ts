@@ -125,11 +125,12 @@ async function releaseLeftoverServer(databaseDir: string, log?: EmbeddedLog): Pr
   const pid = Number(fs.readFileSync(lockFile, 'utf8').split('\n')[0]);
   if (!Number.isInteger(pid) || pid <= 0 || !alive(pid)) return;
   const proc = inspectProcess(pid);
-  const isOurPostmaster = proc && /(^|[/\\])postgres(\.exe)?\s/.test(proc.command) && proc.command.includes(databaseDir);
-  if (!isOurPostmaster) {
-    if (!proc && os.platform() !== 'linux') {
-      throw new EmbeddedPostgresError(`cannot tell whether process ${pid} (named in ${lockFile}) is a PostgreSQL server`, `stop process ${pid} if it is one, else delete ${lockFile}`);
-    }
+  if (!proc) {
+    if (!alive(pid)) return; // exited meanwhile
+    // never remove the lock of a server that may be running: two postmasters would corrupt the data
+    throw new EmbeddedPostgresError(`cannot tell whether process ${pid} (named in ${lockFile}) is a PostgreSQL server`, `stop process ${pid} if it is one, else delete ${lockFile}`);
+  }
+  if (!/(^|[/\\])postgres(\.exe)?\s/.test(proc.command) || !proc.command.includes(databaseDir)) {
     log?.warn(`removing stale ${lockFile} (pid ${pid} is another process now)`);
     fs.rmSync(lockFile, { force: true });
     return;

@@ -195,6 +195,21 @@ describe('crash restart with the embedded PostgreSQL', () => {
     expect(await second.exited).toBe(0);
   }, 240_000);
 
+  it('a postmaster.pid naming a live process that is not PostgreSQL (pid reused) is removed', async () => {
+    const lockFile = path.join(dataDir, 'postgres', 'postmaster.pid');
+    expect(fs.existsSync(lockFile)).toBe(false); // the previous test stopped cleanly
+    const other = spawn('sleep', ['120'], { stdio: 'ignore' });
+    children.push(other);
+    fs.writeFileSync(lockFile, `${other.pid}\n${path.join(dataDir, 'postgres')}\n`);
+    const g = await start();
+    expect(g.output()).toContain(`removing stale ${lockFile} (pid ${other.pid} is another process now)`);
+    expect(alive(other.pid!)).toBe(true); // left alone
+    expect(postmasterPid()).not.toBe(other.pid);
+    g.proc.kill('SIGTERM');
+    expect(await g.exited).toBe(0);
+    other.kill('SIGKILL');
+  }, 120_000);
+
   it('Ctrl-C in a terminal (SIGINT to the whole process group) shuts down cleanly, postgres last', async () => {
     const g = await start({}, { detached: true }); // its own process group, like a terminal job
     const pgPid = postmasterPid();

@@ -17,7 +17,7 @@ const log = createLogger(config.LOG_LEVEL, config.LOG_PRETTY);
 
 /** What to do about a start-up failure: the error's own hint, or one for the usual causes. */
 function startupHint(err: unknown, config: Config): string {
-  const e = err as { hint?: unknown; code?: string; port?: number; address?: string; message?: string } | undefined;
+  const e = err as { hint?: unknown; code?: string; port?: number; address?: string } | undefined;
   if (typeof e?.hint === 'string') return e.hint;
   switch (e?.code) {
     case 'EADDRINUSE':
@@ -62,8 +62,9 @@ console.log('\n' + lines.join('\n') + '\n');
 
 /**
  * SIGTERM/SIGINT: stop accepting, let in-flight requests finish for SHUTDOWN_TIMEOUT_MS, then close
- * the remaining connections, stop the broker (devices' disconnects are recorded), the jobs and the
- * database, and exit 0. A second signal exits at once (the watchdog stops the embedded PostgreSQL).
+ * the remaining connections, stop the broker (devices disconnected, this node deregistered), the
+ * jobs and the database, and exit 0. A second signal exits at once (the embedded PostgreSQL is then
+ * stopped by its watchdog).
  */
 let stopping = 0;
 const shutdown = async (signal: NodeJS.Signals) => {

@@ -37,8 +37,11 @@ async function closeHttp(app: ZodApp, graceMs: number, log: Logger): Promise<voi
     log.warn({ graceMs }, 'shutdown grace period over: closing the remaining HTTP connections');
     app.server.closeAllConnections();
   }, graceMs);
-  await closed;
-  clearTimeout(timer);
+  try {
+    await closed;
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 export interface StartOptions {

@@ -103,4 +103,21 @@ describe('graceful shutdown', () => {
     expect((await db.sql`select 1 from broker_nodes where node_id = ${nodeId}`).length).toBe(0);
     await client.endAsync(true).catch(() => {});
   });
+
+  it('a second signal during a long grace period exits at once', async () => {
+    const port = await freePort();
+    gateway = await spawnGateway({ DATABASE_URL: db.url, HTTP_PORT: String(port), LOG_LEVEL: 'info', SHUTDOWN_TIMEOUT_MS: '600000' });
+    const stalled = net.connect(port, '127.0.0.1', () => stalled.write('POST /dev/token HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n{'));
+    stalled.on('error', () => {});
+    await new Promise<void>((resolve) => stalled.once('connect', () => setTimeout(resolve, 300)));
+    gateway.proc.kill('SIGTERM');
+    await waitFor(() => gateway!.output().includes('shutting down'), 20_000, 'shutdown started');
+    // one key press can be relayed twice (npm, tsx): repeats within a second are ignored
+    await new Promise((r) => setTimeout(r, 1200));
+    expect(gateway.proc.exitCode).toBe(null); // still waiting for the stalled upload
+    gateway.proc.kill('SIGTERM');
+    expect(await gateway.exited).toBe(128 + 15);
+    expect(gateway.output()).toContain('second signal: exiting without finishing the shutdown');
+    stalled.destroy();
+  });
 });

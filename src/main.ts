@@ -1,4 +1,5 @@
-import { ConfigError, loadConfig } from './config.js';
+import os from 'node:os';
+import { ConfigError, loadConfig, type Config } from './config.js';
 import { createLogger } from './log.js';
 import { startGateway } from './server.js';
 
@@ -13,9 +14,31 @@ try {
   throw err;
 }
 const log = createLogger(config.LOG_LEVEL, config.LOG_PRETTY);
+
+/** What to do about a start-up failure: the error's own hint, or one for the usual causes. */
+function startupHint(err: unknown, config: Config): string {
+  const e = err as { hint?: unknown; code?: string; port?: number; address?: string } | undefined;
+  if (typeof e?.hint === 'string') return e.hint;
+  switch (e?.code) {
+    case 'EADDRINUSE':
+      return `${e.address ?? ''}:${e.port ?? ''} is already in use: stop the process holding it or change HTTP_PORT / MQTT_PORT`;
+    case 'EACCES':
+    case 'EPERM':
+      return `permission denied: check DATA_DIR (${config.DATA_DIR}), CERTS_DIR (${config.CERTS_DIR}) and that ports below 1024 are allowed`;
+    case 'ECONNREFUSED':
+    case 'ENOTFOUND':
+    case 'ETIMEDOUT':
+    case '28P01': // invalid password
+    case '3D000': // database does not exist
+      return config.embeddedDatabase ? 'the embedded PostgreSQL is not reachable; see the log above' : 'check DATABASE_URL and that the database server is running';
+  }
+  return 'run with LOG_LEVEL=debug for the details of the failing step';
+}
+
 const started = Date.now();
-const running = await startGateway(config, { log }).catch((err) => {
-  log.fatal({ err }, 'gateway failed to start');
+const running = await startGateway(config, { log }).catch((err: unknown) => {
+  const cause = err instanceof Error ? err.message : String(err);
+  log.fatal({ err, hint: startupHint(err, config) }, `gateway failed to start: ${cause}`);
   process.exit(1);
 });
 
@@ -37,17 +60,29 @@ if (config.DEV_ISSUER) {
 }
 console.log('\n' + lines.join('\n') + '\n');
 
-let stopping = false;
-const shutdown = async (signal: string) => {
-  if (stopping) return;
-  stopping = true;
-  log.info({ signal }, 'shutting down');
-  const timer = setTimeout(() => {
-    log.error('shutdown timed out; exiting');
+/**
+ * SIGTERM/SIGINT: stop accepting, let in-flight requests finish for SHUTDOWN_TIMEOUT_MS, then close
+ * the remaining connections, stop the broker (devices disconnected, this node deregistered), the
+ * jobs and the database, and exit 0. A second signal exits at once (the embedded PostgreSQL is then
+ * stopped by its watchdog).
+ */
+let stopping = 0;
+const shutdown = async (signal: NodeJS.Signals) => {
+  if (stopping) {
+    // npm and tsx both relay a terminal's Ctrl-C, so one key press can arrive twice
+    if (Date.now() - stopping < 1000) return;
+    log.warn({ signal }, 'second signal: exiting without finishing the shutdown');
+    process.exit(128 + (os.constants.signals[signal] ?? 0));
+  }
+  stopping = Date.now();
+  log.info({ signal, graceMs: config.SHUTDOWN_TIMEOUT_MS }, 'shutting down');
+  // a last resort, for a step that hangs (the HTTP grace period alone ends by closing sockets)
+  setTimeout(() => {
+    log.error('shutdown did not finish; exiting');
     process.exit(1);
-  }, config.SHUTDOWN_TIMEOUT_MS);
+  }, config.SHUTDOWN_TIMEOUT_MS + 60_000).unref();
   await running.stop();
-  clearTimeout(timer);
+  log.info({ ms: Date.now() - stopping }, 'shutdown complete');
   process.exit(0);
 };
 process.on('SIGTERM', () => void shutdown('SIGTERM'));

@@ -31,6 +31,24 @@ export interface RunningGateway {
   stop(): Promise<void>;
 }
 
+/**
+ * Stops accepting and lets in-flight requests finish for `graceMs`; then closes the connections
+ * still open (a stalled upload, a slow client) so that the shutdown goes on with the broker and
+ * the database instead of waiting for them.
+ */
+async function closeHttp(app: ZodApp, graceMs: number, log: Logger): Promise<void> {
+  const closed = app.close();
+  const timer = setTimeout(() => {
+    log.warn({ graceMs }, 'shutdown grace period over: closing the remaining HTTP connections');
+    app.server.closeAllConnections();
+  }, graceMs);
+  try {
+    await closed;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 export interface StartOptions {
   log?: Logger;
   domains?: DomainModule[];
@@ -58,7 +76,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     if (!databaseUrl) {
       const embedded: EmbeddedDatabase = await startEmbeddedPostgres(path.join(config.DATA_DIR, 'postgres'), {
         port: config.EMBEDDED_PG_PORT,
-        log: (m) => log.debug({ component: 'postgres' }, m),
+        log: log.child({ component: 'postgres' }),
       });
       cleanups.push(() => embedded.stop());
       databaseUrl = await ensureDatabase(embedded.url, 'gateway');
@@ -90,7 +108,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     const started: DomainModule[] = [];
     let jobsStarted = false;
     cleanups.push(async () => {
-      await app.close();
+      await closeHttp(app, config.SHUTDOWN_TIMEOUT_MS, log);
       for (const d of started.reverse()) await d.stop!(gw, servicesOf(d, services)).catch((err) => log.error({ err, domain: d.name }, 'domain stop failed'));
       if (jobsStarted) await jobs.stop();
     });

@@ -1,3 +1,6 @@
+import { randomBytes } from 'node:crypto';
+import { STATUS_CODES } from 'node:http';
+import type { Duplex } from 'node:stream';
 import Fastify, { type FastifyBaseLogger } from 'fastify';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
@@ -9,8 +12,37 @@ import { registerErrorHandling } from './errors.js';
 import { servicesOf } from '../wiring.js';
 import { installHttpMetrics } from './metrics.js';
 import { traceIdOf, traceparentFor } from './trace.js';
-import { Problem } from './problem.js';
+import { Problem, slugOf } from './problem.js';
 import { devRoutes } from './devRoutes.js';
+
+/**
+ * Errors Node raises before a request reaches Fastify (request timeout, malformed HTTP): answered
+ * as problem+json on the raw socket, which is then closed.
+ */
+function clientErrorResponder(baseUrl: string) {
+  return function (this: { log: FastifyBaseLogger }, err: Error & { code?: string }, socket: Duplex) {
+    if (err.code === 'ECONNRESET' || socket.destroyed) return;
+    let status = 400;
+    let detail = `malformed HTTP request (${err.code ?? err.message})`;
+    if (err.code === 'ERR_HTTP_REQUEST_TIMEOUT') {
+      status = 408;
+      detail = 'the request (headers and body) did not arrive within the time limit';
+    } else if (err.code === 'HPE_HEADER_OVERFLOW') {
+      status = 431;
+      detail = 'request headers are too large';
+    }
+    const traceId = randomBytes(16).toString('hex');
+    // the request, when its headers had arrived (Node's pending response keeps it)
+    const url = (socket as { _httpMessage?: { req?: { url?: string } } })._httpMessage?.req?.url;
+    this.log.debug({ code: err.code, status, url, trace_id: traceId }, 'client error');
+    if (socket.writable) {
+      const title = STATUS_CODES[status]!;
+      const body = JSON.stringify({ type: `${baseUrl}/docs/problems/${slugOf(title)}`, title, status, detail, ...(url ? { instance: url.split('?')[0] } : {}), trace_id: traceId });
+      socket.write(`HTTP/1.1 ${status} ${title}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+    }
+    socket.destroy(); // as Node and Fastify do: the request cannot go on
+  };
+}
 
 /** Builds the Fastify app: errors, tracing, auth hook, OpenAPI, health, metrics, domain routes. */
 export async function buildHttp(gw: Gateway, domains: DomainModule[], services: Services): Promise<ZodApp> {
@@ -22,6 +54,14 @@ export async function buildHttp(gw: Gateway, domains: DomainModule[], services: 
     trustProxy: true,
     return503OnClosing: true,
     forceCloseConnections: 'idle',
+    // Fastify's default is no request timeout: a client that stops mid-body held its socket forever.
+    requestTimeout: config.HTTP_REQUEST_TIMEOUT_MS,
+    http: {
+      headersTimeout: Math.min(config.HTTP_HEADERS_TIMEOUT_MS, config.HTTP_REQUEST_TIMEOUT_MS),
+      // Node checks the timeouts on this interval (default 30 s, which let a stalled request live ~90 s)
+      connectionsCheckingInterval: 1000,
+    },
+    clientErrorHandler: clientErrorResponder(config.PUBLIC_BASE_URL),
     routerOptions: { ignoreTrailingSlash: true },
     ajv: { customOptions: { removeAdditional: false } },
   }).withTypeProvider<ZodTypeProvider>() as unknown as ZodApp;

@@ -38,7 +38,7 @@ export class ClaimBatcher {
   private queue: { claim: PendingClaim; resolve(o: ClaimOutcome): void; reject(err: unknown): void }[] = [];
   private drains = 0;
 
-  constructor(private readonly gw: Pick<Gateway, 'actors' | 'clock'>) {}
+  constructor(private readonly gw: Pick<Gateway, 'actors' | 'clock' | 'log'>) {}
 
   submit(claim: PendingClaim): Promise<ClaimOutcome> {
     const bad = unstorableField(claim.thing);
@@ -59,7 +59,11 @@ export class ClaimBatcher {
           batch.forEach((b, i) => b.resolve(outcomes[i]));
         } catch (err) {
           if (batch.length === 1 && !(err instanceof IdentityRace)) settleAlone(batch[0], err);
-          else for (const b of batch) await this.commitAlone(b);
+          else {
+            // something validation did not catch (or a race): find the member at fault
+            this.gw.log.warn({ claims: batch.length, code: (err as { code?: unknown }).code ?? (err as Error).name }, 'claim batch failed; committing its claims one by one');
+            for (const b of batch) await this.commitAlone(b);
+          }
         }
       }
     } finally {

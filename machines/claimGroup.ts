@@ -20,12 +20,17 @@ export type ClaimGroupInput = Omit<ClaimGroupContext, 'consumed' | 'expiresAt'>;
 
 export type ClaimGroupEvent =
   | { type: 'CLAIM'; at: string; thingId: string }
-  /** several claims committed together (enrollment batches); all or none fit */
+  /**
+   * several claims committed together (enrollment batches): the machine takes as many as fit, in
+   * the order given, and names them in `claimGroup.claimedMany`; the rest are refused (capped)
+   */
   | { type: 'CLAIM_MANY'; at: string; thingIds: string[] }
   | { type: 'EXPIRE'; at: string }
   | { type: 'REVOKE'; at: string; by?: string };
 
 const isExpired = (context: ClaimGroupContext, at: string) => Date.parse(at) >= Date.parse(context.expiresAt);
+/** the claims of a CLAIM_MANY that fit under the cap, in the order given */
+const fitting = (context: ClaimGroupContext, thingIds: string[]) => thingIds.slice(0, Math.max(0, context.maxDevices - context.consumed));
 
 export const claimGroupMachine = setup({
   types: {
@@ -43,7 +48,7 @@ export const claimGroupMachine = setup({
   guards: {
     canClaim: ({ context, event }) => event.type === 'CLAIM' && !isExpired(context, event.at) && context.consumed < context.maxDevices,
     canClaimMany: ({ context, event }) => event.type === 'CLAIM_MANY' && event.thingIds.length > 0 && !isExpired(context, event.at)
-      && context.consumed + event.thingIds.length <= context.maxDevices,
+      && context.consumed < context.maxDevices,
     ttlPassed: ({ context, event }) => 'at' in event && isExpired(context, event.at),
     full: ({ context }) => context.consumed >= context.maxDevices,
   },
@@ -70,11 +75,12 @@ export const claimGroupMachine = setup({
         CLAIM_MANY: {
           guard: 'canClaimMany',
           actions: [
-            assign({ consumed: ({ context, event }) => context.consumed + (event.type === 'CLAIM_MANY' ? event.thingIds.length : 0) }),
             emit(({ context, event }) => ({
               type: 'claimGroup.claimedMany' as const, claimGroupId: context.id,
-              thingIds: event.type === 'CLAIM_MANY' ? event.thingIds : [], consumed: context.consumed,
+              thingIds: event.type === 'CLAIM_MANY' ? fitting(context, event.thingIds) : [],
+              consumed: context.consumed + (event.type === 'CLAIM_MANY' ? fitting(context, event.thingIds).length : 0),
             })),
+            assign({ consumed: ({ context, event }) => context.consumed + (event.type === 'CLAIM_MANY' ? fitting(context, event.thingIds).length : 0) }),
           ],
         },
         EXPIRE: { guard: 'ttlPassed', target: 'expired' },

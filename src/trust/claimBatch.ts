@@ -1,8 +1,10 @@
 import type { Gateway } from '../gateway.js';
 import type { UnitOfWork } from '../actors/store.js';
-import { refused, type DomainError } from '../lib/errors.js';
-import { repo } from './repo.js';
-import { claimGroupKind, claimGroupStatus, thingKind } from './kinds.js';
+import { DomainError, invalid, unprocessable } from '../lib/errors.js';
+import { isoNow } from '../lib/clock.js';
+import { unstorableField } from '../lib/text.js';
+import { identityKey, repo } from './repo.js';
+import { claimGroupKind, claimRefusal, thingKind } from './kinds.js';
 
 export interface PendingClaim {
   groupId: string;
@@ -10,28 +12,37 @@ export interface PendingClaim {
   certificate: { serial: string; pem: string; sealedKey: Buffer | null; notAfter: Date };
 }
 
-/** `claimed`: committed; `repeat`: the identity was enrolled by someone else first; or the group's refusal. */
+/** `claimed`: committed; `repeat`: the identity was enrolled by someone else first; or why the claim was refused. */
 export type ClaimOutcome = 'claimed' | 'repeat' | DomainError;
 
 const MAX_BATCH = 64;
 /** batches in flight per node: one forms while another commits */
 const MAX_TRANSACTIONS = 2;
 
+/** A concurrent batch (through another group of the same account) enrolled an identity this one was about to. */
+class IdentityRace extends Error {}
+
 /**
  * Commits concurrent claims together: while a transaction runs (two at most per node), new claims
- * queue, and the next transaction takes them all (up to 64). One transaction locks each group involved (in id order),
- * inserts every thing and certificate in one statement (identity order), sends one CLAIM_MANY per
- * group and births the Thing actors. A lone claim commits at once (no waiting for company).
- * Each caller's response still waits for its own durable commit. Nothing is shared across nodes:
- * the row locks and the unique identity index keep batches of different nodes correct.
+ * queue, and the next transaction takes them all (up to 64). A lone claim commits at once.
+ * One transaction locks each group involved (id order), leaves out identities already enrolled
+ * (repeats), sends one CLAIM_MANY per group (the machine takes as many as fit and names them),
+ * inserts the accepted things and certificates in one statement (identity order) and births
+ * the Thing actors. Nothing is written for a refused claim.
+ *
+ * Isolation: a claim is validated before it joins a batch, and when a batch fails anyway its
+ * members are committed again one by one, so a bad claim fails alone. Nothing is shared across
+ * nodes: the group row locks and the unique identity index keep batches of different nodes correct.
  */
 export class ClaimBatcher {
   private queue: { claim: PendingClaim; resolve(o: ClaimOutcome): void; reject(err: unknown): void }[] = [];
   private drains = 0;
 
-  constructor(private readonly gw: Gateway) {}
+  constructor(private readonly gw: Pick<Gateway, 'actors' | 'clock' | 'log'>) {}
 
   submit(claim: PendingClaim): Promise<ClaimOutcome> {
+    const bad = unstorableField(claim.thing);
+    if (bad) return Promise.resolve(invalid(`${bad} must be Unicode text without NUL characters or unpaired surrogates`));
     return new Promise((resolve, reject) => {
       this.queue.push({ claim, resolve, reject });
       if (this.drains < MAX_TRANSACTIONS) void this.drain();
@@ -47,7 +58,12 @@ export class ClaimBatcher {
           const outcomes = await this.gw.actors.run((uow) => this.commit(uow, batch.map((b) => b.claim)));
           batch.forEach((b, i) => b.resolve(outcomes[i]));
         } catch (err) {
-          for (const b of batch) b.reject(err);
+          if (batch.length === 1 && !(err instanceof IdentityRace)) settleAlone(batch[0], err);
+          else {
+            // something validation did not catch (or a race): find the member at fault
+            this.gw.log.warn({ claims: batch.length, code: (err as { code?: unknown }).code ?? (err as Error).name }, 'claim batch failed; committing its claims one by one');
+            for (const b of batch) await this.commitAlone(b);
+          }
         }
       }
     } finally {
@@ -55,57 +71,95 @@ export class ClaimBatcher {
     }
   }
 
+  /** After a failed batch: one member in its own transaction, so only a bad member fails. */
+  private async commitAlone(member: (typeof this.queue)[number]): Promise<void> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const [outcome] = await this.gw.actors.run((uow) => this.commit(uow, [member.claim]));
+        return member.resolve(outcome);
+      } catch (err) {
+        if (err instanceof IdentityRace && attempt < 3) continue;
+        return settleAlone(member, err);
+      }
+    }
+  }
+
   private async commit(uow: UnitOfWork, claims: PendingClaim[]): Promise<ClaimOutcome[]> {
     const outcomes: ClaimOutcome[] = new Array(claims.length);
-    const now = new Date();
-    // 1. lock the groups (id order: no deadlock between batches), read status and room left
-    const room = new Map<string, number>();
-    const refusal = new Map<string, DomainError>();
-    for (const id of [...new Set(claims.map((c) => c.groupId))].sort()) {
-      const g = await uow.load(claimGroupKind, id);
-      const status = g ? claimGroupStatus(g.state, g.snapshot.context, now) : 'revoked';
-      room.set(id, status === 'active' ? g!.snapshot.context.maxDevices - g!.snapshot.context.consumed : 0);
-      refusal.set(id, refused(`claim group is ${status === 'active' ? 'capped' : status}${status === 'active' || status === 'capped' ? ': maxDevices reached' : ''}`,
-        { extra: { claimGroupStatus: status === 'active' ? 'capped' : status } }));
-    }
-    // 2. one identity once per batch; later duplicates share the first one's fate
+    const at = isoNow(this.gw.clock);
+    // 1. lock the groups (id order: no deadlock between batches)
+    const groupIds = [...new Set(claims.map((c) => c.groupId))].sort();
+    const present = new Set<string>();
+    for (const id of groupIds) if (await uow.load(claimGroupKind, id)) present.add(id);
+    // 2. one identity once per batch (later duplicates share the first one's fate); identities
+    //    enrolled already are repeats (committed ones: claimers of the same group wait on its lock)
     const first = new Map<string, number>();
     const duplicates: [number, number][] = [];
     const candidates: number[] = [];
     claims.forEach((c, i) => {
-      const key = JSON.stringify([c.thing.accountId, c.thing.manufacturer, c.thing.model, c.thing.serial]);
+      const key = identityKey(c.thing);
       const earlier = first.get(key);
       if (earlier !== undefined) duplicates.push([i, earlier]);
+      else if (!present.has(c.groupId)) outcomes[i] = claimRefusal(undefined);
       else { first.set(key, i); candidates.push(i); }
     });
-    // 3. insert things + certificates; identities already taken become repeats
-    const inserted = await repo.insertEnrolledThings(uow.sql, candidates.map((i) => ({
+    const taken = await repo.takenIdentities(uow.sql, candidates.map((i) => claims[i].thing));
+    // 3. each group's machine takes the claims that fit, in arrival order
+    const accepted: number[] = [];
+    for (const groupId of groupIds) {
+      const members = candidates.filter((i) => claims[i].groupId === groupId && !taken.has(identityKey(claims[i].thing)));
+      if (!members.length) continue;
+      const { taken: into, refusal } = await this.claimMany(uow, groupId, members.map((i) => claims[i].thing.id), at);
+      for (const i of members) {
+        if (into.has(claims[i].thing.id)) accepted.push(i);
+        else outcomes[i] = refusal;
+      }
+    }
+    for (const i of candidates) if (taken.has(identityKey(claims[i].thing))) outcomes[i] = 'repeat';
+    // 4. the accepted things and certificates, in one statement
+    const inserted = await repo.insertEnrolledThings(uow.sql, at, accepted.map((i) => ({
       ...claims[i].thing, enrolledBy: 'claim_token', claimGroupId: claims[i].groupId,
       certSerial: claims[i].certificate.serial, pem: claims[i].certificate.pem, sealedKey: claims[i].certificate.sealedKey, notAfter: claims[i].certificate.notAfter,
     })));
-    // 4. the cap, in arrival order; rows of refused claims are removed again
-    const accepted = new Map<string, string[]>();
-    const over: string[] = [];
-    for (const i of candidates) {
-      const c = claims[i];
-      if (!inserted.has(c.thing.id)) { outcomes[i] = 'repeat'; continue; }
-      const left = room.get(c.groupId)!;
-      if (left <= 0) { outcomes[i] = refusal.get(c.groupId)!; over.push(c.thing.id); continue; }
-      room.set(c.groupId, left - 1);
-      outcomes[i] = 'claimed';
-      accepted.set(c.groupId, [...(accepted.get(c.groupId) ?? []), c.thing.id]);
-    }
+    // a claim counted by its group but whose identity another group's batch enrolled meanwhile:
+    // roll back; retried alone, it finds that identity taken and answers as a repeat
+    if (inserted.size !== accepted.length) throw new IdentityRace();
+    for (const i of accepted) outcomes[i] = 'claimed';
     for (const [i, earlier] of duplicates) outcomes[i] = outcomes[earlier] === 'claimed' ? 'repeat' : outcomes[earlier];
-    // 5. the machines decide too (they must agree), and the Things are born, pipelined
-    const at = now.toISOString();
-    await Promise.all([
-      over.length ? repo.deleteEnrolledThings(uow.sql, over) : Promise.resolve(),
-      ...[...accepted].map(([groupId, thingIds]) => uow.send(claimGroupKind, groupId, { type: 'CLAIM_MANY', at, thingIds })),
-      ...claims.filter((_, i) => outcomes[i] === 'claimed').map((c) => uow.create(thingKind, c.thing.id, {
-        id: c.thing.id, accountId: c.thing.accountId, manufacturer: c.thing.manufacturer, model: c.thing.model, serial: c.thing.serial,
-        enrolledBy: 'claim_token', enrolledAt: at,
-      })),
-    ]);
+    // 5. the Things are born, pipelined
+    await Promise.all(accepted.map((i) => {
+      const t = claims[i].thing;
+      return uow.create(thingKind, t.id, {
+        id: t.id, accountId: t.accountId, manufacturer: t.manufacturer, model: t.model, serial: t.serial, enrolledBy: 'claim_token', enrolledAt: at,
+      });
+    }));
     return outcomes;
   }
+
+  /**
+   * One CLAIM_MANY: the machine takes as many as fit and names them in `claimGroup.claimedMany`.
+   * When it takes none, its state says why; an active group that refused has outlived its TTL,
+   * which EXPIRE records (the machine accepts EXPIRE only then).
+   */
+  private async claimMany(uow: UnitOfWork, groupId: string, thingIds: string[], at: string): Promise<{ taken: Set<string>; refusal: DomainError }> {
+    const result = await uow.trySend(claimGroupKind, groupId, { type: 'CLAIM_MANY', at, thingIds });
+    if ('refused' in result) {
+      const state = result.snapshot.can({ type: 'EXPIRE', at }) ? (await uow.send(claimGroupKind, groupId, { type: 'EXPIRE', at })).state : result.state;
+      return { taken: new Set(), refusal: claimRefusal(state) };
+    }
+    const claimed = result.events.find((e) => e.type === 'claimGroup.claimedMany')?.payload.thingIds as string[] | undefined;
+    return { taken: new Set(claimed ?? []), refusal: claimRefusal(result.state) };
+  }
+}
+
+/**
+ * The answer of a claim that failed in a transaction of its own: a domain error stays one; a value
+ * the database refuses is the input's fault (4xx); anything else is a fault of ours (500).
+ */
+function settleAlone(member: { resolve(o: ClaimOutcome): void; reject(err: unknown): void }, err: unknown): void {
+  if (err instanceof DomainError) return member.resolve(err);
+  const pg = err as { code?: unknown; constraint_name?: unknown };
+  if (typeof pg.code === 'string' && pg.code.startsWith('22')) return member.resolve(invalid('the claim holds a value the database cannot store'));
+  if (pg.code === '23514') return member.resolve(unprocessable(`the claim breaks the database rule ${String(pg.constraint_name ?? 'check')}`));
+  member.reject(err);
 }

@@ -3,13 +3,14 @@ import 'reflect-metadata';
 import * as x509 from '@peculiar/x509';
 import type { Gateway, MqttEndpoint } from '../gateway.js';
 import type { UnitOfWork } from '../actors/store.js';
-import { conflict, invalid, refused, unauthenticated } from '../lib/errors.js';
+import { conflict, invalid, refused, unauthenticated, type DomainError } from '../lib/errors.js';
 import { repo, type ClaimContextRow, type Identity, type ModelRow, type ThingRow } from './repo.js';
 import { isUuid } from '../http/auth/principal.js';
-import { claimGroupStatus, thingKind } from './kinds.js';
-import type { ClaimGroupContext } from '../../machines/claimGroup.js';
+import { claimRefusal, enrollmentTokenKind, settleClaimGroup, thingKind } from './kinds.js';
 import { parseDescriptor, type ModelService } from './models.js';
 import { safeEqual, sha256 } from '../lib/encoding.js';
+import { isoNow } from '../lib/clock.js';
+import { unstorableField } from '../lib/text.js';
 import type { Sealer } from './secrets.js';
 import type { EnrollBody, EnrollmentResponse } from './schemas.js';
 import { ClaimBatcher } from './claimBatch.js';
@@ -38,6 +39,9 @@ export class EnrollmentService {
   }
 
   async enroll(body: EnrollBody): Promise<EnrollmentResponse> {
+    // before any statement: a value Postgres cannot take must not fail a shared claim batch
+    const bad = unstorableField(body);
+    if (bad) throw invalid(`${bad} must be Unicode text without NUL characters or unpaired surrogates`);
     if (body.enrollmentToken) return this.byToken(body.enrollmentToken, body.csr);
     const { manufacturer, model: modelRef, serial } = body;
     if (!manufacturer || !modelRef || !serial) throw invalid('manufacturer, model and serial are required (or an enrollmentToken)');
@@ -61,23 +65,34 @@ export class EnrollmentService {
 
   // --- flows
 
+  /**
+   * The enrollmentToken machine decides: USE is accepted once, before the TTL. A token that is
+   * refused while still `issued` has expired, which EXPIRE records (committed, then 403). The
+   * certificate is signed only when the machine would accept USE (a read), before the transaction.
+   */
   private async byToken(token: string, csr?: string): Promise<EnrollmentResponse> {
     const thing = await repo.thingByToken(this.gw.sql, sha256(token));
     if (!thing) throw unauthenticated('unknown enrollment token');
-    this.checkToken(thing);
-    const issued = await this.issue(thing.id, csr);
-    return this.gw.actors.run(async (uow) => {
-      if (!(await repo.consumeToken(uow.sql, thing.id))) throw refused('enrollment token was already used or has expired');
+    if (thing.revoked_at) throw refused('this thing was revoked');
+    const at = isoNow(this.gw.clock);
+    const issued = (await this.gw.actors.can(enrollmentTokenKind, thing.id, { type: 'USE', at })) ? await this.issue(thing.id, csr) : undefined;
+    const outcome = await this.gw.actors.run(async (uow): Promise<EnrollmentResponse | DomainError> => {
+      const row = await repo.lockThing(uow.sql, thing.id);
+      if (!row || row.revoked) return refused('this thing was revoked');
+      const used = await uow.trySend(enrollmentTokenKind, thing.id, { type: 'USE', at });
+      if ('refused' in used) {
+        const state = used.snapshot.can({ type: 'EXPIRE', at }) ? (await uow.send(enrollmentTokenKind, thing.id, { type: 'EXPIRE', at })).state : used.state;
+        return refused(state === 'used' ? 'enrollment token was already used' : 'enrollment token has expired');
+      }
+      // the machine accepted USE meanwhile (it refused a moment ago): sign on the next try
+      if (!issued) return conflict('enrollment token changed meanwhile; retry');
+      await repo.markEnrolled(uow.sql, thing.id, 'enrollment_token', at);
       await repo.insertCertificate(uow.sql, { thingId: thing.id, ...this.certificateRow(issued) });
-      await this.birth(uow, thing, 'enrollment_token');
+      await this.birth(uow, thing, 'enrollment_token', at);
       return this.response(thing.id, issued);
     });
-  }
-
-  private checkToken(thing: ThingRow): void {
-    if (thing.revoked_at) throw refused('this thing was revoked');
-    if (thing.enrollment_token_used_at) throw refused('enrollment token was already used');
-    if (!thing.enrollment_token_expires_at || thing.enrollment_token_expires_at.getTime() <= Date.now()) throw refused('enrollment token has expired');
+    if (outcome instanceof Error) throw outcome;
+    return outcome;
   }
 
   /** What the device calls its model, for the claim query: a descriptor, an id, or a free name. */
@@ -91,11 +106,14 @@ export class EnrollmentService {
     const hash = sha256(body.claimSecret!);
     if (!group.id || !group.account_id || !group.secret_hash || !safeEqual(group.secret_hash, hash)) throw refused('claim secret is not valid');
     if (group.model_account_id && group.model_account_id !== group.account_id) throw refused('claim secret is not valid for this model');
-    const status = group.state ? claimGroupStatus(group.state, group.context as ClaimGroupContext, new Date()) : 'revoked';
-    if (status === 'revoked' || status === 'expired') throw refused(`claim group is ${status}`, { extra: { claimGroupStatus: status } });
+    // The group's projected state is its machine's last decision. A new claim goes to the batch,
+    // where the machine decides TTL and cap; a repeat, or a claim on a capped group, asks the
+    // machine here whether the TTL passed meanwhile (expiry outranks both).
+    let state = group.state ?? undefined;
+    if (state === 'capped' || (state === 'active' && group.existing)) state = await settleClaimGroup(this.gw.actors, group.id, isoNow(this.gw.clock));
+    if (state !== 'active' && !(state === 'capped' && group.existing)) throw claimRefusal(state);
     const identity = { accountId: group.account_id, ...tuple };
     if (group.existing) return this.repeat(await this.thingOf(group.existing), body.csr);
-    if (status === 'capped') throw refused('claim group is capped: maxDevices reached', { extra: { claimGroupStatus: status } });
 
     const thingId = crypto.randomUUID();
     const issued = await this.issue(thingId, body.csr);
@@ -119,10 +137,11 @@ export class EnrollmentService {
     const issued = await this.issue(thingId, csr);
     const { accountId, ...tuple } = identity;
     return this.firstEnrollment(identity, csr, () => this.gw.actors.run(async (uow) => {
-      if (!(await repo.insertEnrolledThing(uow.sql, { id: thingId, accountId, modelId: model.id, ...tuple, enrolledBy: method }, this.certificateRow(issued)))) {
+      const at = isoNow(this.gw.clock);
+      if (!(await repo.insertEnrolledThing(uow.sql, { id: thingId, accountId, modelId: model.id, ...tuple, enrolledBy: method, enrolledAt: at }, this.certificateRow(issued)))) {
         throw new AlreadyEnrolled();
       }
-      await this.birth(uow, { id: thingId, account_id: accountId, ...tuple }, method);
+      await this.birth(uow, { id: thingId, account_id: accountId, ...tuple }, method, at);
       return this.response(thingId, issued);
     }), method);
   }
@@ -261,10 +280,10 @@ export class EnrollmentService {
   }
 
   /** Births the Thing actor in ROLLEDOFF (same transaction as its rows). */
-  private async birth(uow: UnitOfWork, thing: Pick<ThingRow, 'id' | 'account_id' | 'manufacturer' | 'model' | 'serial'>, method: string): Promise<void> {
+  private async birth(uow: UnitOfWork, thing: Pick<ThingRow, 'id' | 'account_id' | 'manufacturer' | 'model' | 'serial'>, method: string, at: string): Promise<void> {
     await uow.create(thingKind, thing.id, {
       id: thing.id, accountId: thing.account_id, manufacturer: thing.manufacturer, model: thing.model, serial: thing.serial,
-      enrolledBy: method, enrolledAt: new Date().toISOString(),
+      enrolledBy: method, enrolledAt: at,
     });
   }
 

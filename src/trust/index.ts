@@ -6,7 +6,7 @@ import { ModelService } from './models.js';
 import { trustRoutes } from './routes.js';
 import { Sealer } from './secrets.js';
 import { TrustService } from './service.js';
-import { claimGroupKind, thingKind } from './kinds.js';
+import { claimGroupKind, enrollmentTokenKind, thingKind } from './kinds.js';
 
 export interface TrustServices {
   trust: TrustService;
@@ -31,7 +31,7 @@ export const trustDomain = defineDomain({
   name: 'trust',
   provides: ['trust', 'models', 'enrollment', 'crl', 'thingDirectory'],
   requires: ['deviceSessions', 'mqttEndpoint'],
-  kinds: [claimGroupKind, thingKind],
+  kinds: [claimGroupKind, enrollmentTokenKind, thingKind],
   init(gw, { deviceSessions, mqttEndpoint }) {
     const sealer = new Sealer(gw.pki.deriveKey('trust-sealed-secrets'));
     const crl = new CrlService(gw);

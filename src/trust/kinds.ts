@@ -1,20 +1,49 @@
-import type { ActorKind } from '../actors/store.js';
-import { claimGroupMachine, type ClaimGroupContext } from '../../machines/claimGroup.js';
+import type { ActorKind, ActorStore } from '../actors/store.js';
+import { refused, type DomainError } from '../lib/errors.js';
+import { claimGroupMachine } from '../../machines/claimGroup.js';
+import { enrollmentTokenMachine } from '../../machines/enrollmentToken.js';
 import { thingMachine } from '../../machines/thing.js';
 
+/** Claim groups: state, consumed count and expiry shown on the `claim_groups` row (the claim query and the TTL sweep read them). */
 export const claimGroupKind: ActorKind<typeof claimGroupMachine> = {
   type: 'claimGroup', machine: claimGroupMachine, accountOf: (c) => c.accountId,
+  projection: {
+    table: 'claim_groups',
+    columns: ['state', 'consumed', 'expires_at'],
+    project: (s, state) => ({ state, consumed: s.context.consumed, expires_at: s.context.expiresAt }),
+  },
 };
+
+/** Enrollment tokens (actor id = the thing's id): expiry and use shown on the `things` row. */
+export const enrollmentTokenKind: ActorKind<typeof enrollmentTokenMachine> = {
+  type: 'enrollmentToken', machine: enrollmentTokenMachine, accountOf: (c) => c.accountId,
+  projection: {
+    table: 'things',
+    columns: ['enrollment_token_expires_at', 'enrollment_token_used_at'],
+    project: (s) => ({ enrollment_token_expires_at: s.context.expiresAt, enrollment_token_used_at: s.context.usedAt }),
+  },
+};
+
 export const thingKind: ActorKind<typeof thingMachine> = {
   type: 'thing', machine: thingMachine, accountOf: (c) => c.accountId,
 };
 
+/** A claim group's status is its machine state: active, capped, expired or revoked. */
 export type ClaimGroupStatus = 'active' | 'capped' | 'expired' | 'revoked';
 
-/** Status at `now`: expiry is computed from the TTL (no timer needed), revocation wins. */
-export function claimGroupStatus(state: string, c: ClaimGroupContext, now: Date): ClaimGroupStatus {
-  if (state === 'revoked') return 'revoked';
-  if (state === 'expired' || now.getTime() >= Date.parse(c.expiresAt)) return 'expired';
-  if (state === 'capped' || c.consumed >= c.maxDevices) return 'capped';
-  return 'active';
+/** Why a claim group refused a claim, from the state its machine is in after refusing. */
+export function claimRefusal(state: string | undefined): DomainError {
+  if (state === 'revoked' || state === 'expired') return refused(`claim group is ${state}`, { extra: { claimGroupStatus: state } });
+  if (state === undefined) return refused('claim secret is not valid');
+  return refused('claim group is capped: maxDevices reached', { extra: { claimGroupStatus: 'capped' } });
+}
+
+/**
+ * Lets the machine decide whether the group's TTL has passed at `at` and records the expiry when it
+ * has (EXPIRE is only accepted then). Returns the group's state afterwards; undefined when absent.
+ */
+export async function settleClaimGroup(actors: ActorStore, id: string, at: string): Promise<string | undefined> {
+  const current = await actors.get(claimGroupKind, id);
+  if (!current || !current.snapshot.can({ type: 'EXPIRE', at })) return current?.state;
+  return actors.run(async (uow) => (await uow.trySend(claimGroupKind, id, { type: 'EXPIRE', at })).state);
 }

@@ -68,8 +68,8 @@ export interface ClaimContextRow {
   id: string | null;
   account_id: string | null;
   secret_hash: Buffer | null;
+  /** the claimGroup machine's state (projection) */
   state: string | null;
-  context: unknown;
   model_id: string | null;
   model_account_id: string | null;
   model_method: ProvisioningMethod | null;
@@ -78,6 +78,8 @@ export interface ClaimContextRow {
 }
 
 export interface Identity { accountId: string; manufacturer: string; model: string; serial: string }
+/** One string per serial identity (tenant, manufacturer, model, serial). */
+export const identityKey = (i: Identity): string => JSON.stringify([i.accountId, i.manufacturer, i.model, i.serial]);
 
 /** SQL of the trust domain. Every function takes the pool or the caller's transaction. */
 export const repo = {
@@ -107,12 +109,13 @@ export const repo = {
 
   // --- things
   async insertThing(db: Db, t: { id: string; accountId: string; modelId: string | null; manufacturer: string; model: string; serial: string;
-    metadata?: Record<string, unknown>; enrolledBy?: string; claimGroupId?: string; tokenHash?: Buffer; tokenExpiresAt?: Date }): Promise<boolean> {
+    metadata?: Record<string, unknown>; enrolledBy?: string; claimGroupId?: string; tokenHash?: Buffer }): Promise<boolean> {
+    // the token's expiry and use are the enrollmentToken actor's projection (kinds.ts)
     const res = await db`
       insert into things (id, account_id, model_id, manufacturer, model, serial, metadata, enrolled_by, enrolled_at,
-        claim_group_id, enrollment_token_hash, enrollment_token_expires_at)
+        claim_group_id, enrollment_token_hash)
       values (${t.id}, ${t.accountId}, ${t.modelId}, ${t.manufacturer}, ${t.model}, ${t.serial}, ${db.json((t.metadata ?? {}) as never)},
-        ${t.enrolledBy ?? null}, ${t.enrolledBy ? db`now()` : null}, ${t.claimGroupId ?? null}, ${t.tokenHash ?? null}, ${t.tokenExpiresAt ?? null})
+        ${t.enrolledBy ?? null}, ${t.enrolledBy ? db`now()` : null}, ${t.claimGroupId ?? null}, ${t.tokenHash ?? null})
       on conflict (account_id, manufacturer, model, serial) do nothing`;
     return res.count === 1;
   },
@@ -136,12 +139,14 @@ export const repo = {
     const [row] = await db<ThingRow[]>`select * from things where enrollment_token_hash = ${hash}`;
     return row;
   },
-  /** Consumes an enrollment token once: false when used, expired or revoked meanwhile. */
-  async consumeToken(db: Db, thingId: string): Promise<boolean> {
-    const res = await db`
-      update things set enrollment_token_used_at = now(), enrolled_by = 'enrollment_token', enrolled_at = now()
-      where id = ${thingId} and enrollment_token_used_at is null and enrollment_token_expires_at > now() and revoked_at is null`;
-    return res.count === 1;
+  /** Locks the thing's row (revocation locks it too) and tells whether it is revoked; undefined when absent. */
+  async lockThing(db: Db, thingId: string): Promise<{ revoked: boolean } | undefined> {
+    const [row] = await db<{ revoked: boolean }[]>`select revoked_at is not null as revoked from things where id = ${thingId} for update`;
+    return row;
+  },
+  /** Records how and when a registered thing enrolled (its token's use is the enrollmentToken actor's). */
+  async markEnrolled(db: Db, thingId: string, method: string, at: string): Promise<void> {
+    await db`update things set enrolled_by = ${method}, enrolled_at = ${at} where id = ${thingId}`;
   },
   async markThingRevoked(db: Db, thingId: string): Promise<void> {
     await db`update things set revoked_at = coalesce(revoked_at, now()) where id = ${thingId}`;
@@ -177,11 +182,11 @@ export const repo = {
    * the identity is already taken, after waiting for a concurrent inserter of it to finish.
    */
   async insertEnrolledThing(db: Db, t: { id: string; accountId: string; modelId: string | null; manufacturer: string; model: string; serial: string;
-    enrolledBy: string; claimGroupId?: string }, c: { serial: string; pem: string; sealedKey: Buffer | null; notAfter: Date }): Promise<boolean> {
+    enrolledBy: string; enrolledAt: string; claimGroupId?: string }, c: { serial: string; pem: string; sealedKey: Buffer | null; notAfter: Date }): Promise<boolean> {
     const rows = await db`
       with thing as (
         insert into things (id, account_id, model_id, manufacturer, model, serial, enrolled_by, enrolled_at, claim_group_id)
-        values (${t.id}, ${t.accountId}, ${t.modelId}, ${t.manufacturer}, ${t.model}, ${t.serial}, ${t.enrolledBy}, now(), ${t.claimGroupId ?? null})
+        values (${t.id}, ${t.accountId}, ${t.modelId}, ${t.manufacturer}, ${t.model}, ${t.serial}, ${t.enrolledBy}, ${t.enrolledAt}, ${t.claimGroupId ?? null})
         on conflict (account_id, manufacturer, model, serial) do nothing
         returning id)
       insert into device_certificates (serial, thing_id, pem, sealed_private_key, not_after)
@@ -191,10 +196,24 @@ export const repo = {
   },
 
   /**
+   * Identities of `ids` already enrolled (committed): the identity keys (JSON of account, manufacturer,
+   * model, serial) that are taken.
+   */
+  async takenIdentities(db: Db, ids: Identity[]): Promise<Set<string>> {
+    if (ids.length === 0) return new Set();
+    const input = ids.map((i) => ({ account_id: i.accountId, manufacturer: i.manufacturer, model: i.model, serial: i.serial }));
+    const rows = await db<{ account_id: string; manufacturer: string; model: string; serial: string }[]>`
+      select t.account_id, t.manufacturer, t.model, t.serial
+      from jsonb_to_recordset(${db.json(input as never)}::jsonb) as x(account_id uuid, manufacturer text, model text, serial text)
+        join things t on t.account_id = x.account_id and t.manufacturer = x.manufacturer and t.model = x.model and t.serial = x.serial`;
+    return new Set(rows.map((r) => identityKey({ accountId: r.account_id, manufacturer: r.manufacturer, model: r.model, serial: r.serial })));
+  },
+
+  /**
    * Batch form of insertEnrolledThing (rows inserted in identity order, so concurrent batches
    * take the unique-index entries in the same order): the ids actually inserted.
    */
-  async insertEnrolledThings(db: Db, rows: { id: string; accountId: string; modelId: string | null; manufacturer: string; model: string; serial: string;
+  async insertEnrolledThings(db: Db, enrolledAt: string, rows: { id: string; accountId: string; modelId: string | null; manufacturer: string; model: string; serial: string;
     enrolledBy: string; claimGroupId: string; certSerial: string; pem: string; sealedKey: Buffer | null; notAfter: Date }[]): Promise<Set<string>> {
     const input = rows.map((r) => ({
       id: r.id, account_id: r.accountId, model_id: r.modelId, manufacturer: r.manufacturer, model: r.model, serial: r.serial,
@@ -207,7 +226,7 @@ export const repo = {
           manufacturer text, model text, serial text, enrolled_by text, claim_group_id uuid, cert_serial text, pem text, sealed text, not_after timestamptz)),
       thing as (
         insert into things (id, account_id, model_id, manufacturer, model, serial, enrolled_by, enrolled_at, claim_group_id)
-        select id, account_id, model_id, manufacturer, model, serial, enrolled_by, now(), claim_group_id from input
+        select id, account_id, model_id, manufacturer, model, serial, enrolled_by, ${enrolledAt}::timestamptz, claim_group_id from input
         order by account_id, manufacturer, model, serial
         on conflict (account_id, manufacturer, model, serial) do nothing
         returning id)
@@ -216,27 +235,22 @@ export const repo = {
       returning thing_id`;
     return new Set(inserted.map((r) => r.thing_id));
   },
-  async deleteEnrolledThings(db: Db, ids: string[]): Promise<void> {
-    await db`delete from device_certificates where thing_id = any(${ids}::uuid[])`;
-    await db`delete from things where id = any(${ids}::uuid[])`;
-  },
 
   // --- claim groups
   /**
-   * One round trip for a claim: the group of a secret (if any) with its actor state, the model the
+   * One round trip for a claim: the group of a secret (if any) with its state (projection), the model the
    * device names (if registered) and an existing thing of the tuple in the group's account.
    */
   async claimContext(db: Db, hash: Buffer, ref: { vid?: string; pid?: string; id?: string; name: string }, device: { manufacturer: string; serial: string }) {
     const modelMatch = ref.vid && ref.pid ? db`vid = ${ref.vid} and pid = ${ref.pid}` : ref.id ? db`id = ${ref.id}` : db`false`;
     const [row] = await db<ClaimContextRow[]>`
-      select g.id, g.account_id, g.secret_hash, a.state, a.snapshot -> 'context' as context,
+      select g.id, g.account_id, g.secret_hash, g.state,
         m.id as model_id, m.account_id as model_account_id, m.provisioning_method as model_method,
         coalesce(m.vid || ':' || m.pid, ${ref.name}) as model_name,
         (select t.id from things t where t.account_id = g.account_id and t.manufacturer = ${device.manufacturer}
            and t.model = coalesce(m.vid || ':' || m.pid, ${ref.name}) and t.serial = ${device.serial}) as existing
       from (select 1) one
         left join claim_groups g on g.secret_hash = ${hash}
-        left join actors a on a.type = 'claimGroup' and a.id = g.id::text
         left join lateral (select id, account_id, provisioning_method, vid, pid from models where ${modelMatch} limit 1) m on true`;
     return row;
   },
@@ -246,6 +260,12 @@ export const repo = {
   async claimGroupAccount(db: Db, id: string): Promise<string | undefined> {
     const [row] = await db<{ account_id: string }[]>`select account_id from claim_groups where id = ${id}`;
     return row?.account_id;
+  },
+  /** Groups whose TTL may have passed at `at` (the machine decides, one EXPIRE each). */
+  async claimGroupsDue(db: Db, at: string, limit: number): Promise<string[]> {
+    const rows = await db<{ id: string }[]>`
+      select id from claim_groups where state in ('active', 'capped') and expires_at <= ${at} order by expires_at limit ${limit}`;
+    return rows.map((r) => r.id);
   },
 
   // --- licenses

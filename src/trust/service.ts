@@ -2,10 +2,11 @@ import crypto from 'node:crypto';
 import type { DeviceSessions, Gateway, ThingDirectory } from '../gateway.js';
 import { conflict, notFound, refused } from '../lib/errors.js';
 import { repo } from './repo.js';
-import { claimGroupKind, claimGroupStatus, thingKind } from './kinds.js';
+import { claimGroupKind, enrollmentTokenKind, settleClaimGroup, thingKind, type ClaimGroupStatus } from './kinds.js';
 import type { CrlService } from './crl.js';
 import type { ModelService } from './models.js';
 import { newSecret, sha256 } from '../lib/encoding.js';
+import { isoNow } from '../lib/clock.js';
 import { isUuid } from '../http/auth/principal.js';
 
 const ACCESS_CODE_TTL_MS = 7 * 86_400_000;
@@ -29,14 +30,19 @@ export class TrustService implements ThingDirectory {
     const modelRef = model && model.account_id === accountId ? model : undefined;
     const id = crypto.randomUUID();
     const enrollmentToken = newSecret('et_');
-    const expiresAt = new Date(Date.now() + this.gw.config.ENROLLMENT_TOKEN_TTL * 1000);
-    const inserted = await repo.insertThing(this.gw.sql, {
-      id, accountId, modelId: modelRef?.id ?? null, manufacturer: input.manufacturer,
-      model: modelRef ? `${modelRef.vid}:${modelRef.pid}` : input.model, serial: input.serial,
-      metadata: input.metadata, tokenHash: sha256(enrollmentToken), tokenExpiresAt: expiresAt,
+    const issuedAt = this.gw.clock.now();
+    const expiresAt = new Date(issuedAt.getTime() + this.gw.config.ENROLLMENT_TOKEN_TTL * 1000).toISOString();
+    await this.gw.actors.run(async (uow) => {
+      const inserted = await repo.insertThing(uow.sql, {
+        id, accountId, modelId: modelRef?.id ?? null, manufacturer: input.manufacturer,
+        model: modelRef ? `${modelRef.vid}:${modelRef.pid}` : input.model, serial: input.serial,
+        metadata: input.metadata, tokenHash: sha256(enrollmentToken),
+      });
+      if (!inserted) throw conflict(`serial ${input.serial} of ${input.manufacturer} ${input.model} is already registered in this account`);
+      // the token's lifecycle (its expiry and use are projected onto the row)
+      await uow.create(enrollmentTokenKind, id, { thingId: id, accountId, issuedAt: issuedAt.toISOString(), expiresAt });
     });
-    if (!inserted) throw conflict(`serial ${input.serial} of ${input.manufacturer} ${input.model} is already registered in this account`);
-    return { thingId: id, enrollmentToken, expiresAt: expiresAt.toISOString() };
+    return { thingId: id, enrollmentToken, expiresAt };
   }
 
   /**
@@ -72,7 +78,7 @@ export class TrustService implements ThingDirectory {
   async createClaimGroup(accountId: string, input: { name: string; maxDevices: number; ttlDays: number }) {
     const id = crypto.randomUUID();
     const sharedSecret = newSecret('cgs_');
-    const createdAt = new Date().toISOString();
+    const createdAt = isoNow(this.gw.clock);
     await this.gw.actors.run(async (uow) => {
       await repo.insertClaimGroup(uow.sql, { id, accountId, secretHash: sha256(sharedSecret) });
       await uow.create(claimGroupKind, id, { id, accountId, name: input.name, maxDevices: input.maxDevices, ttlDays: input.ttlDays, createdAt });
@@ -80,11 +86,14 @@ export class TrustService implements ThingDirectory {
     return { id, name: input.name, sharedSecret, maxDevices: input.maxDevices, ttlDays: input.ttlDays, createdAt };
   }
 
+  /** The status is the machine's state; a TTL that passed since the last event is recorded first (EXPIRE). */
   async getClaimGroup(accountId: string, id: string) {
+    if ((await repo.claimGroupAccount(this.gw.sql, id)) !== accountId) throw notFound(`claim group ${id} not found`);
+    await settleClaimGroup(this.gw.actors, id, isoNow(this.gw.clock));
     const stored = await this.gw.actors.get(claimGroupKind, id);
-    if (!stored || stored.snapshot.context.accountId !== accountId) throw notFound(`claim group ${id} not found`);
+    if (!stored) throw notFound(`claim group ${id} not found`);
     const c = stored.snapshot.context;
-    const status = claimGroupStatus(stored.state, c, new Date());
+    const status = stored.state as ClaimGroupStatus;
     return {
       id, name: c.name, maxDevices: c.maxDevices, ttlDays: c.ttlDays, createdAt: c.createdAt, expiresAt: c.expiresAt,
       consumed: c.consumed, status, revoked: status === 'revoked',
@@ -96,25 +105,21 @@ export class TrustService implements ThingDirectory {
     await this.gw.actors.run(async (uow) => {
       const stored = await uow.load(claimGroupKind, id);
       if (!stored || stored.snapshot.context.accountId !== accountId) throw notFound(`claim group ${id} not found`);
-      if (stored.state !== 'revoked') await uow.send(claimGroupKind, id, { type: 'REVOKE', at: new Date().toISOString(), by });
+      // revoked is final: the machine refuses a second REVOKE, which is no error here
+      await uow.trySend(claimGroupKind, id, { type: 'REVOKE', at: isoNow(this.gw.clock), by });
     });
     return this.getClaimGroup(accountId, id);
   }
 
-  /** TTL sweep (hourly job): moves groups whose TTL passed to `expired`, which emits claimGroup.expired. */
+  /** TTL sweep (hourly job): groups whose TTL passed go to `expired` (emits claimGroup.expired). The number expired. */
   async expireClaimGroups(): Promise<number> {
-    const due = await this.gw.sql<{ id: string }[]>`
-      select id from actors where type = 'claimGroup' and state in ('active', 'capped')
-        and (snapshot -> 'context' ->> 'expiresAt')::timestamptz <= now()
-      limit 1000`;
-    const at = new Date().toISOString();
-    for (const { id } of due) {
-      await this.gw.actors.run(async (uow) => {
-        const current = await uow.load(claimGroupKind, id);
-        if (current && (current.state === 'active' || current.state === 'capped')) await uow.send(claimGroupKind, id, { type: 'EXPIRE', at });
-      });
+    const at = isoNow(this.gw.clock);
+    let expired = 0;
+    for (const id of await repo.claimGroupsDue(this.gw.sql, at, 1000)) {
+      const result = await this.gw.actors.run((uow) => uow.trySend(claimGroupKind, id, { type: 'EXPIRE', at }));
+      if (!('refused' in result)) expired += 1;
     }
-    return due.length;
+    return expired;
   }
 
   // --- joining a thing by access code

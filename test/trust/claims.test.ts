@@ -2,12 +2,16 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, expectProblem, type TestGateway } from '../helpers/gateway.js';
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { createClaimGroup, enrollDevice } from '../helpers/devices.js';
+import { ManualClock } from '../../src/lib/clock.js';
 
 let gw: TestGateway;
 let account: TestAccount;
+/** lifecycle time of the gateway: tests move it instead of editing rows */
+const clock = new ManualClock();
+const DAY = 86_400_000;
 
 beforeAll(async () => {
-  gw = await startTestGateway();
+  gw = await startTestGateway({}, { clock });
   account = await createAccount(gw, { capabilities: ['enroll_things'] });
 });
 afterAll(async () => gw?.close());
@@ -101,13 +105,44 @@ describe('claim groups', () => {
   it('an expired group refuses claims with 403 and reads as expired', async () => {
     const g = await createClaimGroup(gw, account, { ttlDays: 1 });
     expect((await claim(g.sharedSecret, 'BEFORE-EXPIRY')).status).toBe(200);
-    // move the group's creation two days back (the TTL is computed from the snapshot's expiresAt)
-    await gw.db.sql`update actors set snapshot = jsonb_set(snapshot, '{context,expiresAt}', to_jsonb(${new Date(Date.now() - 86_400_000).toISOString()}::text))
-      where type = 'claimGroup' and id = ${g.id}`;
+    clock.advance(DAY);
+    // the new claim reaches the machine (CLAIM_MANY refused past the TTL: EXPIRE recorded)
     expect(expectProblem(await claim(g.sharedSecret, 'AFTER-EXPIRY'), 403).detail).toContain('expired');
     expect(expectProblem(await claim(g.sharedSecret, 'BEFORE-EXPIRY'), 403).detail).toContain('expired');
     const status = await gw.http.get(`/api/v1/things/claim-groups/${g.id}`, { token: account.viewer });
     expect(status.body.status).toBe('expired');
+    const [row] = await gw.db.sql`select state, consumed from claim_groups where id = ${g.id}`;
+    expect(row).toEqual({ state: 'expired', consumed: 1 });
+  });
+
+  it('a repeat claim on a group whose TTL just passed is refused, and the expiry is recorded', async () => {
+    const g = await createClaimGroup(gw, account, { ttlDays: 1 });
+    expect((await claim(g.sharedSecret, 'REPEAT-EXPIRY')).status).toBe(200);
+    clock.advance(DAY - 1);
+    expect((await claim(g.sharedSecret, 'REPEAT-EXPIRY')).status).toBe(200);
+    clock.advance(1);
+    expect(expectProblem(await claim(g.sharedSecret, 'REPEAT-EXPIRY'), 403)).toMatchObject({ claimGroupStatus: 'expired' });
+    const events = await gw.db.sql`select 1 from domain_events where actor_id = ${g.id} and type = 'claimGroup.expired'`;
+    expect(events.length).toBe(1);
+  });
+
+  it('a capped group whose TTL passed reads and refuses as expired', async () => {
+    const g = await createClaimGroup(gw, account, { maxDevices: 1, ttlDays: 1 });
+    expect((await claim(g.sharedSecret, 'CAPPED-1')).status).toBe(200);
+    expect(expectProblem(await claim(g.sharedSecret, 'CAPPED-2'), 403)).toMatchObject({ claimGroupStatus: 'capped' });
+    clock.advance(DAY);
+    expect(expectProblem(await claim(g.sharedSecret, 'CAPPED-2'), 403)).toMatchObject({ claimGroupStatus: 'expired' });
+    expect((await gw.http.get(`/api/v1/things/claim-groups/${g.id}`, { token: account.viewer })).body).toMatchObject({ status: 'expired', consumed: 1 });
+  });
+
+  it('the claim_groups row shows the machine\'s state and count (projection)', async () => {
+    const g = await createClaimGroup(gw, account, { maxDevices: 2, ttlDays: 3 });
+    const created = await gw.db.sql`select state, consumed, expires_at from claim_groups where id = ${g.id}`;
+    expect(created).toEqual([{ state: 'active', consumed: 0, expires_at: new Date(Date.parse(g.createdAt) + 3 * DAY) }]);
+    await Promise.all(['P-1', 'P-2', 'P-3'].map((serial) => claim(g.sharedSecret, serial)));
+    expect(await gw.db.sql`select state, consumed from claim_groups where id = ${g.id}`).toEqual([{ state: 'capped', consumed: 2 }]);
+    await gw.http.delete(`/api/v1/things/claim-groups/${g.id}`, { token: account.operator });
+    expect(await gw.db.sql`select state, consumed from claim_groups where id = ${g.id}`).toEqual([{ state: 'revoked', consumed: 2 }]);
   });
 
   it('unknown secrets and missing fields are refused', async () => {
@@ -126,7 +161,7 @@ describe('enrollment tokens', () => {
     expect(res.status).toBe(201);
     expect(res.body.thingId).toMatch(/^[0-9a-f-]{36}$/);
     expect(res.body.enrollmentToken).toMatch(/^et_/);
-    expect(Date.parse(res.body.expiresAt) - Date.now()).toBeGreaterThan(23 * 3600_000);
+    expect(Date.parse(res.body.expiresAt) - clock.now().getTime()).toBe(24 * 3600_000);
     expectProblem(await gw.http.post('/api/v1/things', { manufacturer: 'Acme', model: 'm', serial: 'TOKEN-1' }, { token: account.operator }), 409);
     const [row] = await gw.db.sql<{ h: Buffer }[]>`select enrollment_token_hash as h from things where id = ${res.body.thingId}`;
     expect(row.h.length).toBe(32);
@@ -146,9 +181,27 @@ describe('enrollment tokens', () => {
 
   it('an expired token is refused; an unknown one is 401', async () => {
     const res = await gw.http.post('/api/v1/things', { manufacturer: 'Acme', model: 'm', serial: 'TOKEN-OLD' }, { token: account.operator });
-    await gw.db.sql`update things set enrollment_token_expires_at = now() - interval '1 second' where id = ${res.body.thingId}`;
+    clock.advance(DAY);
     expect(expectProblem(await gw.http.post('/ddi/v1/enroll', { enrollmentToken: res.body.enrollmentToken }), 403).detail).toContain('expired');
+    // the machine recorded the expiry; the token stays unusable
+    expect((await gw.db.sql`select state from actors where type = 'enrollmentToken' and id = ${res.body.thingId}`)[0].state).toBe('expired');
+    expect(expectProblem(await gw.http.post('/ddi/v1/enroll', { enrollmentToken: res.body.enrollmentToken }), 403).detail).toContain('expired');
+    expect(await gw.db.sql`select 1 from device_certificates where thing_id = ${res.body.thingId}`).toHaveLength(0);
     expectProblem(await gw.http.post('/ddi/v1/enroll', { enrollmentToken: 'et_nope' }), 401);
+  });
+
+  it('a token works until the last instant before its expiry; its use is projected onto the thing', async () => {
+    const res = await gw.http.post('/api/v1/things', { manufacturer: 'Acme', model: 'm', serial: 'TOKEN-LAST' }, { token: account.operator });
+    const [before] = await gw.db.sql`select enrollment_token_expires_at, enrollment_token_used_at from things where id = ${res.body.thingId}`;
+    expect(before).toEqual({ enrollment_token_expires_at: new Date(res.body.expiresAt), enrollment_token_used_at: null });
+    clock.set(Date.parse(res.body.expiresAt) - 1);
+    const enrolled = await gw.http.post('/ddi/v1/enroll', { enrollmentToken: res.body.enrollmentToken });
+    expect(enrolled.status).toBe(200);
+    const [after] = await gw.db.sql`select enrollment_token_used_at, enrolled_by, enrolled_at from things where id = ${res.body.thingId}`;
+    expect(after).toEqual({ enrollment_token_used_at: clock.now(), enrolled_by: 'enrollment_token', enrolled_at: clock.now() });
+    expect(expectProblem(await gw.http.post('/ddi/v1/enroll', { enrollmentToken: res.body.enrollmentToken }), 403).detail).toContain('already used');
+    const events = await gw.db.sql`select type from domain_events where actor_type = 'enrollmentToken' and actor_id = ${res.body.thingId}`;
+    expect(events.map((e) => e.type)).toEqual(['enrollmentToken.used']);
   });
 
   it('ENROLLMENT_TOKEN_TTL sets the lifetime', async () => {
@@ -167,7 +220,7 @@ describe('enrollment tokens', () => {
 
 describe('claims on two nodes', () => {
   it('60 concurrent claims split over two nodes against maxDevices 10 give exactly 10 certificates', async () => {
-    const second = await startTestGateway({ NODE_ID: 'trust-claims-b' }, { db: gw.db });
+    const second = await startTestGateway({ NODE_ID: 'trust-claims-b' }, { db: gw.db, clock });
     try {
       const g = await createClaimGroup(gw, account, { maxDevices: 10 });
       const results = await Promise.all(Array.from({ length: 60 }, (_, i) =>

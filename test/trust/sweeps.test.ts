@@ -4,12 +4,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { createClaimGroup } from '../helpers/devices.js';
+import { ManualClock } from '../../src/lib/clock.js';
 
 let gw: TestGateway;
 let account: TestAccount;
+const clock = new ManualClock();
 
 beforeAll(async () => {
-  gw = await startTestGateway();
+  gw = await startTestGateway({}, { clock });
   account = await createAccount(gw);
 });
 afterAll(async () => gw?.close());
@@ -29,11 +31,13 @@ describe('scheduled sweeps', () => {
 
   it('moves groups past their TTL to expired (claimGroup.expired)', async () => {
     const g = await createClaimGroup(gw, account, { ttlDays: 1 });
+    clock.advance(3600_000);
     const fresh = await createClaimGroup(gw, account, { ttlDays: 1 });
-    await gw.db.sql`update actors set snapshot = jsonb_set(snapshot, '{context,expiresAt}', to_jsonb(${new Date(Date.now() - 1000).toISOString()}::text))
-      where type = 'claimGroup' and id = ${g.id}`;
+    expect(await gw.services.trust.expireClaimGroups()).toBe(0);
+    clock.advance(86_400_000 - 3600_000);
     expect(await gw.services.trust.expireClaimGroups()).toBe(1);
-    const rows = await gw.db.sql<{ id: string; state: string }[]>`select id, state from actors where type = 'claimGroup' and id in (${g.id}, ${fresh.id})`;
+    expect(await gw.services.trust.expireClaimGroups()).toBe(0);
+    const rows = await gw.db.sql<{ id: string; state: string }[]>`select id, state from claim_groups where id in (${g.id}, ${fresh.id})`;
     expect(Object.fromEntries(rows.map((r) => [r.id, r.state]))).toEqual({ [g.id]: 'expired', [fresh.id]: 'active' });
     const events = await gw.db.sql`select 1 from domain_events where actor_id = ${g.id} and type = 'claimGroup.expired'`;
     expect(events.length).toBe(1);

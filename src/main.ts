@@ -1,6 +1,7 @@
 import { ConfigError, loadConfig } from './config.js';
 import { createLogger } from './log.js';
 import { startGateway } from './server.js';
+import { isLoopback } from './http/trustedProxies.js';
 
 let config;
 try {
@@ -13,6 +14,14 @@ try {
   throw err;
 }
 const log = createLogger(config.LOG_LEVEL, config.LOG_PRETTY);
+if (config.DEV_ISSUER && !isLoopback(config.HTTP_HOST)) {
+  log.warn(
+    { HTTP_HOST: config.HTTP_HOST, DEV_TOKEN_REMOTE: config.DEV_TOKEN_REMOTE },
+    config.DEV_TOKEN_REMOTE
+      ? 'the development token issuer is on, HTTP is on the network and DEV_TOKEN_REMOTE=true: anyone who reaches the port can mint platform-admin tokens'
+      : 'the development token issuer is on and HTTP is on the network (it mints tokens for loopback callers only); set OIDC_ISSUERS in production',
+  );
+}
 const started = Date.now();
 const running = await startGateway(config, { log }).catch((err) => {
   log.fatal({ err }, 'gateway failed to start');
@@ -22,7 +31,7 @@ const running = await startGateway(config, { log }).catch((err) => {
 const base = config.PUBLIC_BASE_URL;
 const lines = [
   `gateway ${config.NODE_ID} ready in ${Date.now() - started} ms`,
-  `  HTTP API      ${base}  (listening on ${config.HTTP_HOST}:${config.HTTP_PORT})`,
+  `  HTTP API      ${base}  (listening on ${config.HTTP_HOST}:${config.HTTP_PORT}${config.httpLoopbackDefault ? ' only: the development issuer is on; set HTTP_HOST to listen on the network' : ''})`,
   `  API docs      ${base}/docs   (OpenAPI JSON: ${base}/docs/json)`,
   `  MQTT (TLS)    mqtts://${config.MQTT_PUBLIC_HOST}:${running.mqttPort ?? config.MQTT_PORT}  (client certificates required)`,
   `  database      ${config.embeddedDatabase ? `embedded PostgreSQL, data in ${config.DATA_DIR}/postgres` : 'DATABASE_URL'}`,

@@ -10,6 +10,8 @@ import { installHttpMetrics } from './metrics.js';
 import { traceIdOf, traceparentFor } from './trace.js';
 import { Problem } from './problem.js';
 import { devRoutes } from './devRoutes.js';
+import { AuthFailures } from './authFailures.js';
+import { isTrustedProxy } from './trustedProxies.js';
 
 /** Builds the Fastify app: errors, tracing, auth hook, OpenAPI, health, metrics, domain routes. */
 export async function buildHttp(gw: Gateway, domains: DomainModule[]): Promise<ZodApp> {
@@ -18,7 +20,8 @@ export async function buildHttp(gw: Gateway, domains: DomainModule[]): Promise<Z
     loggerInstance: gw.log as FastifyBaseLogger,
     genReqId: traceIdOf,
     bodyLimit: config.BODY_LIMIT_BYTES,
-    trustProxy: true,
+    // X-Forwarded-* only from TRUSTED_PROXIES: anyone else could pick their own client address
+    trustProxy: (address: string) => isTrustedProxy(address, config.TRUSTED_PROXIES),
     return503OnClosing: true,
     forceCloseConnections: 'idle',
     routerOptions: { ignoreTrailingSlash: true },
@@ -52,6 +55,8 @@ export async function buildHttp(gw: Gateway, domains: DomainModule[]): Promise<Z
   // One WebSocket server for every domain (telemetry stream, notification stream).
   await app.register(websocket, { options: { maxPayload: 64 * 1024 } });
 
+  // before the auth hook: a blocked source or key is refused before its credentials are checked
+  AuthFailures.create({ limit: config.AUTH_FAILURE_LIMIT, windowSeconds: config.AUTH_FAILURE_WINDOW_SECONDS, redisUrl: config.REDIS_URL, log: gw.log }).install(app);
   gw.auth.install(app);
   installHttpMetrics(app, gw.metrics);
 

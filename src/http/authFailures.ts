@@ -1,0 +1,146 @@
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { Redis } from 'ioredis';
+import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
+import type { Logger } from '../log.js';
+import { Problem } from './problem.js';
+import { sourceKey } from './trustedProxies.js';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** set by the onRequest hook: the request presents credentials, and the identifier it names */
+    authAttempt?: { key?: string };
+  }
+}
+
+export interface AuthFailureOptions {
+  /** failures allowed per source address, and per credential identifier, within the window */
+  limit: number;
+  windowSeconds: number;
+  /** count in Redis, so that the limits hold across the nodes of a cluster */
+  redisUrl?: string;
+  log: Logger;
+}
+
+/**
+ * Routes that take a secret in the body rather than in a header: the identifier to count
+ * failures under, and the refusals that mean "wrong secret" (a wrong claim secret is a 403).
+ */
+const SECRET_IN_BODY: Record<string, { statuses: number[]; key(body: unknown): string | undefined }> = {
+  'POST /ddi/v1/enroll': {
+    statuses: [401, 403],
+    key(body) {
+      const b = (body ?? {}) as Record<string, unknown>;
+      const parts = [b.manufacturer, b.model, b.serial];
+      // the device identity being claimed; a guessed secret names no claim group
+      return parts.every((p) => typeof p === 'string') ? `device:${parts.join('/')}` : undefined;
+    },
+  },
+};
+
+/**
+ * Brakes on guessing credentials. Each refused authentication (a 401, or a listed route's
+ * refusal) counts against the source address and against the credential identifier presented
+ * (access key id of `SVC` and of signed `X-SVC-Access-Key-Id` requests, the device identity at
+ * enrollment). After `limit` failures within the window, that source, or that identifier from
+ * anywhere, is answered 429 with Retry-After for one window, whatever it presents. Successes
+ * never count. A bearer token's subject is not counted: it is unverified text that anyone
+ * could write to lock a user out, and a signature cannot be guessed anyway.
+ */
+export class AuthFailures {
+  private constructor(
+    private readonly limiter: RateLimiterAbstract,
+    private readonly windowSeconds: number,
+    private readonly redis?: Redis,
+  ) {}
+
+  static create(o: AuthFailureOptions): AuthFailures {
+    // the limit-th failure blocks: `points` is the number of failures that are still let through
+    const shape = { points: o.limit - 1, duration: o.windowSeconds, blockDuration: o.windowSeconds, keyPrefix: 'authfail' };
+    const memory = new RateLimiterMemory(shape);
+    if (!o.redisUrl) return new AuthFailures(memory, o.windowSeconds);
+    // no offline queue: while Redis is away the in-memory limiter counts instead of requests waiting
+    const redis = new Redis(o.redisUrl, { enableOfflineQueue: false, maxRetriesPerRequest: 1 });
+    let down = false;
+    redis.on('error', (err) => {
+      if (!down) o.log.warn({ err: err.message }, 'authentication-failure limits: Redis unreachable; counting in this node only');
+      down = true;
+    });
+    redis.on('ready', () => (down = false));
+    const limiter = new RateLimiterRedis({ ...shape, storeClient: redis, rejectIfRedisNotReady: true, insuranceLimiter: memory });
+    return new AuthFailures(limiter, o.windowSeconds, redis);
+  }
+
+  /** Throws 429 when the source address or the identifier is blocked. */
+  async check(source: string, key?: string): Promise<void> {
+    const [bySource, byKey] = await Promise.all([this.limiter.get(`src:${sourceKey(source)}`), key ? this.limiter.get(`key:${key}`) : null]);
+    const blocked = [bySource, byKey].filter((r): r is RateLimiterRes => r !== null && r.consumedPoints > this.limiter.points);
+    if (blocked.length === 0) return;
+    const seconds = Math.max(1, Math.ceil(Math.max(...blocked.map((r) => r.msBeforeNext)) / 1000));
+    const what = blocked.includes(bySource!) ? 'from your address' : 'for this credential';
+    throw new Problem(429, `too many failed authentication attempts ${what}; retry after ${seconds} s`, {
+      type: 'too-many-authentication-failures',
+      headers: { 'retry-after': String(seconds) },
+    });
+  }
+
+  /** Counts one failed authentication against the source address and the identifier. */
+  async fail(source: string, key?: string): Promise<void> {
+    const over = (r: unknown) => {
+      if (!(r instanceof RateLimiterRes)) throw r; // a store error the insurance limiter could not absorb
+    };
+    await Promise.all([
+      this.limiter.consume(`src:${sourceKey(source)}`).catch(over),
+      key ? this.limiter.consume(`key:${key}`).catch(over) : undefined,
+    ]);
+  }
+
+  /**
+   * Hooks: refuse blocked attempts before authentication runs (install before the auth hook),
+   * and count refusals before they are sent (so a client's next request already sees them).
+   * The client address is `request.ip`: the socket's, unless the peer is a trusted proxy.
+   */
+  install(app: FastifyInstance): void {
+    const bodyRoute = (request: FastifyRequest) => SECRET_IN_BODY[`${request.method} ${request.routeOptions.url}`];
+    app.addHook('onRequest', async (request) => {
+      if (!presentsCredentials(request) && !bodyRoute(request)) return;
+      request.authAttempt = { key: headerKey(request) };
+      await this.check(request.ip, request.authAttempt.key);
+    });
+    app.addHook('preHandler', async (request) => {
+      const route = bodyRoute(request);
+      const key = route?.key(request.body);
+      if (!key || !request.authAttempt) return;
+      request.authAttempt.key ??= key;
+      await this.check(request.ip, key);
+    });
+    app.addHook('onSend', async (request, reply, payload) => {
+      const attempt = request.authAttempt;
+      if (attempt && (reply.statusCode === 401 || bodyRoute(request)?.statuses.includes(reply.statusCode))) {
+        await this.fail(request.ip, attempt.key);
+      }
+      return payload;
+    });
+    app.addHook('onClose', async () => {
+      await this.redis?.quit().catch(() => undefined);
+    });
+  }
+}
+
+/** An Authorization header, a signed request's access key id, or a WebSocket bearer subprotocol. */
+function presentsCredentials(request: FastifyRequest): boolean {
+  const h = request.headers;
+  return Boolean(h.authorization || h['x-svc-access-key-id'] || (typeof h['sec-websocket-protocol'] === 'string' && h['sec-websocket-protocol'].startsWith('bearer')));
+}
+
+const ACCESS_KEY_ID = /^[A-Z0-9]{4,64}$/;
+
+/** The access key id a request presents (`SVC base64(id:secret)` or `X-SVC-Access-Key-Id`), if well formed. */
+function headerKey(request: FastifyRequest): string | undefined {
+  const signed = request.headers['x-svc-access-key-id'];
+  if (typeof signed === 'string' && ACCESS_KEY_ID.test(signed)) return `akid:${signed}`;
+  const auth = request.headers.authorization;
+  if (!auth || !/^svc /i.test(auth)) return undefined;
+  const decoded = Buffer.from(auth.slice(4).trim().slice(0, 200), 'base64').toString('utf8');
+  const id = decoded.slice(0, decoded.indexOf(':'));
+  return ACCESS_KEY_ID.test(id) ? `akid:${id}` : undefined;
+}

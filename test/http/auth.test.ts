@@ -1,6 +1,7 @@
 import crypto from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { expectProblem, startTestGateway, type TestGateway } from '../helpers/gateway.js';
+import { expiredDevToken } from '../helpers/tokens.js';
 
 let gw: TestGateway;
 beforeAll(async () => {
@@ -31,15 +32,10 @@ describe('identity plumbing', () => {
   it('missing, malformed, expired and foreign tokens get 401 with distinct details', async () => {
     expect(expectProblem(await gw.http.get('/platform/v1/accounts'), 401).detail).toMatch(/missing Authorization/);
     expect(expectProblem(await gw.http.get('/platform/v1/accounts', { token: 'abc' }), 401).detail).toMatch(/malformed/);
-    // expired beyond the 60 s clock skew, signed with the development issuer's own key
-    const { SignJWT, importJWK } = await import('jose');
-    const [row] = await gw.db.sql<{ kid: string; private_jwk: Record<string, string> }[]>`select kid, private_jwk from dev_issuer_keys`;
-    const now = Math.floor(Date.now() / 1000);
-    const expired = await new SignJWT({ realm_access: { roles: ['platform-admin'] } }).setProtectedHeader({ alg: 'ES256', kid: row.kid })
-      .setIssuer(`${gw.gw.config.PUBLIC_BASE_URL}/realms/platform`).setSubject('root').setAudience('gateway').setIssuedAt(now - 600).setExpirationTime(now - 120)
-      .sign(await importJWK(row.private_jwk, 'ES256'));
+    const expired = await expiredDevToken(gw, { realm: 'platform', sub: 'root', roles: ['platform-admin'] });
     expect(expectProblem(await gw.http.get('/platform/v1/accounts', { token: expired }), 401).detail).toMatch(/expired/);
     const { privateKey } = crypto.generateKeyPairSync('ec', { namedCurve: 'P-256' });
+    const { SignJWT } = await import('jose');
     const foreign = await new SignJWT({ realm_access: { roles: ['platform-admin'] } })
       .setProtectedHeader({ alg: 'ES256' }).setIssuer('https://evil.example/realms/platform').setSubject('x').setExpirationTime('1h').sign(privateKey);
     expect(expectProblem(await gw.http.get('/platform/v1/accounts', { token: foreign }), 401).detail).toMatch(/not trusted/);

@@ -1,9 +1,10 @@
 import crypto from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { SignJWT, exportJWK, generateKeyPair, importJWK, type JWK, type JWTPayload, type CryptoKey } from 'jose';
+import { SignJWT, exportJWK, generateKeyPair, type JWK, type JWTPayload, type CryptoKey } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { expectProblem, startTestGateway, type TestGateway } from '../helpers/gateway.js';
+import { devSigningKey } from '../helpers/tokens.js';
 
 // Forged tokens, signed with the development issuer's own key (read from its table) or a stand-in
 // identity provider's: what a real issuer's key would sign passes or fails the same way.
@@ -21,9 +22,7 @@ const b64 = (o: object) => Buffer.from(JSON.stringify(o)).toString('base64url');
 
 beforeAll(async () => {
   dev = await startTestGateway({ TRUSTED_PROXIES: '127.0.0.1' });
-  const [row] = await dev.db.sql<{ kid: string; private_jwk: JWK }[]>`select kid, private_jwk from dev_issuer_keys`;
-  devKid = row.kid;
-  devKey = (await importJWK(row.private_jwk, 'ES256')) as CryptoKey;
+  ({ kid: devKid, key: devKey } = await devSigningKey(dev));
 
   const keys = await generateKeyPair('RS256');
   idpKey = keys.privateKey;

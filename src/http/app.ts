@@ -56,7 +56,7 @@ export async function buildHttp(gw: Gateway, domains: DomainModule[]): Promise<Z
   await app.register(websocket, { options: { maxPayload: 64 * 1024 } });
 
   // before the auth hook: a blocked source or key is refused before its credentials are checked
-  AuthFailures.create({ limit: config.AUTH_FAILURE_LIMIT, windowSeconds: config.AUTH_FAILURE_WINDOW_SECONDS, redisUrl: config.REDIS_URL, log: gw.log }).install(app);
+  AuthFailures.create({ limit: config.AUTH_FAILURE_LIMIT, windowSeconds: config.AUTH_FAILURE_WINDOW_SECONDS, redisUrl: config.REDIS_URL, cluster: gw.cluster, log: gw.log }).install(app);
   gw.auth.install(app);
   installHttpMetrics(app, gw.metrics);
 

@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { Redis } from 'ioredis';
 import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
 import type { Logger } from '../log.js';
+import type { Cluster } from '../actors/cluster.js';
 import { Problem } from './problem.js';
 import { sourceKey } from './trustedProxies.js';
 
@@ -18,8 +19,13 @@ export interface AuthFailureOptions {
   windowSeconds: number;
   /** count in Redis, so that the limits hold across the nodes of a cluster */
   redisUrl?: string;
+  /** tells the other nodes about new blocks */
+  cluster?: Cluster;
   log: Logger;
 }
+
+const BLOCK_TOPIC = 'auth-failures.block';
+const sourceId = (address: string) => `src:${sourceKey(address)}`;
 
 /**
  * Routes that take a secret in the body rather than in a header: the identifier to count
@@ -45,19 +51,31 @@ const SECRET_IN_BODY: Record<string, { statuses: number[]; key(body: unknown): s
  * anywhere, is answered 429 with Retry-After for one window, whatever it presents. Successes
  * never count. A bearer token's subject is not counted: it is unverified text that anyone
  * could write to lock a user out, and a signature cannot be guessed anyway.
+ *
+ * Failures are counted in Redis when REDIS_URL is set (the limit holds across nodes; memory
+ * stands in while Redis is unreachable), else in memory. The blocks in force are kept in each
+ * node's memory and broadcast to the other nodes, so the request path does no I/O.
  */
 export class AuthFailures {
+  /** blocks in force on this node: `block()` marks a key, `get()` answers how long it has left */
+  private readonly blocks = new RateLimiterMemory({ points: 0, duration: 1, keyPrefix: 'authblock' });
+  private unsubscribe?: () => void;
+
   private constructor(
-    private readonly limiter: RateLimiterAbstract,
-    private readonly windowSeconds: number,
+    private readonly counts: RateLimiterAbstract,
+    private readonly cluster?: Cluster,
     private readonly redis?: Redis,
-  ) {}
+  ) {
+    this.unsubscribe = cluster?.on<{ key?: unknown; ms?: unknown }>(BLOCK_TOPIC, ({ key, ms }) => {
+      if (typeof key === 'string' && typeof ms === 'number' && ms > 0) void this.blocks.block(key, ms / 1000);
+    });
+  }
 
   static create(o: AuthFailureOptions): AuthFailures {
     // the limit-th failure blocks: `points` is the number of failures that are still let through
     const shape = { points: o.limit - 1, duration: o.windowSeconds, blockDuration: o.windowSeconds, keyPrefix: 'authfail' };
     const memory = new RateLimiterMemory(shape);
-    if (!o.redisUrl) return new AuthFailures(memory, o.windowSeconds);
+    if (!o.redisUrl) return new AuthFailures(memory, o.cluster);
     // no offline queue: while Redis is away the in-memory limiter counts instead of requests waiting
     const redis = new Redis(o.redisUrl, { enableOfflineQueue: false, maxRetriesPerRequest: 1 });
     let down = false;
@@ -66,32 +84,36 @@ export class AuthFailures {
       down = true;
     });
     redis.on('ready', () => (down = false));
-    const limiter = new RateLimiterRedis({ ...shape, storeClient: redis, rejectIfRedisNotReady: true, insuranceLimiter: memory });
-    return new AuthFailures(limiter, o.windowSeconds, redis);
+    const counts = new RateLimiterRedis({ ...shape, storeClient: redis, rejectIfRedisNotReady: true, insuranceLimiter: memory });
+    return new AuthFailures(counts, o.cluster, redis);
   }
 
   /** Throws 429 when the source address or the identifier is blocked. */
   async check(source: string, key?: string): Promise<void> {
-    const [bySource, byKey] = await Promise.all([this.limiter.get(`src:${sourceKey(source)}`), key ? this.limiter.get(`key:${key}`) : null]);
-    const blocked = [bySource, byKey].filter((r): r is RateLimiterRes => r !== null && r.consumedPoints > this.limiter.points);
-    if (blocked.length === 0) return;
-    const seconds = Math.max(1, Math.ceil(Math.max(...blocked.map((r) => r.msBeforeNext)) / 1000));
-    const what = blocked.includes(bySource!) ? 'from your address' : 'for this credential';
+    const [bySource, byKey] = await Promise.all([this.blocks.get(sourceId(source)), key ? this.blocks.get(`key:${key}`) : null]);
+    const held = [bySource, byKey].filter((r): r is RateLimiterRes => r !== null && r.consumedPoints > 0);
+    if (held.length === 0) return;
+    const seconds = Math.max(1, Math.ceil(Math.max(...held.map((r) => r.msBeforeNext)) / 1000));
+    const what = held.includes(bySource!) ? 'from your address' : 'for this credential';
     throw new Problem(429, `too many failed authentication attempts ${what}; retry after ${seconds} s`, {
       type: 'too-many-authentication-failures',
       headers: { 'retry-after': String(seconds) },
     });
   }
 
-  /** Counts one failed authentication against the source address and the identifier. */
+  /** Counts one failed authentication against the source address and the identifier; blocks on the limit-th. */
   async fail(source: string, key?: string): Promise<void> {
-    const over = (r: unknown) => {
-      if (!(r instanceof RateLimiterRes)) throw r; // a store error the insurance limiter could not absorb
-    };
-    await Promise.all([
-      this.limiter.consume(`src:${sourceKey(source)}`).catch(over),
-      key ? this.limiter.consume(`key:${key}`).catch(over) : undefined,
-    ]);
+    await Promise.all([sourceId(source), key ? `key:${key}` : undefined].map(async (id) => {
+      if (!id) return;
+      const res = await this.counts.consume(id).catch((r: unknown) => {
+        if (r instanceof RateLimiterRes) return r;
+        throw r; // a store error the in-memory limiter could not absorb
+      });
+      if (res.consumedPoints <= this.counts.points) return;
+      const ms = Math.max(res.msBeforeNext, 1000); // 0 would block forever
+      await this.blocks.block(id, ms / 1000);
+      await this.cluster?.notify(BLOCK_TOPIC, { key: id, ms });
+    }));
   }
 
   /**
@@ -121,6 +143,7 @@ export class AuthFailures {
       return payload;
     });
     app.addHook('onClose', async () => {
+      this.unsubscribe?.();
       await this.redis?.quit().catch(() => undefined);
     });
   }

@@ -6,10 +6,13 @@ import { expectProblem, startTestGateway, type HttpResponse, type TestGateway } 
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { createClaimGroup } from '../helpers/devices.js';
 import { svc, userWithCredential } from '../iam/helpers.js';
+import { waitFor } from '../helpers/wait.js';
 
 // Limits on failed authentications (AUTH_FAILURE_LIMIT=10 per 60 s). Nodes a and b form a cluster
 // on one Redis behind a trusted proxy (127.0.0.1), so each test speaks from addresses of its own
-// through X-Forwarded-For; node c trusts no proxy and counts in memory.
+// through X-Forwarded-For; node c trusts no proxy and counts in memory. Failures alternate between
+// a and b: only counting shared in Redis reaches the limit. The node that counts the limit-th
+// failure blocks at once; the other learns of the block by cluster broadcast (so: waitFor).
 const REDIS = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const LIMIT = 10;
 
@@ -40,6 +43,14 @@ const secret = () => crypto.randomBytes(41).toString('base64url').slice(0, 54);
 const from = (ip: string, headers: Record<string, string> = {}) => ({ headers: { 'x-forwarded-for': ip, ...headers } });
 const whoami = (gw: TestGateway, ip: string, keyId: string, key: string) => gw.http.get('/iam/v1/whoami', from(ip, { authorization: svc(keyId, key) }));
 
+/** The node that did not count the limit-th failure holds the source or key once the broadcast arrives. */
+const eventuallyTooMany = (request: () => Promise<HttpResponse>) =>
+  waitFor(async () => {
+    const res = await request();
+    return res.status === 429 ? res : undefined;
+  }, 10_000, 'the block to reach the other node');
+const node = (i: number) => (i % 2 ? b : a);
+
 function expectTooMany(res: HttpResponse, detail: RegExp): number {
   expect(expectProblem(res, 429).detail).toMatch(detail);
   const retryAfter = Number(res.headers.get('retry-after'));
@@ -67,20 +78,21 @@ afterAll(async () => {
 describe.skipIf(!reachable)('authentication-failure limits (cluster, trusted proxy)', () => {
   it('per source: after 10 refused keys the address gets 429 with Retry-After on every node, even with a good key', async () => {
     const ip = address();
-    for (let i = 0; i < LIMIT; i++) expectProblem(await whoami(a, ip, akid(), secret()), 401);
-    expectTooMany(await whoami(a, ip, akid(), secret()), /from your address/);
-    expectTooMany(await whoami(a, ip, good.access_key_id, good.secret_key), /from your address/);
+    for (let i = 0; i < LIMIT; i++) expectProblem(await whoami(node(i), ip, akid(), secret()), 401);
+    expectTooMany(await whoami(b, ip, akid(), secret()), /from your address/);
     expectTooMany(await whoami(b, ip, good.access_key_id, good.secret_key), /from your address/);
+    expectTooMany(await eventuallyTooMany(() => whoami(a, ip, good.access_key_id, good.secret_key)), /from your address/);
     // another address with the same good key is not held
     expect((await whoami(a, address(), good.access_key_id, good.secret_key)).status).toBe(200);
   });
 
   it('per key: 10 wrong secrets for one access key from 10 addresses hold that key everywhere; other keys pass', async () => {
     const { credential: target } = await userWithCredential(a, account, `limits-${crypto.randomUUID().slice(0, 8)}`, ['viewer']);
-    for (let i = 0; i < LIMIT; i++) expect(expectProblem(await whoami(a, address(), target.access_key_id, secret()), 401).detail).toMatch(/secret key invalid/);
+    for (let i = 0; i < LIMIT; i++) expect(expectProblem(await whoami(node(i), address(), target.access_key_id, secret()), 401).detail).toMatch(/secret key invalid/);
     const ip = address();
     expectTooMany(await whoami(b, ip, target.access_key_id, target.secret_key), /for this credential/);
     expect((await whoami(b, ip, other.access_key_id, other.secret_key)).status).toBe(200);
+    expectTooMany(await eventuallyTooMany(() => whoami(a, address(), target.access_key_id, target.secret_key)), /for this credential/);
   });
 
   it('successes do not count', async () => {
@@ -116,7 +128,7 @@ describe.skipIf(!reachable)('authentication-failure limits (cluster, trusted pro
     expectTooMany(await a.http.post('/ddi/v1/enroll', device('guess-x', group.sharedSecret), from(ip)), /from your address/);
 
     // one device identity attacked from many addresses: its enrollment waits, another device enrolls
-    for (let i = 0; i < LIMIT; i++) expectProblem(await a.http.post('/ddi/v1/enroll', device('target-1', secret()), from(address())), 403);
+    for (let i = 0; i < LIMIT; i++) expectProblem(await node(i).http.post('/ddi/v1/enroll', device('target-1', secret()), from(address())), 403);
     expectTooMany(await b.http.post('/ddi/v1/enroll', device('target-1', group.sharedSecret), from(address())), /for this credential/);
     expect((await b.http.post('/ddi/v1/enroll', device('bystander-1', group.sharedSecret), from(address()))).status).toBe(200);
   });

@@ -138,7 +138,8 @@ export class AuthFailures {
     app.addHook('onSend', async (request, reply, payload) => {
       const attempt = request.authAttempt;
       if (attempt && (reply.statusCode === 401 || bodyRoute(request)?.statuses.includes(reply.statusCode))) {
-        await this.fail(request.ip, attempt.key);
+        // the refusal stands whatever happens to the counting
+        await this.fail(request.ip, attempt.key).catch((err) => request.log.error({ err }, 'authentication failure could not be counted'));
       }
       return payload;
     });
@@ -164,6 +165,6 @@ function headerKey(request: FastifyRequest): string | undefined {
   const auth = request.headers.authorization;
   if (!auth || !/^svc /i.test(auth)) return undefined;
   const decoded = Buffer.from(auth.slice(4).trim().slice(0, 200), 'base64').toString('utf8');
-  const id = decoded.slice(0, decoded.indexOf(':'));
-  return ACCESS_KEY_ID.test(id) ? `akid:${id}` : undefined;
+  const colon = decoded.indexOf(':');
+  return colon > 0 && ACCESS_KEY_ID.test(decoded.slice(0, colon)) ? `akid:${decoded.slice(0, colon)}` : undefined;
 }

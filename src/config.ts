@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import path from 'node:path';
+import { isAddressOrCidr } from './http/trustedProxies.js';
 
 const bool = z
   .enum(['true', 'false', '1', '0', 'yes', 'no', 'on', 'off'])
@@ -17,7 +18,7 @@ const csv = z
  */
 export const configSchema = z.object({
   NODE_ID: z.string().min(1).optional().describe('Name of this gateway node (default: hostname-pid)'),
-  HTTP_HOST: z.string().default('0.0.0.0'),
+  HTTP_HOST: z.string().min(1).optional().describe('default 0.0.0.0, but 127.0.0.1 while the development issuer is on'),
   HTTP_PORT: port.default(8080),
   MQTT_HOST: z.string().default('0.0.0.0'),
   MQTT_PORT: port.default(8883),
@@ -34,6 +35,13 @@ export const configSchema = z.object({
   OIDC_ISSUERS: csv.default([]),
   OIDC_AUDIENCE: z.string().optional(),
   DEV_ISSUER: bool.optional(),
+  DEV_TOKEN_REMOTE: bool.default(false).describe('let non-loopback callers mint development tokens at /dev/token'),
+  TRUSTED_PROXIES: csv
+    .default([])
+    .refine((list) => list.every(isAddressOrCidr), 'each entry must be an IP address or a CIDR (10.0.0.5, 10.0.0.0/8, fd00::/8)')
+    .describe('reverse proxies whose X-Forwarded-* headers are believed'),
+  AUTH_FAILURE_LIMIT: positiveInt.default(10).describe('failed authentications per source address or key within the window'),
+  AUTH_FAILURE_WINDOW_SECONDS: positiveInt.default(60),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   LOG_PRETTY: bool.optional(),
   BODY_LIMIT_BYTES: positiveInt.default(1024 * 1024),
@@ -54,8 +62,11 @@ export const configSchema = z.object({
 
 export type RawConfig = z.infer<typeof configSchema>;
 
-export interface Config extends Omit<RawConfig, 'PUBLIC_BASE_URL' | 'CONSOLE_BASE_URL' | 'DEV_ISSUER' | 'NODE_ID'> {
+export interface Config extends Omit<RawConfig, 'HTTP_HOST' | 'PUBLIC_BASE_URL' | 'CONSOLE_BASE_URL' | 'DEV_ISSUER' | 'NODE_ID'> {
   NODE_ID: string;
+  HTTP_HOST: string;
+  /** HTTP_HOST was not given and the development issuer is on, so the listener is on loopback only */
+  httpLoopbackDefault: boolean;
   PUBLIC_BASE_URL: string;
   CONSOLE_BASE_URL: string;
   DEV_ISSUER: boolean;
@@ -78,15 +89,20 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     throw new ConfigError(`invalid configuration:\n${lines.join('\n')}`);
   }
   const raw = parsed.data;
+  const devIssuer = raw.DEV_ISSUER ?? raw.OIDC_ISSUERS.length === 0;
+  // The development issuer mints platform-admin tokens for whoever asks: off the network by default.
+  const httpLoopbackDefault = devIssuer && raw.HTTP_HOST === undefined;
   const publicBase = (raw.PUBLIC_BASE_URL ?? `http://localhost:${raw.HTTP_PORT}`).replace(/\/$/, '');
   return {
     ...raw,
     NODE_ID: raw.NODE_ID ?? `${process.env.HOSTNAME ?? 'node'}-${process.pid}`,
+    HTTP_HOST: raw.HTTP_HOST ?? (httpLoopbackDefault ? '127.0.0.1' : '0.0.0.0'),
+    httpLoopbackDefault,
     DATA_DIR: path.resolve(raw.DATA_DIR),
     CERTS_DIR: path.resolve(raw.CERTS_DIR),
     PUBLIC_BASE_URL: publicBase,
     CONSOLE_BASE_URL: (raw.CONSOLE_BASE_URL ?? `${publicBase}/console`).replace(/\/$/, ''),
-    DEV_ISSUER: raw.DEV_ISSUER ?? raw.OIDC_ISSUERS.length === 0,
+    DEV_ISSUER: devIssuer,
     embeddedDatabase: !raw.DATABASE_URL,
   };
 }

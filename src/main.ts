@@ -2,6 +2,7 @@ import os from 'node:os';
 import { ConfigError, loadConfig, type Config } from './config.js';
 import { createLogger } from './log.js';
 import { startGateway } from './server.js';
+import { isLoopback } from './http/trustedProxies.js';
 
 let config;
 try {
@@ -35,6 +36,14 @@ function startupHint(err: unknown, config: Config): string {
   return 'run with LOG_LEVEL=debug for the details of the failing step';
 }
 
+if (config.DEV_ISSUER && !isLoopback(config.HTTP_HOST)) {
+  log.warn(
+    { HTTP_HOST: config.HTTP_HOST, DEV_TOKEN_REMOTE: config.DEV_TOKEN_REMOTE },
+    config.DEV_TOKEN_REMOTE
+      ? 'the development token issuer is on, HTTP is on the network and DEV_TOKEN_REMOTE=true: anyone who reaches the port can mint platform-admin tokens'
+      : 'the development token issuer is on and HTTP is on the network (it mints tokens for loopback callers only); set OIDC_ISSUERS in production',
+  );
+}
 const started = Date.now();
 const running = await startGateway(config, { log }).catch((err: unknown) => {
   const cause = err instanceof Error ? err.message : String(err);
@@ -45,7 +54,7 @@ const running = await startGateway(config, { log }).catch((err: unknown) => {
 const base = config.PUBLIC_BASE_URL;
 const lines = [
   `gateway ${config.NODE_ID} ready in ${Date.now() - started} ms`,
-  `  HTTP API      ${base}  (listening on ${config.HTTP_HOST}:${config.HTTP_PORT})`,
+  `  HTTP API      ${base}  (listening on ${config.HTTP_HOST}:${config.HTTP_PORT}${config.httpLoopbackDefault ? ' only: the development issuer is on; set HTTP_HOST to listen on the network' : ''})`,
   `  API docs      ${base}/docs   (OpenAPI JSON: ${base}/docs/json)`,
   `  MQTT (TLS)    mqtts://${config.MQTT_PUBLIC_HOST}:${running.mqttPort ?? config.MQTT_PORT}  (client certificates required)`,
   `  database      ${config.embeddedDatabase ? `embedded PostgreSQL, data in ${config.DATA_DIR}/postgres` : 'DATABASE_URL'}`,

@@ -3,7 +3,8 @@ import { loadConfig } from '../config.js';
 
 /**
  * Prints a development access token from the running gateway's development issuer.
- *   npm run token -- --realm acc-<uuid> --sub alice --roles admin,operator [--email a@b] [--expires-in 3600] [--url http://localhost:8080]
+ *   npm run token -- --realm acc-<uuid> --sub alice --roles admin,operator [--email a@b] [--expires-in 3600] [--url http://127.0.0.1:8080]
+ * The token's issuer is the gateway's PUBLIC_BASE_URL whichever URL is called.
  */
 const { values } = parseArgs({
   options: {
@@ -20,7 +21,10 @@ if (!values.realm) {
   console.error('usage: npm run token -- --realm <acc-<uuid>|idc-<name>|platform> --sub <user> --roles <r1,r2> [--email e] [--expires-in s] [--url base]');
   process.exit(2);
 }
-const base = values.url ?? loadConfig().PUBLIC_BASE_URL;
+// The issuer answers loopback callers only (unless DEV_TOKEN_REMOTE): call the listener locally.
+const config = loadConfig();
+const host = ['0.0.0.0', '::', 'localhost'].includes(config.HTTP_HOST) ? '127.0.0.1' : config.HTTP_HOST;
+const base = values.url ?? `http://${host.includes(':') ? `[${host}]` : host}:${config.HTTP_PORT}`;
 const res = await fetch(`${base}/dev/token`, {
   method: 'POST',
   headers: { 'content-type': 'application/json' },

@@ -14,6 +14,8 @@ import { installHttpMetrics } from './metrics.js';
 import { traceIdOf, traceparentFor } from './trace.js';
 import { Problem, slugOf } from './problem.js';
 import { devRoutes } from './devRoutes.js';
+import { AuthFailures } from './authFailures.js';
+import { isTrustedProxy } from './trustedProxies.js';
 
 /**
  * Errors Node raises before a request reaches Fastify (request timeout, malformed HTTP): answered
@@ -51,7 +53,8 @@ export async function buildHttp(gw: Gateway, domains: DomainModule[], services: 
     loggerInstance: gw.log as FastifyBaseLogger,
     genReqId: traceIdOf,
     bodyLimit: config.BODY_LIMIT_BYTES,
-    trustProxy: true,
+    // X-Forwarded-* only from TRUSTED_PROXIES: anyone else could pick their own client address
+    trustProxy: (address: string) => isTrustedProxy(address, config.TRUSTED_PROXIES),
     return503OnClosing: true,
     forceCloseConnections: 'idle',
     // Fastify's default is no request timeout: a client that stops mid-body held its socket forever.
@@ -93,6 +96,8 @@ export async function buildHttp(gw: Gateway, domains: DomainModule[], services: 
   // One WebSocket server for every domain (telemetry stream, notification stream).
   await app.register(websocket, { options: { maxPayload: 64 * 1024 } });
 
+  // before the auth hook: a blocked source or key is refused before its credentials are checked
+  AuthFailures.create({ limit: config.AUTH_FAILURE_LIMIT, windowSeconds: config.AUTH_FAILURE_WINDOW_SECONDS, redisUrl: config.REDIS_URL, cluster: gw.cluster, log: gw.log }).install(app);
   gw.auth.install(app);
   installHttpMetrics(app, gw.metrics);
 

@@ -1,7 +1,8 @@
 import { z } from 'zod';
 import type { Gateway, ZodApp } from '../gateway.js';
-import { badRequest } from './problem.js';
+import { badRequest, forbidden } from './problem.js';
 import { parseRealm } from './auth/principal.js';
+import { isLoopback } from './trustedProxies.js';
 
 const tokenRequest = z.strictObject({
   realm: z.string().describe('acc-<accountId> | idc-<name> | platform'),
@@ -24,6 +25,10 @@ export async function devRoutes(app: ZodApp, gw: Gateway): Promise<void> {
       response: { 200: z.object({ access_token: z.string(), token_type: z.literal('Bearer'), expires_in: z.number() }) },
     },
   }, async (request) => {
+    // whoever reaches this mints any token, platform-admin included: local callers only by default
+    if (!gw.config.DEV_TOKEN_REMOTE && !isLoopback(request.ip)) {
+      throw forbidden('development tokens are minted for loopback callers only; run `npm run token` on the gateway host, or set DEV_TOKEN_REMOTE=true');
+    }
     const { realm, resource_access, ...rest } = request.body;
     if (!parseRealm(realm)) throw badRequest(`realm must be acc-<accountId UUID>, idc-<name> or platform; got ${JSON.stringify(realm)}`);
     return issuer.sign({ realm, ...rest, claims: resource_access ? { resource_access } : undefined });

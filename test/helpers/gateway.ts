@@ -34,6 +34,8 @@ export async function startTestGateway(env: Record<string, string> = {}, opts: {
     DATA_DIR: dataDir,
     LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
     PUBLIC_BASE_URL: `http://127.0.0.1:${httpPort}`,
+    // tests refuse credentials on purpose; test/http/authFailures.test.ts sets its own limit
+    AUTH_FAILURE_LIMIT: '100000',
     ...env,
     HTTP_PORT: httpPort,
     DATABASE_URL: db.url,

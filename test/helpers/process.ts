@@ -34,6 +34,8 @@ export async function spawnGateway(env: Record<string, string> & { DATABASE_URL:
       PUBLIC_BASE_URL: `http://127.0.0.1:${env.HTTP_PORT}`,
       LOG_LEVEL: 'warn',
       LOG_PRETTY: 'false',
+      // tests refuse credentials on purpose; test/http/authFailures.test.ts sets its own limit
+      AUTH_FAILURE_LIMIT: '100000',
       ...env,
     },
     stdio: ['ignore', 'pipe', 'pipe'],

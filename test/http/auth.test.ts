@@ -1,6 +1,7 @@
 import crypto from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { expectProblem, startTestGateway, type TestGateway } from '../helpers/gateway.js';
+import { expiredDevToken } from '../helpers/tokens.js';
 
 let gw: TestGateway;
 beforeAll(async () => {
@@ -31,8 +32,7 @@ describe('identity plumbing', () => {
   it('missing, malformed, expired and foreign tokens get 401 with distinct details', async () => {
     expect(expectProblem(await gw.http.get('/platform/v1/accounts'), 401).detail).toMatch(/missing Authorization/);
     expect(expectProblem(await gw.http.get('/platform/v1/accounts', { token: 'abc' }), 401).detail).toMatch(/malformed/);
-    const expired = await gw.token({ realm: 'platform', sub: 'root', roles: ['platform-admin'], expires_in: 1 });
-    await new Promise((r) => setTimeout(r, 2100));
+    const expired = await expiredDevToken(gw, { realm: 'platform', sub: 'root', roles: ['platform-admin'] });
     expect(expectProblem(await gw.http.get('/platform/v1/accounts', { token: expired }), 401).detail).toMatch(/expired/);
     const { privateKey } = crypto.generateKeyPairSync('ec', { namedCurve: 'P-256' });
     const { SignJWT } = await import('jose');

@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SMTPServer } from 'smtp-server';
 import { expectProblem, startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
+import { expiredDevToken } from '../helpers/tokens.js';
 import { publisherToken, userToken } from './helpers.js';
 
 interface Received { from: string; to: string[]; raw: string }
@@ -193,8 +194,7 @@ describe('publish', () => {
   it('401: token missing, invalid or expired', async () => {
     expectProblem(await gw.http.post('/api/notifications/publish', base()), 401);
     expectProblem(await gw.http.post('/api/notifications/publish', base(), { headers: { authorization: 'Bearer not.a.jwt' } }), 401);
-    const expired = await gw.token({ realm: 'platform', sub: 'p', roles: ['notification-publisher'], expires_in: 1 });
-    await new Promise((r) => setTimeout(r, 2100));
+    const expired = await expiredDevToken(gw, { realm: 'platform', sub: 'p', roles: ['notification-publisher'] });
     expectProblem(await publish(base(), expired), 401);
   });
 

@@ -2,6 +2,9 @@ import crypto from 'node:crypto';
 import { SignJWT, exportJWK, generateKeyPair, importJWK, type JWK, type CryptoKey } from 'jose';
 import type { Sql } from '../../db/client.js';
 
+/** The `aud` of every development token; the verifier requires it. */
+export const DEV_AUDIENCE = 'gateway';
+
 export interface DevTokenRequest {
   realm: string;
   sub: string;
@@ -39,8 +42,15 @@ export class DevIssuer {
     return `${this.baseUrl}/realms/${realm}`;
   }
 
+  /** The realm of one of this issuer's `iss` values (exactly one path segment), else undefined. */
+  realmOf(iss: string): string | undefined {
+    const prefix = `${this.baseUrl}/realms/`;
+    const realm = iss.startsWith(prefix) ? iss.slice(prefix.length) : '';
+    return /^[^/]+$/.test(realm) ? realm : undefined;
+  }
+
   isOwnIssuer(iss: string): boolean {
-    return iss.startsWith(`${this.baseUrl}/realms/`);
+    return this.realmOf(iss) !== undefined;
   }
 
   async sign(req: DevTokenRequest): Promise<{ access_token: string; token_type: 'Bearer'; expires_in: number }> {
@@ -56,7 +66,7 @@ export class DevIssuer {
       .setProtectedHeader({ alg: 'ES256', kid: this.kid, typ: 'JWT' })
       .setIssuer(this.issuerFor(req.realm))
       .setSubject(req.sub)
-      .setAudience('gateway')
+      .setAudience(DEV_AUDIENCE)
       .setJti(crypto.randomUUID())
       .setIssuedAt()
       .setExpirationTime(Math.floor(Date.now() / 1000) + expiresIn)

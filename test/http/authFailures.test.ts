@@ -1,0 +1,150 @@
+import crypto from 'node:crypto';
+import { Redis } from 'ioredis';
+import { SignJWT, generateKeyPair } from 'jose';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { expectProblem, startTestGateway, type HttpResponse, type TestGateway } from '../helpers/gateway.js';
+import { createAccount, type TestAccount } from '../helpers/accounts.js';
+import { createClaimGroup } from '../helpers/devices.js';
+import { svc, userWithCredential } from '../iam/helpers.js';
+import { waitFor } from '../helpers/wait.js';
+
+// Limits on failed authentications (AUTH_FAILURE_LIMIT=10 per 60 s). Nodes a and b form a cluster
+// on one Redis behind a trusted proxy (127.0.0.1), so each test speaks from addresses of its own
+// through X-Forwarded-For; node c trusts no proxy and counts in memory. Failures alternate between
+// a and b: only counting shared in Redis reaches the limit. The node that counts the limit-th
+// failure blocks at once; the other learns of the block by cluster broadcast (so: waitFor).
+const REDIS = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+const LIMIT = 10;
+
+async function redisReachable(): Promise<boolean> {
+  const r = new Redis(REDIS, { lazyConnect: true, connectTimeout: 1000, maxRetriesPerRequest: 0, retryStrategy: () => null });
+  try {
+    await r.connect();
+    return (await r.ping()) === 'PONG';
+  } catch {
+    return false;
+  } finally {
+    r.disconnect();
+  }
+}
+const reachable = await redisReachable();
+if (!reachable) console.warn(`authentication-failure cluster tests skipped: Redis at ${REDIS} is not reachable`);
+
+let a: TestGateway;
+let b: TestGateway;
+let c: TestGateway;
+let account: TestAccount;
+let good: { access_key_id: string; secret_key: string };
+let other: { access_key_id: string; secret_key: string };
+
+const address = () => `100.${64 + crypto.randomInt(64)}.${crypto.randomInt(256)}.${crypto.randomInt(1, 255)}`;
+const akid = () => `AKSV${crypto.randomBytes(8).toString('hex').toUpperCase()}`;
+const secret = () => crypto.randomBytes(41).toString('base64url').slice(0, 54);
+const from = (ip: string, headers: Record<string, string> = {}) => ({ headers: { 'x-forwarded-for': ip, ...headers } });
+const whoami = (gw: TestGateway, ip: string, keyId: string, key: string) => gw.http.get('/iam/v1/whoami', from(ip, { authorization: svc(keyId, key) }));
+
+/** The node that did not count the limit-th failure holds the source or key once the broadcast arrives. */
+const eventuallyTooMany = (request: () => Promise<HttpResponse>) =>
+  waitFor(async () => {
+    const res = await request();
+    return res.status === 429 ? res : undefined;
+  }, 10_000, 'the block to reach the other node');
+const node = (i: number) => (i % 2 ? b : a);
+
+function expectTooMany(res: HttpResponse, detail: RegExp): number {
+  expect(expectProblem(res, 429).detail).toMatch(detail);
+  const retryAfter = Number(res.headers.get('retry-after'));
+  expect(Number.isInteger(retryAfter) && retryAfter >= 1 && retryAfter <= 60).toBe(true);
+  return retryAfter;
+}
+
+beforeAll(async () => {
+  const limits = { AUTH_FAILURE_LIMIT: String(LIMIT), AUTH_FAILURE_WINDOW_SECONDS: '60' };
+  c = await startTestGateway(limits);
+  if (!reachable) return;
+  const cluster = { ...limits, REDIS_URL: `${REDIS.replace(/\/\d*$/, '')}/${1 + crypto.randomInt(15)}`, TRUSTED_PROXIES: '127.0.0.1' };
+  a = await startTestGateway({ ...cluster, NODE_ID: 'authfail-a' });
+  b = await startTestGateway({ ...cluster, NODE_ID: 'authfail-b', JOBS: 'false', DEV_TOKEN_REMOTE: 'true' }, { db: a.db });
+  account = await createAccount(a);
+  ({ credential: good } = await userWithCredential(a, account, 'limits-alice', ['viewer']));
+  ({ credential: other } = await userWithCredential(a, account, 'limits-bob', ['viewer']));
+});
+afterAll(async () => {
+  await b?.close();
+  await a?.close();
+  await c?.close();
+});
+
+describe.skipIf(!reachable)('authentication-failure limits (cluster, trusted proxy)', () => {
+  it('per source: after 10 refused keys the address gets 429 with Retry-After on every node, even with a good key', async () => {
+    const ip = address();
+    for (let i = 0; i < LIMIT; i++) expectProblem(await whoami(node(i), ip, akid(), secret()), 401);
+    expectTooMany(await whoami(b, ip, akid(), secret()), /from your address/);
+    expectTooMany(await whoami(b, ip, good.access_key_id, good.secret_key), /from your address/);
+    expectTooMany(await eventuallyTooMany(() => whoami(a, ip, good.access_key_id, good.secret_key)), /from your address/);
+    // another address with the same good key is not held
+    expect((await whoami(a, address(), good.access_key_id, good.secret_key)).status).toBe(200);
+  });
+
+  it('per key: 10 wrong secrets for one access key from 10 addresses hold that key everywhere; other keys pass', async () => {
+    const { credential: target } = await userWithCredential(a, account, `limits-${crypto.randomUUID().slice(0, 8)}`, ['viewer']);
+    for (let i = 0; i < LIMIT; i++) expect(expectProblem(await whoami(node(i), address(), target.access_key_id, secret()), 401).detail).toMatch(/secret key invalid/);
+    const ip = address();
+    expectTooMany(await whoami(b, ip, target.access_key_id, target.secret_key), /for this credential/);
+    expect((await whoami(b, ip, other.access_key_id, other.secret_key)).status).toBe(200);
+    expectTooMany(await eventuallyTooMany(() => whoami(a, address(), target.access_key_id, target.secret_key)), /for this credential/);
+  });
+
+  it('successes do not count', async () => {
+    const ip = address();
+    for (let i = 0; i < 2 * LIMIT; i++) expect((await whoami(a, ip, good.access_key_id, good.secret_key)).status).toBe(200);
+    for (let i = 0; i < LIMIT; i++) expectProblem(await whoami(a, ip, akid(), secret()), 401);
+    expectTooMany(await whoami(a, ip, akid(), secret()), /from your address/);
+  });
+
+  it('requests without credentials are neither counted nor held', async () => {
+    const ip = address();
+    for (let i = 0; i < LIMIT + 2; i++) expect(expectProblem(await a.http.get('/iam/v1/whoami', from(ip)), 401).detail).toMatch(/missing Authorization/);
+    expect((await whoami(a, ip, good.access_key_id, good.secret_key)).status).toBe(200);
+  });
+
+  it('STS: refused bearer tokens count against the address', async () => {
+    const { privateKey } = await generateKeyPair('ES256');
+    const forged = await new SignJWT({ realm_access: { roles: [] } }).setProtectedHeader({ alg: 'ES256' })
+      .setIssuer(`${a.gw.config.PUBLIC_BASE_URL}/realms/idc-corp`).setSubject('mallory').setAudience('gateway').setIssuedAt().setExpirationTime('5m').sign(privateKey);
+    const ip = address();
+    const sts = () => a.http.post('/iam/v1/sts/get-session-token', { account_id: account.id }, { token: forged, ...from(ip) });
+    for (let i = 0; i < LIMIT; i++) expect(expectProblem(await sts(), 401).detail).toMatch(/signature/);
+    expectTooMany(await sts(), /from your address/);
+  });
+
+  it('enrollment: wrong claim secrets (403) are held per address and per device identity', async () => {
+    const group = await createClaimGroup(a, account);
+    const device = (serial: string, claimSecret: string) => ({ claimSecret, manufacturer: 'Acme', model: 'FFF1:8001', serial });
+    const ip = address();
+    for (let i = 0; i < LIMIT; i++) {
+      expect(expectProblem(await a.http.post('/ddi/v1/enroll', device(`guess-${i}`, secret()), from(ip)), 403).detail).toMatch(/claim secret is not valid/);
+    }
+    expectTooMany(await a.http.post('/ddi/v1/enroll', device('guess-x', group.sharedSecret), from(ip)), /from your address/);
+
+    // one device identity attacked from many addresses: its enrollment waits, another device enrolls
+    for (let i = 0; i < LIMIT; i++) expectProblem(await node(i).http.post('/ddi/v1/enroll', device('target-1', secret()), from(address())), 403);
+    expectTooMany(await b.http.post('/ddi/v1/enroll', device('target-1', group.sharedSecret), from(address())), /for this credential/);
+    expect((await b.http.post('/ddi/v1/enroll', device('bystander-1', group.sharedSecret), from(address()))).status).toBe(200);
+  });
+
+  it('/dev/token: a remote caller is served when DEV_TOKEN_REMOTE=true (node b), refused otherwise (node a)', async () => {
+    const body = { realm: 'platform', sub: 'root', roles: ['platform-admin'] };
+    expect((await b.http.post('/dev/token', body, from('203.0.113.9'))).status).toBe(200);
+    expectProblem(await a.http.post('/dev/token', body, from('203.0.113.9')), 403);
+  });
+});
+
+describe('without TRUSTED_PROXIES (memory counters)', () => {
+  it('X-Forwarded-For is ignored: the socket address is the source', async () => {
+    // a spoofed header does not make a local caller remote
+    expect((await c.http.post('/dev/token', { realm: 'platform', sub: 'root', roles: [] }, from('203.0.113.9'))).status).toBe(200);
+    for (let i = 0; i < LIMIT; i++) expectProblem(await whoami(c, address(), akid(), secret()), 401);
+    expectTooMany(await whoami(c, address(), akid(), secret()), /from your address/);
+  });
+});

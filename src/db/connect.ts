@@ -21,6 +21,7 @@ export function describeDatabase(url: string): string {
  * Waits until the database at `url` answers `select 1` (in compose the gateway may start before
  * Postgres accepts connections). Logs every failed attempt at warn with its cause and throws a
  * clear error once `timeoutMs` has passed, or at once when the failure is permanent.
+ * (The error carries the cause in its message: pino would print a `cause` a second time.)
  */
 export async function waitForDatabase(url: string, { timeoutMs, log }: WaitOptions): Promise<void> {
   const where = describeDatabase(url);
@@ -30,9 +31,9 @@ export async function waitForDatabase(url: string, { timeoutMs, log }: WaitOptio
     const err = await tryOnce(url, deadline - Date.now());
     if (!err) return;
     const cause = describeError(err);
-    if (PERMANENT(err.code)) throw new Error(`database ${where} refused the gateway: ${cause}`, { cause: err });
+    if (PERMANENT(err.code)) throw new Error(`database ${where} refused the gateway: ${cause}`);
     const wait = Math.min(delay, deadline - Date.now());
-    if (wait <= 0) throw new Error(`database ${where} not reachable after ${timeoutMs} ms (${attempt} attempts; DATABASE_CONNECT_TIMEOUT_MS): ${cause}`, { cause: err });
+    if (wait <= 0) throw new Error(`database ${where} not reachable after ${timeoutMs} ms (${attempt} attempts; DATABASE_CONNECT_TIMEOUT_MS): ${cause}`);
     log.warn({ database: where, attempt, cause }, 'database not reachable yet; retrying');
     await sleep(wait);
     delay = Math.min(delay * 2, 5000);

@@ -42,30 +42,42 @@ let db: TestDatabase;
 let nodes: Node[] = [];
 let lb: { proc: ChildProcess; http: HttpClient; mqttPort: number; output: () => string };
 
-/** Starts haproxy in the foreground with docs/haproxy.cfg, on loopback ports, and waits until it answers. */
-async function startLoadBalancer(httpPort: number, mqttPort: number): Promise<typeof lb> {
-  let output = '';
+/**
+ * Starts haproxy in the foreground with docs/haproxy.cfg on fresh loopback ports and waits until it
+ * answers. Ports are picked just before the start, and again if haproxy could not bind them (an
+ * outgoing connection of another process may have taken one).
+ */
+async function startLoadBalancer(): Promise<typeof lb> {
   const [a, b] = nodes;
-  const proc = spawn(HAPROXY!, ['-db', '-f', 'docs/haproxy.cfg'], {
-    env: {
-      ...process.env,
-      LB_HTTP_BIND: `127.0.0.1:${httpPort}`,
-      LB_MQTT_BIND: `127.0.0.1:${mqttPort}`,
-      GATEWAY_A_HTTP: new URL(a.http.baseUrl).host,
-      GATEWAY_B_HTTP: new URL(b.http.baseUrl).host,
-      GATEWAY_A_MQTT: `127.0.0.1:${a.mqttPort}`,
-      GATEWAY_B_MQTT: `127.0.0.1:${b.mqttPort}`,
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  proc.stdout!.on('data', (d) => (output += d));
-  proc.stderr!.on('data', (d) => (output += d));
-  const http = new HttpClient(`http://127.0.0.1:${httpPort}`);
-  await waitFor(async () => {
-    if (proc.exitCode !== null) throw new Error(`haproxy exited (${proc.exitCode}):\n${output}`);
-    return (await http.get('/readyz')).status === 200;
-  }, 30_000, 'load balancer ready', 200);
-  return { proc, http, mqttPort, output: () => output };
+  for (let attempt = 1; ; attempt++) {
+    const [httpPort, mqttPort] = [await freePort(), await freePort()];
+    let output = '';
+    const proc = spawn(HAPROXY!, ['-db', '-f', 'docs/haproxy.cfg'], {
+      env: {
+        ...process.env,
+        LB_HTTP_BIND: `127.0.0.1:${httpPort}`,
+        LB_MQTT_BIND: `127.0.0.1:${mqttPort}`,
+        GATEWAY_A_HTTP: new URL(a.http.baseUrl).host,
+        GATEWAY_B_HTTP: new URL(b.http.baseUrl).host,
+        GATEWAY_A_MQTT: `127.0.0.1:${a.mqttPort}`,
+        GATEWAY_B_MQTT: `127.0.0.1:${b.mqttPort}`,
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    proc.stdout!.on('data', (d) => (output += d));
+    proc.stderr!.on('data', (d) => (output += d));
+    const http = new HttpClient(`http://127.0.0.1:${httpPort}`);
+    try {
+      await waitFor(async () => {
+        if (proc.exitCode !== null) throw new Error(`haproxy exited (${proc.exitCode}):\n${output}`);
+        return (await http.get('/readyz')).status === 200;
+      }, 30_000, 'load balancer ready', 200);
+      return { proc, http, mqttPort, output: () => output };
+    } catch (err) {
+      proc.kill('SIGTERM');
+      if (attempt === 3 || !/cannot bind/i.test(output)) throw err;
+    }
+  }
 }
 
 /** One sample of a Prometheus text exposition: the line naming `metric` with all of `labels`. */
@@ -95,9 +107,9 @@ beforeAll(async () => {
   if (skipReason) return;
   const redisUrl = `${REDIS.replace(/\/\d*$/, '')}/${1 + crypto.randomInt(15)}`;
   db = await createTestDatabase({ migrated: false });
-  const [lbHttp, lbMqtt] = [await freePort(), await freePort()];
-  // both nodes publish the LB's address, as in compose (PUBLIC_BASE_URL: http://localhost:8080)
-  const publicBase = `http://127.0.0.1:${lbHttp}`;
+  // both nodes publish one public address, as behind the LB in compose (only tokens' and
+  // licenses' issuer and links use it: nothing fetches it)
+  const publicBase = 'http://gateway.test:8080';
   for (const name of ['a', 'b']) {
     const [httpPort, mqttPort] = [await freePort(), await freePort()];
     const { proc, http } = await spawnGateway({
@@ -112,7 +124,7 @@ beforeAll(async () => {
     });
     nodes.push({ name, proc, http, mqttPort });
   }
-  lb = await startLoadBalancer(lbHttp, lbMqtt);
+  lb = await startLoadBalancer();
 }, 180_000);
 
 afterAll(async () => {

@@ -28,6 +28,7 @@ export const configSchema = z.object({
   CERTS_DIR: z.string().default('./certs'),
   DATABASE_URL: url.optional(),
   DATABASE_POOL_SIZE: positiveInt.default(10),
+  DATABASE_CONNECT_TIMEOUT_MS: positiveInt.default(60_000).describe('how long start-up waits for DATABASE_URL to answer'),
   EMBEDDED_PG_PORT: port.default(5433),
   REDIS_URL: url.optional(),
   PUBLIC_BASE_URL: url.optional(),

@@ -5,6 +5,7 @@ import { createLogger, type Logger } from './log.js';
 import { createSql } from './db/client.js';
 import { ensureDatabase, startEmbeddedPostgres, type EmbeddedDatabase } from './db/embedded.js';
 import { migrate } from './db/migrate.js';
+import { waitForDatabase } from './db/connect.js';
 import { Cluster, DomainBus } from './actors/cluster.js';
 import { ActorStore } from './actors/store.js';
 import { Jobs } from './jobs.js';
@@ -80,7 +81,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       });
       cleanups.push(() => embedded.stop());
       databaseUrl = await ensureDatabase(embedded.url, 'gateway');
-    }
+    } else await waitForDatabase(databaseUrl, { timeoutMs: config.DATABASE_CONNECT_TIMEOUT_MS, log });
     const sql = createSql(databaseUrl, config.DATABASE_POOL_SIZE);
     cleanups.push(() => sql.end({ timeout: 5 }));
     const { applied } = await migrate(sql);

@@ -1,0 +1,108 @@
+import fs from 'node:fs';
+import { createRequire } from 'node:module';
+import { describe, expect, it } from 'vitest';
+import semver from 'semver';
+import { parse } from 'yaml';
+import Fastify from 'fastify';
+import cookiePlugin from '@fastify/cookie';
+
+// The deployment files agree with each other and with the code: what docker compose would run
+// (without Docker), the Node version every dependency accepts, and the npm overrides that make it so.
+const read = (file: string) => fs.readFileSync(file, 'utf8');
+// merge keys (<<) as docker compose resolves them
+const compose = parse(read('docker-compose.yml'), { merge: true });
+const pkg = JSON.parse(read('package.json'));
+const gateways = ['gateway-a', 'gateway-b'].map((name) => ({ name, ...compose.services[name] }));
+
+describe('docker-compose.yml', () => {
+  it('builds one image that both gateways run', () => {
+    const built = Object.entries<any>(compose.services).filter(([, s]) => s.build);
+    expect(built.map(([name]) => name)).toEqual(['gateway-a']);
+    expect(gateways.map((g) => g.image)).toEqual([built[0][1].image, built[0][1].image]);
+    expect(gateways.every((g) => g.command === undefined)).toBe(true);
+  });
+
+  it('restarts every service, health-checks each, and starts a service only once what it needs is healthy', () => {
+    for (const [name, s] of Object.entries<any>(compose.services)) {
+      expect(s.restart, name).toBe('unless-stopped');
+      for (const [dep, cond] of Object.entries<any>(s.depends_on ?? {})) {
+        expect(cond, `${name} -> ${dep}`).toEqual({ condition: 'service_healthy' });
+        expect(compose.services[dep].healthcheck?.test, `${dep} has a healthcheck`).toBeDefined();
+      }
+    }
+    expect(compose.services.postgres.healthcheck.test).toContain('pg_isready');
+    expect(compose.services.redis.healthcheck.test).toEqual(['CMD', 'redis-cli', 'ping']);
+    for (const g of gateways) {
+      expect(g.healthcheck.test.join(' ')).toContain('http://127.0.0.1:8080/readyz');
+      expect(Object.keys(g.depends_on).sort()).toEqual(['postgres', 'redis']);
+    }
+    expect(Object.keys(compose.services.lb.depends_on).sort()).toEqual(['gateway-a', 'gateway-b']);
+  });
+
+  it('gateways listen on all interfaces, share the database, Redis and PKI, and trust only the LB as a proxy', () => {
+    const lbAddress = compose.services.lb.networks.default.ipv4_address;
+    const subnet = compose.networks.default.ipam.config[0].subnet;
+    expect(lbAddress.startsWith(subnet.split('.').slice(0, 3).join('.'))).toBe(true);
+    for (const g of gateways) {
+      expect(g.environment).toMatchObject({ HTTP_HOST: '0.0.0.0', TRUSTED_PROXIES: lbAddress, NODE_ID: g.name, REDIS_URL: 'redis://redis:6379' });
+      expect(new URL(g.environment.DATABASE_URL).host).toBe('postgres:5432');
+      expect(g.volumes).toEqual(['certs:/app/certs']);
+    }
+    expect(gateways[0].environment.NODE_ID).not.toBe(gateways[1].environment.NODE_ID);
+  });
+
+  it('mounts docs/haproxy.cfg into the LB, whose default addresses are the compose services and ports', () => {
+    expect(compose.services.lb.volumes).toEqual(['./docs/haproxy.cfg:/usr/local/etc/haproxy/haproxy.cfg:ro']);
+    expect(compose.services.lb.ports).toEqual(['8080:8080', '8883:8883']);
+    const defaults = Object.fromEntries([...read('docs/haproxy.cfg').matchAll(/"\$\{(\w+)-([^}]+)\}"/g)].map((m) => [m[1], m[2]]));
+    expect(defaults).toEqual({
+      LB_HTTP_BIND: ':8080', GATEWAY_A_HTTP: 'gateway-a:8080', GATEWAY_B_HTTP: 'gateway-b:8080',
+      LB_MQTT_BIND: ':8883', GATEWAY_A_MQTT: 'gateway-a:8883', GATEWAY_B_MQTT: 'gateway-b:8883',
+    });
+  });
+});
+
+describe('Dockerfile and Node version', () => {
+  const dockerfile = read('Dockerfile');
+
+  it('runs as an unprivileged user, node as PID 1, on a Node major inside package.json engines', () => {
+    expect(dockerfile).toMatch(/^USER node$/m);
+    expect(dockerfile).toMatch(/^CMD \["node", "--import", "tsx", "src\/main.ts"\]$/m);
+    expect(dockerfile).toMatch(/npm ci --omit=dev/);
+    const major = /^ARG NODE_IMAGE=node:(\d+)-/m.exec(dockerfile)?.[1];
+    expect(major).toBeDefined();
+    // the image's tag follows the newest release of the major: every release from its LTS line on must fit
+    expect(semver.satisfies(`${major}.99.0`, pkg.engines.node)).toBe(true);
+    expect(semver.satisfies(process.version, pkg.engines.node), `this machine's ${process.version}`).toBe(true);
+  });
+
+  it('every package in the lockfile declares engines that accept package.json engines', () => {
+    const lock = JSON.parse(read('package-lock.json'));
+    const refusing = Object.entries<any>(lock.packages)
+      .filter(([name, p]) => name && typeof p.engines?.node === 'string' && !semver.subset(pkg.engines.node, p.engines.node))
+      .map(([name, p]) => `${name}@${p.version} wants node ${p.engines.node}`);
+    expect(refusing).toEqual([]);
+  });
+
+  it('the overridden cookie and content-disposition give Fastify what it calls (cookies over a real socket, inject cookies)', async () => {
+    const app = Fastify();
+    await app.register(cookiePlugin);
+    app.get('/c', async (request, reply) => {
+      reply.setCookie('session', 'a b;c', { path: '/', httpOnly: true });
+      return { got: request.cookies };
+    });
+    await app.listen({ host: '127.0.0.1', port: 0 });
+    try {
+      const res = await fetch(`http://127.0.0.1:${(app.server.address() as { port: number }).port}/c`, { headers: { cookie: 'x=1; y=%C3%A9' } });
+      expect(await res.json()).toEqual({ got: { x: '1', y: 'é' } });
+      expect(res.headers.get('set-cookie')).toMatch(/^session=a%20b%3Bc; Path=\/; HttpOnly(;|$)/);
+      const injected = await app.inject({ url: '/c', cookies: { z: 'v w' } });
+      expect(injected.json()).toEqual({ got: { z: 'v w' } });
+    } finally {
+      await app.close();
+    }
+    // @fastify/static (behind /docs) names downloads with content-disposition's `create`
+    const staticRequire = createRequire(createRequire(import.meta.url).resolve('@fastify/static'));
+    expect(staticRequire('content-disposition').create('report 1.pdf')).toBe('attachment; filename="report 1.pdf"');
+  });
+});

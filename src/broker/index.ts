@@ -37,7 +37,7 @@ export const brokerDomain: DomainModule = {
     gw.services.devices = devices;
     gw.services.deviceSessions = sessions;
     parts.set(gw, { ingest, sessions });
-    registerBrokerMetrics(gw.metrics, () => gw.services.broker);
+    registerBrokerMetrics(gw.metrics, () => gw.services.broker, ingest);
   },
   async routes(app, gw) {
     await brokerRoutes(app, gw, gw.services.devices!);

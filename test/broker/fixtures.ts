@@ -106,7 +106,7 @@ export function tlsOutcome(port: number, certPem: string, keyPem: string, caPem:
 }
 
 /** PUBACK reason code of a QoS 1 publish (mqtt.js rejects on a failure code). */
-export async function pubackCode(client: MqttClient, topic: string, payload: string): Promise<number> {
+export async function pubackCode(client: MqttClient, topic: string, payload: string | Buffer): Promise<number> {
   try {
     const ack = (await client.publishAsync(topic, payload, { qos: 1 })) as { reasonCode?: number } | undefined;
     return ack?.reasonCode ?? 0;

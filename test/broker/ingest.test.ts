@@ -25,7 +25,7 @@ describe('batched telemetry writes', () => {
     await db.sql`alter table device_telemetry_latest add constraint telemetry_capped check (pg_column_size(telemetry) < 1024)`;
     try {
       const { ingest, logs } = buffer();
-      const things = Array.from({ length: 40 }, () => crypto.randomUUID());
+      const things: string[] = Array.from({ length: 40 }, () => crypto.randomUUID());
       const big = things[17];
       // one batch: nothing is flushed until flush() (the timer is not started)
       for (const [i, thingId] of things.entries()) {

@@ -38,7 +38,7 @@ async function storedTelemetry(thingIds: string[], complete: (stored: Stored) =>
   try {
     return await waitFor(async () => {
       const stored = await read();
-      return stored.size === thingIds.length && complete(stored) && stored;
+      return stored.size === thingIds.length && complete(stored) ? stored : undefined;
     }, 10_000, 'telemetry rows');
   } catch {
     return read();

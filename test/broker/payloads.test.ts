@@ -110,6 +110,9 @@ describe('a payload the gateway cannot store is refused alone', () => {
     expect(await pubackCode(client, `devices/${d.thingId}/commands/response`, 'done')).toBe(0x99);
     expect(await pubackCode(client, `devices/${d.thingId}/commands/response`, '"done"')).toBe(0);
     expect(await pubackCode(client, `devices/${d.thingId}/heartbeat`, 'not json')).toBe(0);
+    // QoS 2: PUBREC 0x99 ends the exchange
+    expect(await pubackCode(client, topic, NUL_ESCAPED, 2)).toBe(0x99);
+    expect(await pubackCode(client, topic, '{"q2":true}', 2)).toBe(0);
     expect(await pubackCode(client, `devices/${d.thingId}/echo`, Buffer.from([0, 0xff]))).toBe(0);
     expect(client.connected).toBe(true);
 
@@ -117,7 +120,7 @@ describe('a payload the gateway cannot store is refused alone', () => {
     const twin = await gw.http.get(`/api/v1/things/${d.thingId}/twin`, { token: accounts[0].account.viewer });
     expect(twin.body.reported.version).toBe(0);
     const stored = await storedTelemetry([d.thingId]);
-    expect(Object.keys(stored.get(d.thingId)!)).toEqual(['a']);
+    expect(Object.keys(stored.get(d.thingId)!).sort()).toEqual(['a', 'q2']);
     const metrics = await (await fetch(`${gw.httpUrl}/metrics`)).text();
     expect(Number(/^broker_payloads_rejected_total\{reason="too_deep"\} (\d+)$/m.exec(metrics)?.[1])).toBe(after.too_deep);
     await client.endAsync();
@@ -142,6 +145,7 @@ describe('a payload the gateway cannot store is refused alone', () => {
     await client.publishAsync(telemetryTopic(d), NUL_ESCAPED, { qos: 1 });
     await client.publishAsync(telemetryTopic(d), LONE_SURROGATE, { qos: 0 });
     await client.publishAsync(telemetryTopic(d), 'plain text', { qos: 1 });
+    await client.publishAsync(telemetryTopic(d), '[]', { qos: 2 });
     const delivered = nextMessage(client, telemetryTopic(d));
     await client.publishAsync(telemetryTopic(d), '{"ok":true}', { qos: 1 });
     await delivered;
@@ -150,6 +154,7 @@ describe('a payload the gateway cannot store is refused alone', () => {
     expect(rejected().nul - before.nul).toBe(1);
     expect(rejected().lone_surrogate - before.lone_surrogate).toBe(1);
     expect(rejected().not_json - before.not_json).toBe(1);
+    expect(rejected().not_object - before.not_object).toBe(1);
     expect(client.connected).toBe(true);
     expect((await storedTelemetry([d.thingId])).get(d.thingId)).toEqual({ ok: true });
     await client.endAsync();

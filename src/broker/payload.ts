@@ -21,12 +21,12 @@ export type JsonCheck = { ok: true; value: unknown } | { ok: false; problem: Pay
 /**
  * Parses a device payload the gateway stores as JSON (Postgres jsonb), refusing what Postgres
  * would refuse (NUL, lone surrogates) or what would poison a batch write, before it is acknowledged.
- * Cheap on the hot path: raw bytes are checked natively, and strings are only walked when the text
- * has a `\u` escape (the only way a NUL or lone surrogate survives the UTF-8 check).
+ * Cheap on the hot path: one native UTF-8 check besides the parse, a walk of the parsed value for
+ * its depth, and its strings only when the text has a `\u` escape (the only way a NUL or a lone
+ * surrogate gets past the UTF-8 check and the parse).
  */
 export function parseJsonPayload(payload: Buffer, requireObject: boolean): JsonCheck {
   if (payload.length > MAX_JSON_BYTES) return { ok: false, problem: 'too_large' };
-  if (payload.indexOf(0) !== -1) return { ok: false, problem: 'nul' };
   // UTF-8 without overlong forms or encoded surrogates; otherwise toString() would silently put U+FFFD in
   if (!isUtf8(payload)) return { ok: false, problem: 'invalid_utf8' };
   const text = payload.toString('utf8');
@@ -34,7 +34,8 @@ export function parseJsonPayload(payload: Buffer, requireObject: boolean): JsonC
   try {
     value = JSON.parse(text);
   } catch {
-    return { ok: false, problem: 'not_json' };
+    // a raw NUL is never valid JSON (control characters must be escaped), so it is looked for only here
+    return { ok: false, problem: payload.indexOf(0) === -1 ? 'not_json' : 'nul' };
   }
   if (requireObject && (value === null || typeof value !== 'object' || Array.isArray(value))) return { ok: false, problem: 'not_object' };
   const problem = check(value, 1, text.includes('\\u'));

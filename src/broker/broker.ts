@@ -57,7 +57,7 @@ export const MAX_PACKET_BYTES = 256 * 1024;
 const notAuthorized = (message: string) => Object.assign(new Error(message), { returnCode: 5 as const });
 
 /** MQTT 5 PUBACK/PUBREC reason code: payload format invalid */
-export const PAYLOAD_FORMAT_INVALID = 0x99;
+const PAYLOAD_FORMAT_INVALID = 0x99;
 
 /**
  * Aedes embedded behind a TLS listener that requires client certificates from the device CA

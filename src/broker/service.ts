@@ -65,7 +65,7 @@ export class DeviceService {
         const payload = typeof packet.payload === 'string' ? Buffer.from(packet.payload) : packet.payload;
         const result = parseJsonPayload(payload, rule.object);
         if (result.ok) {
-          this.parsed.set(packet.payload as object, result.value);
+          this.parsed.set(payload, result.value);
           return undefined;
         }
         // refused, but the device was seen

@@ -159,4 +159,27 @@ describe('a payload the gateway cannot store is refused alone', () => {
     expect((await storedTelemetry([d.thingId])).get(d.thingId)).toEqual({ ok: true });
     await client.endAsync();
   });
+
+  it('a value the database refuses although it passed the checks costs only its device (the batch is retried in parts)', async () => {
+    // a storage cap the broker does not know: an operator's constraint on the latest-values table
+    await gw.db.sql`alter table device_telemetry_latest add constraint telemetry_capped check (pg_column_size(telemetry) < 1024)`;
+    try {
+      const good = await Promise.all(Array.from({ length: 8 }, (_, i) => device(i % 2)));
+      const big = await device(0);
+      const clients = await Promise.all([...good, big].map((d) => connectDevice(gw.mqttPort!, d)));
+      const codes = await Promise.all([...good, big].map((d, i) =>
+        pubackCode(clients[i], telemetryTopic(d), JSON.stringify(d === big ? { blob: 'x'.repeat(4096) } : { n: i }))));
+      // valid JSON under 64 KiB: accepted on the wire
+      expect(codes).toEqual(Array(9).fill(0));
+      const stored = await storedTelemetry(good.map((d) => d.thingId));
+      good.forEach((d, i) => expect(stored.get(d.thingId)).toEqual({ n: i }));
+      const dropped = async () => /^broker_ingest_rows_dropped_total\{table="telemetry"\} (\d+)$/m.exec(await (await fetch(`${gw.httpUrl}/metrics`)).text())?.[1];
+      await waitFor(async () => (await dropped()) === '1', 10_000, 'the refused row counted');
+      const [{ count }] = await gw.db.sql<{ count: number }[]>`select count(*)::int as count from device_telemetry_latest where thing_id = ${big.thingId}`;
+      expect(count).toBe(0);
+      await Promise.all(clients.map((c) => c.endAsync()));
+    } finally {
+      await gw.db.sql`alter table device_telemetry_latest drop constraint telemetry_capped`;
+    }
+  });
 });

@@ -1,9 +1,12 @@
 import tls from 'node:tls';
 import type { AddressInfo } from 'node:net';
-import { Aedes, type AedesOptions, type AedesPublishPacket, type Client } from 'aedes';
+import { Aedes, type AedesOptions, type AedesPublishPacket, type Client, type PublishPacket } from 'aedes';
+import mqttPacket from 'mqtt-packet';
 import type { Logger } from '../log.js';
 import type { Pki } from '../pki/pki.js';
+import { closeGracefully } from './linger.js';
 import { cacheTopicMatches } from './matchCache.js';
+import { PAYLOAD_PROBLEMS, type PayloadProblem } from './payload.js';
 import { devicePublishAllowed, topicAllowed } from './topics.js';
 
 export { topicAllowed } from './topics.js';
@@ -13,6 +16,8 @@ export interface BrokerHooks {
   connected?(client: Client): void;
   /** a device's connection on this node ended (any reason) */
   disconnected?(client: Client): void;
+  /** why the gateway cannot take this device publish (it is then refused alone), or undefined to take it */
+  refusePayload?(packet: PublishPacket, client: Client): PayloadProblem | undefined;
   /** a device on this node published (already authorized) */
   published?(packet: AedesPublishPacket, client: Client): void;
   /** a device on this node subscribed (already authorized) */
@@ -51,6 +56,9 @@ export const MAX_PACKET_BYTES = 256 * 1024;
 
 const notAuthorized = (message: string) => Object.assign(new Error(message), { returnCode: 5 as const });
 
+/** MQTT 5 PUBACK/PUBREC reason code: payload format invalid */
+const PAYLOAD_FORMAT_INVALID = 0x99;
+
 /**
  * Aedes embedded behind a TLS listener that requires client certificates from the device CA
  * (and checks the current CRL). The CN must equal the MQTT client id and the username, and its
@@ -61,7 +69,11 @@ export class Broker {
   readonly server: tls.Server;
   private readonly clients = new Map<string, Client>();
   /** counters read by /metrics (plain numbers: they change on every device message) */
-  readonly stats = { messagesReceived: 0, connects: 0, connectsRefused: 0, tlsHandshakesRefused: 0 };
+  readonly stats = {
+    messagesReceived: 0, connects: 0, connectsRefused: 0, tlsHandshakesRefused: 0,
+    /** device publishes refused for their payload, by reason (MQTT 5: PUBACK 0x99; 3.1.1: dropped) */
+    payloadsRejected: Object.fromEntries(PAYLOAD_PROBLEMS.map((p) => [p, 0])) as Record<PayloadProblem, number>,
+  };
   /** serials of the current CRL: refuses a revoked certificate even on a resumed TLS session */
   private revokedSerials = new Set<string>();
   private crlPem?: string[];
@@ -72,7 +84,8 @@ export class Broker {
     this.server = tls.createServer(this.tlsOptions(), (socket) => {
       // small MQTT packets (PUBACK, SUBACK) must not wait for Nagle's algorithm
       socket.setNoDelay(true);
-      aedes.handle(socket);
+      const client = aedes.handle(socket);
+      closeGracefully(socket, () => client.close());
     });
     this.server.on('tlsClientError', (err) => {
       this.stats.tlsHandshakesRefused += 1;
@@ -117,7 +130,10 @@ export class Broker {
         done(null, true);
       },
       authorizePublish: (client, packet, cb) => {
-        if (client && !devicePublishAllowed(client.id, packet.topic)) return cb(new Error(`publish to ${packet.topic} not allowed`));
+        if (!client) return cb(null);
+        if (!devicePublishAllowed(client.id, packet.topic)) return cb(new Error(`publish to ${packet.topic} not allowed`));
+        const problem = options.hooks?.refusePayload?.(packet, client);
+        if (problem) self!.refusePublish(client, packet, problem);
         cb(null);
       },
       authorizeSubscribe: (client, sub, cb) => {
@@ -135,6 +151,23 @@ export class Broker {
       broker.server.listen(options.port, options.host, () => resolve());
     });
     return broker;
+  }
+
+  /**
+   * Drops one publish the gateway cannot take, without closing the connection: an MQTT 5 device
+   * gets PUBACK/PUBREC 0x99 (payload format invalid) for QoS 1/2; an MQTT 3.1.1 device, which has no
+   * failure code, gets a plain acknowledgement (so it does not resend) and the message is counted.
+   * Aedes' `authorizePublish` can only refuse with 0x87 (and closes 3.1.1 connections), so this
+   * answers itself and sets the flag Aedes' own refusal sets (`_notAuthorized`, see
+   * aedes/lib/handlers/publish.js): Aedes then neither acknowledges nor publishes the message.
+   */
+  private refusePublish(client: Client, packet: PublishPacket, problem: PayloadProblem): void {
+    this.stats.payloadsRejected[problem] += 1;
+    (packet as PublishPacket & { _notAuthorized?: boolean })._notAuthorized = true;
+    if (packet.qos === 0 || !client.connected) return;
+    const v5 = client.version === 5;
+    const ack = { cmd: packet.qos === 1 ? 'puback' : 'pubrec', messageId: packet.messageId, ...(v5 ? { reasonCode: PAYLOAD_FORMAT_INVALID } : {}) } as const;
+    mqttPacket.writeToStream(ack as mqttPacket.Packet, client.conn, { protocolVersion: v5 ? 5 : 4 });
   }
 
   get port(): number {
@@ -178,10 +211,10 @@ export class Broker {
     if (!client) return false;
     const conn = client.conn as unknown as tls.TLSSocket;
     const closed = conn.destroyed ? Promise.resolve() : new Promise<void>((resolve) => conn.once('close', () => resolve()));
-    // MQTT 5 clients get DISCONNECT 0x98 (administrative action) before the socket closes.
+    // MQTT 5 clients get DISCONNECT 0x98 (administrative action) before the socket closes
+    // (within LINGER_MS: see linger.ts).
     client.disconnect({ reasonCode: 0x98 }, () => client.close());
-    await Promise.race([closed, new Promise((r) => setTimeout(r, 2000).unref())]);
-    if (!conn.destroyed) conn.destroy();
+    await closed;
     return true;
   }
 

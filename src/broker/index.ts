@@ -58,7 +58,7 @@ export const brokerDomain = defineDomain({
     const ingest = new IngestBuffer(repo, gw.log.child({ component: 'ingest' }));
     const devices = new DeviceService(gw, repo, ingest, brokerHost, thingDirectory);
     parts.get(gw)!.ingest = ingest;
-    registerBrokerMetrics(gw.metrics, () => brokerHost.broker);
+    registerBrokerMetrics(gw.metrics, () => brokerHost.broker, ingest);
     return { devices };
   },
   async routes(app, gw, { devices, deviceSessions }) {

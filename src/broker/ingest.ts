@@ -1,8 +1,18 @@
+import postgres from 'postgres';
 import type { Logger } from '../log.js';
 import type { BrokerRepo } from './repo.js';
 
 const FLUSH_MS = 250;
 const MAX_PENDING = 2_000;
+
+/** the batched writes, the `table` label of `broker_ingest_rows_dropped_total` */
+export type IngestTable = 'telemetry' | 'last_seen';
+
+/**
+ * The database refused the data of some row (SQLSTATE class 22 data exception, 23 integrity
+ * constraint, P0 raised by a trigger), as opposed to failing as a whole (connection, timeout).
+ */
+const refusedData = (err: unknown) => err instanceof postgres.PostgresError && /^(22|23|P0)/.test(err.code);
 
 /**
  * Telemetry and last-seen writes, coalesced in memory and written in one statement per batch
@@ -14,6 +24,8 @@ export class IngestBuffer {
   private pending = new Map<string, { at: number; values?: Record<string, unknown> }>();
   private timer?: NodeJS.Timeout;
   private flushing: Promise<void> = Promise.resolve();
+  /** rows not written (read by /metrics) */
+  readonly dropped: Record<IngestTable, number> = { telemetry: 0, last_seen: 0 };
 
   constructor(private readonly repo: BrokerRepo, private readonly log: Logger) {}
 
@@ -60,12 +72,35 @@ export class IngestBuffer {
         seen.push({ thing_id, at });
         if (entry.values) telemetry.push({ thing_id, telemetry: entry.values, at });
       }
-      try {
-        await this.repo.writeBatch(telemetry, seen);
-      } catch (err) {
-        this.log.error({ err, things: seen.length }, 'telemetry batch could not be written; dropped');
-      }
+      await this.write('telemetry', telemetry, (rows) => this.repo.writeTelemetry(rows));
+      await this.write('last_seen', seen, (rows) => this.repo.writeSeen(rows));
     });
     return this.flushing;
+  }
+
+  /**
+   * One statement for the batch. When the database refuses some row's data, the batch is halved
+   * and each half written again until the refused rows stand alone: every other device's row is
+   * stored, and only the refused ones are dropped (and logged once, with their thing id).
+   */
+  private async write<T extends { thing_id: string }>(table: IngestTable, rows: T[], insert: (rows: T[]) => Promise<void>): Promise<void> {
+    if (rows.length === 0) return;
+    try {
+      await insert(rows);
+    } catch (err) {
+      if (!refusedData(err)) {
+        this.dropped[table] += rows.length;
+        this.log.error({ err, table, things: rows.length }, 'ingest batch could not be written; dropped');
+      } else if (rows.length === 1) {
+        this.dropped[table] += 1;
+        // the message and code only: the error's detail may quote the whole row
+        const { code, message } = err as postgres.PostgresError;
+        this.log.error({ table, thingId: rows[0].thing_id, code, reason: message }, 'ingest row refused by the database; dropped');
+      } else {
+        const half = rows.length >> 1;
+        await this.write(table, rows.slice(0, half), insert);
+        await this.write(table, rows.slice(half), insert);
+      }
+    }
   }
 }

@@ -1,11 +1,13 @@
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { Broker } from './broker.js';
+import type { IngestBuffer } from './ingest.js';
+import { PAYLOAD_PROBLEMS } from './payload.js';
 
 /**
  * Broker figures on /metrics, read from the broker's plain counters when scraped (nothing is
  * done per message beyond one addition).
  */
-export function registerBrokerMetrics(registry: Registry, broker: () => Broker | undefined): void {
+export function registerBrokerMetrics(registry: Registry, broker: () => Broker | undefined, ingest: IngestBuffer): void {
   const counter = (name: string, help: string, read: (b: Broker) => number) =>
     new Counter({
       name, help, registers: [registry],
@@ -27,4 +29,22 @@ export function registerBrokerMetrics(registry: Registry, broker: () => Broker |
   counter('mqtt_connects_total', 'MQTT sessions accepted on this node', (b) => b.stats.connects);
   counter('mqtt_connects_refused_total', 'MQTT CONNECTs refused on this node (CN mismatch, revoked certificate)', (b) => b.stats.connectsRefused);
   counter('mqtt_tls_handshakes_refused_total', 'TLS handshakes refused on the MQTT port (no, unknown, expired or revoked client certificate)', (b) => b.stats.tlsHandshakesRefused);
+  new Counter({
+    name: 'broker_payloads_rejected_total', help: 'Device publishes refused for their payload on this node (MQTT 5: PUBACK 0x99; MQTT 3.1.1: dropped), by reason',
+    labelNames: ['reason'], registers: [registry],
+    collect() {
+      const b = broker();
+      if (!b) return;
+      this.reset();
+      for (const reason of PAYLOAD_PROBLEMS) this.inc({ reason }, b.stats.payloadsRejected[reason]);
+    },
+  });
+  new Counter({
+    name: 'broker_ingest_rows_dropped_total', help: 'Batched device rows the database refused (or a failed batch), dropped, by table',
+    labelNames: ['table'], registers: [registry],
+    collect() {
+      this.reset();
+      for (const [table, n] of Object.entries(ingest.dropped)) this.inc({ table }, n);
+    },
+  });
 }

@@ -54,21 +54,21 @@ export class BrokerRepo {
     return row;
   }
 
-  /** One statement per batch: latest telemetry merged per key, last seen advanced. */
-  async writeBatch(telemetry: { thing_id: string; telemetry: Record<string, unknown>; at: string }[], seen: { thing_id: string; at: string }[]): Promise<void> {
-    if (telemetry.length) {
-      await this.sql`
-        insert into device_telemetry_latest (thing_id, telemetry, updated_at)
-        select x.thing_id, x.telemetry, x.at from jsonb_to_recordset(${this.sql.json(telemetry as never)}) as x(thing_id text, telemetry jsonb, at timestamptz)
-        on conflict (thing_id) do update set telemetry = device_telemetry_latest.telemetry || excluded.telemetry,
-          updated_at = greatest(device_telemetry_latest.updated_at, excluded.updated_at)`;
-    }
-    if (seen.length) {
-      await this.sql`
-        insert into device_connectivity (thing_id, last_seen)
-        select x.thing_id, x.at from jsonb_to_recordset(${this.sql.json(seen as never)}) as x(thing_id text, at timestamptz)
-        on conflict (thing_id) do update set last_seen = greatest(device_connectivity.last_seen, excluded.last_seen)`;
-    }
+  /** One statement per batch: latest telemetry merged per key. */
+  async writeTelemetry(rows: { thing_id: string; telemetry: Record<string, unknown>; at: string }[]): Promise<void> {
+    await this.sql`
+      insert into device_telemetry_latest (thing_id, telemetry, updated_at)
+      select x.thing_id, x.telemetry, x.at from jsonb_to_recordset(${this.sql.json(rows as never)}) as x(thing_id text, telemetry jsonb, at timestamptz)
+      on conflict (thing_id) do update set telemetry = device_telemetry_latest.telemetry || excluded.telemetry,
+        updated_at = greatest(device_telemetry_latest.updated_at, excluded.updated_at)`;
+  }
+
+  /** One statement per batch: last seen advanced. */
+  async writeSeen(rows: { thing_id: string; at: string }[]): Promise<void> {
+    await this.sql`
+      insert into device_connectivity (thing_id, last_seen)
+      select x.thing_id, x.at from jsonb_to_recordset(${this.sql.json(rows as never)}) as x(thing_id text, at timestamptz)
+      on conflict (thing_id) do update set last_seen = greatest(device_connectivity.last_seen, excluded.last_seen)`;
   }
 
   async telemetry(thingId: string): Promise<{ telemetry: Record<string, unknown>; updated_at: Date } | undefined> {

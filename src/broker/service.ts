@@ -6,10 +6,19 @@ import { conflict, notFound, unavailable } from '../lib/errors.js';
 import type { Principal } from '../http/auth/principal.js';
 import type { Broker, BrokerHooks } from './broker.js';
 import type { IngestBuffer } from './ingest.js';
+import { MAX_JSON_BYTES, parseJsonPayload } from './payload.js';
 import type { BrokerRepo } from './repo.js';
-import { deviceTopic, ownTopicKind, parseDeviceTopic } from './topics.js';
+import { deviceTopic, ownTopicKind, parseDeviceTopic, type TopicKind } from './topics.js';
 
-const MAX_JSON_BYTES = 64 * 1024;
+/**
+ * Device topics whose payload must be JSON: stored as jsonb (telemetry, reported state) or returned
+ * to tenants as JSON (command replies). Other topics (heartbeat, the device's own) take any payload.
+ */
+const JSON_TOPICS: Partial<Record<TopicKind, { object: boolean }>> = {
+  telemetry: { object: true },
+  twinReported: { object: true },
+  commandResponse: { object: false },
+};
 
 function jsonObject(payload: Buffer | string): Record<string, unknown> | undefined {
   if (payload.length > MAX_JSON_BYTES) return undefined;
@@ -30,6 +39,8 @@ export class DeviceService {
   private readonly sessions = new WeakMap<Client, { id: string; connected: Promise<void> }>();
   /** set on shutdown: the sessions closed by stopping are not device disconnects to announce */
   stopping = false;
+  /** payloads parsed when their publish was checked, by payload buffer (Aedes passes it on), so onPublish does not parse again */
+  private readonly parsed = new WeakMap<object, unknown>();
 
   constructor(
     private readonly gw: Gateway,
@@ -50,6 +61,20 @@ export class DeviceService {
         if (!session) return;
         this.sessions.delete(client);
         void session.connected.then(() => this.onDisconnected(client.id, session.id)).catch((err) => this.gw.log.error({ err, thingId: client.id }, 'device disconnect not recorded'));
+      },
+      refusePayload: (packet, client) => {
+        const kind = ownTopicKind(client.id, packet.topic);
+        const rule = kind && kind !== 'other' ? JSON_TOPICS[kind] : undefined;
+        if (!rule) return undefined;
+        const payload = typeof packet.payload === 'string' ? Buffer.from(packet.payload) : packet.payload;
+        const result = parseJsonPayload(payload, rule.object);
+        if (result.ok) {
+          this.parsed.set(payload, result.value);
+          return undefined;
+        }
+        // refused, but the device was seen
+        this.ingest.seenNow(client.id);
+        return result.problem;
       },
       published: (packet, client) => this.onPublish(packet, client),
       subscribed: (topics, client) => {
@@ -82,15 +107,16 @@ export class DeviceService {
 
   private onPublish(packet: AedesPublishPacket, client: Client): void {
     switch (ownTopicKind(client.id, packet.topic)) {
+      // checked and parsed by refusePayload (a payload that failed never gets here)
       case 'telemetry': {
-        const values = jsonObject(packet.payload);
+        const values = this.parsed.get(packet.payload as object) as Record<string, unknown> | undefined;
         if (values) this.ingest.addTelemetry(client.id, values);
         else this.ingest.seenNow(client.id);
         return;
       }
       case 'twinReported': {
         this.ingest.seenNow(client.id);
-        const reported = jsonObject(packet.payload);
+        const reported = this.parsed.get(packet.payload as object) as Record<string, unknown> | undefined;
         if (reported) this.storeReported(client.id, reported);
         return;
       }

@@ -7,15 +7,15 @@ export const TOPICS = {
   lifecycle: { suffix: 'lifecycle', from: 'gateway' },
   /** device -> gateway: any payload; updates last seen */
   heartbeat: { suffix: 'heartbeat', from: 'device' },
-  /** device -> gateway: JSON object of values; latest kept per key, streamed to tenants */
+  /** device -> gateway: JSON object of values; latest kept per key, streamed to tenants (other payloads refused, payload.ts) */
   telemetry: { suffix: 'telemetry', from: 'device' },
-  /** device -> gateway: JSON object, the reported state (replaces it; version + 1) */
+  /** device -> gateway: JSON object, the reported state (replaces it; version + 1; other payloads refused) */
   twinReported: { suffix: 'twin/reported', from: 'device' },
   /** gateway -> device: `{ version, desired }`, published on change and whenever the device subscribes */
   twinDesired: { suffix: 'twin/desired', from: 'gateway' },
   /** gateway -> device: `{ id, name, payload }` with MQTT 5 response topic and correlation data */
   commands: { suffix: 'commands', from: 'gateway' },
-  /** device -> gateway: the reply, with the request's correlation data (or `{ id }` in MQTT 3.1.1) */
+  /** device -> gateway: the JSON reply, with the request's correlation data (or `{ id }` in MQTT 3.1.1; other payloads refused) */
   commandResponse: { suffix: 'commands/response', from: 'device' },
 } as const;
 

@@ -105,10 +105,10 @@ export function tlsOutcome(port: number, certPem: string, keyPem: string, caPem:
   });
 }
 
-/** PUBACK reason code of a QoS 1 publish (mqtt.js rejects on a failure code). */
-export async function pubackCode(client: MqttClient, topic: string, payload: string): Promise<number> {
+/** PUBACK (QoS 1) or PUBREC (QoS 2) reason code of a publish (mqtt.js rejects on a failure code). */
+export async function pubackCode(client: MqttClient, topic: string, payload: string | Buffer, qos: 1 | 2 = 1): Promise<number> {
   try {
-    const ack = (await client.publishAsync(topic, payload, { qos: 1 })) as { reasonCode?: number } | undefined;
+    const ack = (await client.publishAsync(topic, payload, { qos })) as { reasonCode?: number } | undefined;
     return ack?.reasonCode ?? 0;
   } catch (err) {
     const code = (err as { code?: number }).code;

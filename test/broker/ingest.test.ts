@@ -1,0 +1,73 @@
+import crypto from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLogger } from '../../src/log.js';
+import { IngestBuffer } from '../../src/broker/ingest.js';
+import { BrokerRepo } from '../../src/broker/repo.js';
+import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+
+let db: TestDatabase;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+});
+afterAll(async () => db?.drop());
+
+/** An ingest buffer on the real database whose error logs are collected. */
+function buffer() {
+  const logs: Record<string, unknown>[] = [];
+  const log = createLogger('error', false, { write: (line: string) => void logs.push(JSON.parse(line)) });
+  return { ingest: new IngestBuffer(new BrokerRepo(db.sql), log), logs };
+}
+
+describe('batched telemetry writes', () => {
+  it('a row the database refuses (validation could not know) costs only that device: the rest of its batch is stored', async () => {
+    // a storage cap the broker does not check: an operator's constraint on the latest-values table
+    await db.sql`alter table device_telemetry_latest add constraint telemetry_capped check (pg_column_size(telemetry) < 1024)`;
+    try {
+      const { ingest, logs } = buffer();
+      const things: string[] = Array.from({ length: 40 }, () => crypto.randomUUID());
+      const big = things[17];
+      // one batch: nothing is flushed until flush() (the timer is not started)
+      for (const [i, thingId] of things.entries()) {
+        ingest.addTelemetry(thingId, thingId === big ? { blob: crypto.randomBytes(2048).toString('base64') } : { n: i });
+      }
+      await ingest.flush();
+
+      const rows = await db.sql<{ thing_id: string; telemetry: { n?: number } }[]>`
+        select thing_id, telemetry from device_telemetry_latest where thing_id in ${db.sql(things)}`;
+      expect(rows).toHaveLength(39);
+      expect(rows.map((r) => r.thing_id).sort()).toEqual(things.filter((t) => t !== big).sort());
+      for (const r of rows) expect(r.telemetry).toEqual({ n: things.indexOf(r.thing_id) });
+      // last seen is its own batch: the refused device was still seen
+      const [{ count }] = await db.sql<{ count: number }[]>`
+        select count(*)::int as count from device_connectivity where thing_id in ${db.sql(things)} and last_seen is not null`;
+      expect(count).toBe(40);
+      expect(ingest.dropped).toEqual({ telemetry: 1, last_seen: 0 });
+      // logged once, with the device, without the row's values
+      expect(logs).toHaveLength(1);
+      expect(logs[0]).toMatchObject({ table: 'telemetry', thingId: big, code: '23514' });
+      expect(JSON.stringify(logs[0])).not.toContain('blob');
+    } finally {
+      await db.sql`alter table device_telemetry_latest drop constraint telemetry_capped`;
+    }
+  });
+
+  it('a batch that fails as a whole (not a refused row) is dropped whole and logged once, and the next batch is written', async () => {
+    const { ingest, logs } = buffer();
+    const things = Array.from({ length: 5 }, () => crypto.randomUUID());
+    await db.sql`alter table device_telemetry_latest rename to device_telemetry_latest_away`;
+    try {
+      for (const t of things) ingest.addTelemetry(t, { a: 1 });
+      await ingest.flush();
+    } finally {
+      await db.sql`alter table device_telemetry_latest_away rename to device_telemetry_latest`;
+    }
+    expect(ingest.dropped).toEqual({ telemetry: 5, last_seen: 0 });
+    expect(logs).toHaveLength(1);
+    expect(logs[0]).toMatchObject({ table: 'telemetry', things: 5 });
+    ingest.addTelemetry(things[0], { a: 2 });
+    await ingest.flush();
+    const [row] = await db.sql<{ telemetry: unknown }[]>`select telemetry from device_telemetry_latest where thing_id = ${things[0]}`;
+    expect(row.telemetry).toEqual({ a: 2 });
+  });
+});

@@ -97,10 +97,15 @@ describe('graceful shutdown', () => {
     expect(output).toContain('shutdown grace period over');
     expect(output).toContain('shutdown complete');
     expect(output).not.toContain('shutdown did not finish');
-    // the broker stopped in order: the device's connection closed by the gateway and this node
-    // deregistered, so any node's start-up releases its sessions (src/broker: releaseDeadNodes)
+    // the broker stopped in order: the device's connection closed by the gateway, its disconnect
+    // recorded before the database closed (not left to the next start-up), this node deregistered
     await deviceClosed;
     expect((await db.sql`select 1 from broker_nodes where node_id = ${nodeId}`).length).toBe(0);
+    const [connectivity] = await db.sql<{ connected: boolean; disconnected_at: Date | null }[]>`
+      select connected, disconnected_at from device_connectivity where thing_id = ${device.thingId}`;
+    expect(connectivity).toMatchObject({ connected: false, disconnected_at: expect.any(Date) });
+    const events = await db.sql<{ type: string }[]>`select type from domain_events where actor_id = ${device.thingId} and type like 'device.%' order by seq`;
+    expect(events.map((e) => e.type)).toEqual(['device.connected', 'device.disconnected']);
     await client.endAsync(true).catch(() => {});
   });
 

@@ -8,14 +8,14 @@ import { IngestBuffer } from './ingest.js';
 import { registerBrokerMetrics } from './metrics.js';
 import { BrokerRepo } from './repo.js';
 import { brokerRoutes } from './routes.js';
-import { DeviceService } from './service.js';
+import { ConnectedDeviceService } from './service.js';
 import { ClusterSessions } from './sessions.js';
 
 declare module '../gateway.js' {
   interface Services {
     /** the broker's runtime (the running Broker once started) */
     brokerHost: BrokerHost;
-    devices: DeviceService;
+    devices: ConnectedDeviceService;
   }
 }
 
@@ -56,7 +56,7 @@ export const brokerDomain = defineDomain({
   init(gw, { brokerHost, thingDirectory }) {
     const repo = new BrokerRepo(gw.sql);
     const ingest = new IngestBuffer(repo, gw.log.child({ component: 'ingest' }));
-    const devices = new DeviceService(gw, repo, ingest, brokerHost, thingDirectory);
+    const devices = new ConnectedDeviceService(gw, repo, ingest, brokerHost, thingDirectory);
     parts.get(gw)!.ingest = ingest;
     registerBrokerMetrics(gw.metrics, () => brokerHost.broker, ingest);
     return { devices };
@@ -89,6 +89,8 @@ export const brokerDomain = defineDomain({
     await brokerHost.commands?.stop().catch(() => {});
     await brokerHost.broker?.close();
     brokerHost.detach();
+    // the devices of this node are disconnected now: record it before the database closes
+    await devices.drainDisconnects();
     await p.ingest.stop();
   },
   ready: (_gw, { brokerHost }) => Boolean(brokerHost.broker?.server.listening),

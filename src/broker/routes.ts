@@ -1,14 +1,14 @@
 import { z } from 'zod';
 import type { DeviceSessions, Gateway, ZodApp } from '../gateway.js';
 import { conflict, notFound, timedOut } from '../lib/errors.js';
-import type { DeviceService } from './service.js';
+import type { ConnectedDeviceService } from './service.js';
 import { commandBody, commandResult, connectivitySchema, desiredBody, desiredSchema, telemetrySchema, thingParams, twinSchema } from './schemas.js';
 
 const READERS = ['admin', 'operator', 'viewer'];
 const WRITERS = ['admin', 'operator'];
 
 /** Tenant endpoints for connected devices, and the broker's management interface. */
-export async function brokerRoutes(app: ZodApp, gw: Gateway, devices: DeviceService, deviceSessions: DeviceSessions): Promise<void> {
+export async function brokerRoutes(app: ZodApp, gw: Gateway, devices: ConnectedDeviceService, deviceSessions: DeviceSessions): Promise<void> {
   app.get('/api/v1/things/:thingId/connectivity', {
     config: { auth: { action: 'device:Connectivity:Read', roles: READERS } },
     schema: { tags: ['devices'], summary: "A thing's MQTT connectivity and last seen", params: thingParams, response: { 200: connectivitySchema } },

@@ -34,11 +34,13 @@ function jsonObject(payload: Buffer | string): Record<string, unknown> | undefin
  * What the gateway does with device traffic (connectivity, lifecycle, heartbeat, telemetry, twin)
  * and what tenants read and change through HTTP (connectivity, twin, commands, telemetry).
  */
-export class DeviceService {
+export class ConnectedDeviceService {
   /** per MQTT connection: its session id and the pending connect write (a disconnect waits for it) */
   private readonly sessions = new WeakMap<Client, { id: string; connected: Promise<void> }>();
-  /** set on shutdown: the sessions closed by stopping are not device disconnects to announce */
+  /** set on shutdown: disconnects are still recorded, but no lifecycle message goes to a closing broker */
   stopping = false;
+  /** disconnect writes in flight (shutdown waits for them before the database closes) */
+  private readonly disconnecting = new Set<Promise<void>>();
   /** payloads parsed when their publish was checked, by payload buffer (Aedes passes it on), so onPublish does not parse again */
   private readonly parsed = new WeakMap<object, unknown>();
 
@@ -60,7 +62,11 @@ export class DeviceService {
         const session = this.sessions.get(client);
         if (!session) return;
         this.sessions.delete(client);
-        void session.connected.then(() => this.onDisconnected(client.id, session.id)).catch((err) => this.gw.log.error({ err, thingId: client.id }, 'device disconnect not recorded'));
+        const write = session.connected
+          .then(() => this.onDisconnected(client.id, session.id))
+          .catch((err) => this.gw.log.error({ err, thingId: client.id }, 'device disconnect not recorded'))
+          .finally(() => this.disconnecting.delete(write));
+        this.disconnecting.add(write);
       },
       refusePayload: (packet, client) => {
         const kind = ownTopicKind(client.id, packet.topic);
@@ -91,8 +97,12 @@ export class DeviceService {
     await this.lifecycle(client.id, 'connected', { node, protocolVersion: client.version });
   }
 
+  /** Waits for the disconnect writes of the sessions closed so far (shutdown). */
+  async drainDisconnects(): Promise<void> {
+    while (this.disconnecting.size) await Promise.all([...this.disconnecting]);
+  }
+
   private async onDisconnected(thingId: string, sessionId: string): Promise<void> {
-    if (this.stopping) return;
     if (!(await this.repo.markDisconnected(thingId, sessionId))) return;
     await this.lifecycle(thingId, 'disconnected', { node: this.gw.cluster.nodeId });
   }
@@ -100,7 +110,7 @@ export class DeviceService {
   /** Retained lifecycle message on the device's topic, and the domain event. */
   private async lifecycle(thingId: string, state: 'connected' | 'disconnected', extra: Record<string, unknown>): Promise<void> {
     const at = new Date().toISOString();
-    await this.host.broker?.publish({ topic: deviceTopic(thingId, 'lifecycle'), payload: JSON.stringify({ state, at, ...extra }), qos: 0, retain: true });
+    if (!this.stopping) await this.host.broker?.publish({ topic: deviceTopic(thingId, 'lifecycle'), payload: JSON.stringify({ state, at, ...extra }), qos: 0, retain: true });
     const accountId = (await this.things.accountOf(thingId)) ?? null;
     await this.gw.actors.run((uow) => uow.emit('device', thingId, { type: `device.${state}`, thingId, at, ...extra }, accountId));
   }

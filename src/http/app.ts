@@ -8,7 +8,8 @@ import websocket from '@fastify/websocket';
 import { z } from 'zod';
 import { jsonSchemaTransform, serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { DomainModule, Gateway, Services, ZodApp } from '../gateway.js';
-import { registerErrorHandling } from './errors.js';
+import { frameworkErrorHandler, MAX_PARAM_LENGTH, registerErrorHandling } from './errors.js';
+import { installInputGuard } from './inputGuard.js';
 import { servicesOf } from '../wiring.js';
 import { installHttpMetrics } from './metrics.js';
 import { traceIdOf, traceparentFor } from './trace.js';
@@ -55,7 +56,8 @@ export async function buildHttp(gw: Gateway, domains: DomainModule[], services: 
     bodyLimit: config.BODY_LIMIT_BYTES,
     // X-Forwarded-* only from TRUSTED_PROXIES: anyone else could pick their own client address
     trustProxy: (address: string) => isTrustedProxy(address, config.TRUSTED_PROXIES),
-    return503OnClosing: true,
+    return503OnClosing: false, // registerErrorHandling answers those 503s as problem+json
+    frameworkErrors: frameworkErrorHandler(config.PUBLIC_BASE_URL, config.BODY_LIMIT_BYTES),
     forceCloseConnections: 'idle',
     // Fastify's default is no request timeout: a client that stops mid-body held its socket forever.
     requestTimeout: config.HTTP_REQUEST_TIMEOUT_MS,
@@ -65,13 +67,14 @@ export async function buildHttp(gw: Gateway, domains: DomainModule[], services: 
       connectionsCheckingInterval: 1000,
     },
     clientErrorHandler: clientErrorResponder(config.PUBLIC_BASE_URL),
-    routerOptions: { ignoreTrailingSlash: true },
+    routerOptions: { ignoreTrailingSlash: true, maxParamLength: MAX_PARAM_LENGTH },
     ajv: { customOptions: { removeAdditional: false } },
   }).withTypeProvider<ZodTypeProvider>() as unknown as ZodApp;
 
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
   registerErrorHandling(app, config.PUBLIC_BASE_URL, config.BODY_LIMIT_BYTES);
+  installInputGuard(app);
   app.addHook('onSend', async (request, reply, payload) => {
     reply.header('traceparent', traceparentFor(request.id));
     return payload;

@@ -2,8 +2,12 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import { hasZodFastifySchemaValidationErrors } from 'fastify-type-provider-zod';
 import { DomainError, type ErrorKind } from '../lib/errors.js';
 import { Problem, slugOf, statusTitle } from './problem.js';
+import { traceparentFor } from './trace.js';
 
 export const PROBLEM_JSON = 'application/problem+json';
+
+/** Longest path parameter the router accepts (Fastify's default); longer is a 414. */
+export const MAX_PARAM_LENGTH = 100;
 
 export interface ProblemBody {
   type: string;
@@ -76,9 +80,15 @@ export function toProblem(err: unknown, bodyLimit: number): Problem {
     case 'FST_ERR_CTP_EMPTY_JSON_BODY':
       return new Problem(400, `request body is not valid JSON: ${e.message}`, { title: 'Malformed JSON' });
     case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
-      return new Problem(415, `unsupported Content-Type; send application/json`);
+      return new Problem(415, `missing or unsupported Content-Type; send application/json`);
     case 'FST_ERR_CTP_INVALID_CONTENT_LENGTH':
       return new Problem(400, 'Content-Length does not match the body');
+    case 'FST_ERR_ROUTE_MISSING_CONTENT_TYPE':
+      return new Problem(400, 'missing Content-Type; send application/json');
+    case 'FST_ERR_BAD_URL':
+      return new Problem(400, 'the URL path has a percent-encoding that is not valid UTF-8 (e.g. %ff)', { title: 'Bad URL' });
+    case 'FST_ERR_MAX_PARAM_LENGTH':
+      return new Problem(414, `a path parameter is longer than ${MAX_PARAM_LENGTH} characters`, { title: 'URI Too Long' });
   }
   if (err instanceof SyntaxError && e.statusCode === 400) {
     return new Problem(400, `request body is not valid JSON: ${e.message}`, { title: 'Malformed JSON' });
@@ -88,22 +98,48 @@ export function toProblem(err: unknown, bodyLimit: number): Problem {
   return new Problem(500, 'internal error; quote the trace_id when reporting it');
 }
 
+/** Maps, logs and sends any error: the error handler and the framework-error hook share it. */
+function handleError(baseUrl: string, bodyLimit: number, err: unknown, request: FastifyRequest, reply: FastifyReply): FastifyReply {
+  let p: Problem;
+  try {
+    p = toProblem(err, bodyLimit);
+  } catch (mapErr) {
+    request.log.error({ err: mapErr }, 'error mapping failed');
+    p = new Problem(500, 'internal error; quote the trace_id when reporting it');
+  }
+  // 503 is a state the caller is told about (not ready yet, shutting down), not a fault of ours
+  if (p.status === 503) request.log.warn({ detail: p.detail }, 'service unavailable');
+  else if (p.status >= 500) request.log.error({ err }, 'request failed');
+  else request.log.info({ status: p.status, detail: p.detail }, 'request refused');
+  return sendProblem(baseUrl, request, reply, p);
+}
+
+/**
+ * Fastify's `frameworkErrors` option: errors raised while routing, before any hook runs (bad
+ * percent-encoding in the path, a path parameter over MAX_PARAM_LENGTH), which Fastify would
+ * otherwise answer with its own plain JSON.
+ */
+export function frameworkErrorHandler(baseUrl: string, bodyLimit: number) {
+  return (err: FastifyError, request: FastifyRequest, reply: FastifyReply): void => {
+    reply.header('traceparent', traceparentFor(request.id));
+    handleError(baseUrl, bodyLimit, err, request, reply);
+  };
+}
+
 export function registerErrorHandling(app: FastifyInstance, baseUrl: string, bodyLimit: number): void {
-  app.setErrorHandler((err, request, reply) => {
-    let p: Problem;
-    try {
-      p = toProblem(err, bodyLimit);
-    } catch (mapErr) {
-      request.log.error({ err: mapErr }, 'error mapping failed');
-      p = new Problem(500, 'internal error; quote the trace_id when reporting it');
-    }
-    // 503 is a state the caller is told about (not ready yet, shutting down), not a fault of ours
-    if (p.status === 503) request.log.warn({ detail: p.detail }, 'service unavailable');
-    else if (p.status >= 500) request.log.error({ err }, 'request failed');
-    else request.log.info({ status: p.status, detail: p.detail }, 'request refused');
-    return sendProblem(baseUrl, request, reply, p);
-  });
+  app.setErrorHandler((err, request, reply) => handleError(baseUrl, bodyLimit, err, request, reply));
   app.setNotFoundHandler((request, reply) =>
     sendProblem(baseUrl, request, reply, new Problem(404, `no route for ${request.method} ${request.url.split('?')[0]}`)),
   );
+  // Instead of Fastify's return503OnClosing (plain JSON): requests that still arrive on open
+  // connections while the server drains get a problem+json 503 and are told to reconnect.
+  let closing = false;
+  app.addHook('preClose', (done) => {
+    closing = true;
+    done();
+  });
+  app.addHook('onRequest', (_request, _reply, done) => {
+    if (!closing) return done();
+    done(new Problem(503, 'the server is shutting down; retry on a new connection', { headers: { connection: 'close' } }));
+  });
 }

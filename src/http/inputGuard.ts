@@ -1,0 +1,187 @@
+/**
+ * One input guard for every HTTP route, run before validation, so that no handler, service or
+ * SQL statement ever sees a string Postgres (or any sane consumer) refuses:
+ * - JSON bodies (application/json and any `+json` type) are read as bytes and decoded with a
+ *   fatal UTF-8 decoder (a default decode would silently turn bad bytes into U+FFFD), refused
+ *   when nested deeper than JSON_MAX_DEPTH (checked before parsing, so a deep document cannot
+ *   overflow the stack of the parser or of any code walking the result), parsed with
+ *   secure-json-parse as Fastify does (`__proto__` / `constructor.prototype` refused), and
+ *   refused when any key or value holds a NUL or a lone UTF-16 surrogate.
+ * - Path params and the query string: the same characters, and percent-escapes that do not
+ *   decode to UTF-8 (the query parser would keep them as literal text).
+ * Every refusal is a 400 Problem whose detail names the field (`body.to.subscriberId: ...`).
+ */
+import { isUtf8 } from 'node:buffer';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import sjson from 'secure-json-parse';
+import { Problem } from './problem.js';
+
+/** Deepest nesting of arrays/objects a JSON body may have. */
+export const JSON_MAX_DEPTH = 64;
+
+/** `application/json` is registered by name; this catches `application/merge-patch+json` etc. */
+const PLUS_JSON = /^application\/[\w.!#$&^-]+\+json\s*(?:;|$)/i;
+
+// Default options (BOM stripped); `fatal` makes invalid UTF-8 throw instead of becoming U+FFFD.
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+// NUL, a high surrogate not followed by a low one, or a low one not preceded by a high one.
+const BAD_CHAR = /\u0000|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+const malformed = (detail: string) => new Problem(400, detail, { title: 'Malformed JSON' });
+const invalidText = (detail: string) => new Problem(400, detail, { title: 'Invalid characters' });
+
+/** Why `s` is refused, or undefined when it is fine. */
+export function badCharacter(s: string): string | undefined {
+  const m = BAD_CHAR.exec(s);
+  if (!m) return undefined;
+  if (m[0] === '\u0000') return 'contains a NUL character';
+  return `contains a lone surrogate (U+${m[0].charCodeAt(0).toString(16).toUpperCase()}), which is not valid Unicode`;
+}
+
+/** `body.to.subscriberId`, `body.items.0`, `body.desired["a b"]`. */
+function pathOf(parent: string, key: string): string {
+  return /^[A-Za-z_$][\w$-]*$|^\d+$/.test(key) ? `${parent}.${key}` : `${parent}[${JSON.stringify(key)}]`;
+}
+
+/**
+ * The first key or string value (depth first) that `check` refuses, as `path: reason`.
+ * Recursion is safe: the depth was bounded before parsing.
+ */
+function findBad(value: unknown, path: string, check: (s: string) => string | undefined): string | undefined {
+  if (typeof value === 'string') {
+    const why = check(value);
+    return why ? `${path}: ${why}` : undefined;
+  }
+  if (value === null || typeof value !== 'object') return undefined;
+  for (const [key, child] of Object.entries(value)) {
+    const at = pathOf(path, key);
+    const why = check(key);
+    if (why) return `${at}: field name ${why}`;
+    const found = findBad(child, at, check);
+    if (found) return found;
+  }
+  return undefined;
+}
+
+/**
+ * One pass over the text: is the nesting deeper than `maxDepth`, and does a string hold a
+ * `\u` escape of NUL or of a surrogate (the only ways such characters get past a fatal UTF-8
+ * decode and JSON.parse, which refuses raw control characters)? Invalid JSON may fool the
+ * count; the parser refuses it anyway.
+ */
+function scan(text: string, maxDepth: number): { tooDeep: boolean; suspectEscape: boolean } {
+  let depth = 0;
+  let inString = false;
+  let suspectEscape = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c /* \ */) {
+        if (text.charCodeAt(i + 1) === 0x75 /* u */) {
+          const code = parseInt(text.slice(i + 2, i + 6), 16);
+          if (code === 0 || (code >= 0xd800 && code <= 0xdfff)) suspectEscape = true;
+        }
+        i++;
+      } else if (c === 0x22 /* " */) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x7b /* { */ || c === 0x5b /* [ */) {
+      if (++depth > maxDepth) return { tooDeep: true, suspectEscape };
+    } else if (c === 0x7d /* } */ || c === 0x5d /* ] */) depth--;
+  }
+  return { tooDeep: false, suspectEscape };
+}
+
+function parseText(text: string): unknown {
+  try {
+    return sjson.parse(text, { protoAction: 'error', constructorAction: 'error' });
+  } catch (err) {
+    throw malformed(`request body is not valid JSON: ${(err as Error).message}`);
+  }
+}
+
+/** Parses a JSON request body (bytes) or throws a 400 Problem naming what is wrong. */
+export function parseJsonBody(body: Buffer, maxDepth = JSON_MAX_DEPTH): unknown {
+  if (body.length === 0) throw malformed('request body is empty; send a JSON document or no Content-Type');
+  let text: string;
+  let validUtf8 = true;
+  try {
+    text = utf8.decode(body);
+  } catch {
+    // Decode byte for byte so the document still parses and the bad string can be named (a
+    // string holding an escaped U+0080..U+00FF before the bad one would be named instead).
+    validUtf8 = false;
+    text = body.toString('latin1');
+  }
+  const { tooDeep, suspectEscape } = scan(text, maxDepth);
+  if (tooDeep) throw malformed(`request body is nested deeper than ${maxDepth} levels`);
+  const value = parseText(text);
+  if (!validUtf8) {
+    const found = findBad(value, 'body', (s) => (isUtf8(Buffer.from(s, 'latin1')) ? undefined : 'is not valid UTF-8'));
+    throw invalidText(found ?? 'body: is not valid UTF-8');
+  }
+  if (suspectEscape) {
+    const found = findBad(value, 'body', badCharacter);
+    if (found) throw invalidText(found);
+  }
+  return value;
+}
+
+/** The raw query string has a percent-escape that is not UTF-8: `query.name: ...`, else undefined. */
+function badQueryEscape(url: string): string | undefined {
+  const q = url.indexOf('?');
+  if (q === -1 || url.indexOf('%', q) === -1) return undefined;
+  for (const pair of url.slice(q + 1).split('&')) {
+    if (!pair.includes('%')) continue;
+    const eq = pair.indexOf('=');
+    const rawKey = eq === -1 ? pair : pair.slice(0, eq);
+    try {
+      decodeURIComponent(pair.replace(/\+/g, ' '));
+    } catch {
+      let key = rawKey;
+      try {
+        key = decodeURIComponent(rawKey.replace(/\+/g, ' '));
+      } catch {
+        return `query: parameter name ${JSON.stringify(rawKey)} has a percent-encoding that is not valid UTF-8`;
+      }
+      return `${pathOf('query', key)}: has a percent-encoding that is not valid UTF-8`;
+    }
+  }
+  return undefined;
+}
+
+/** Throws a 400 Problem when params or query hold a refused character or escape. */
+export function checkParamsAndQuery(request: FastifyRequest): void {
+  const bad =
+    findBad(request.params, 'params', badCharacter) ??
+    findBad(request.query, 'query', badCharacter) ??
+    badQueryEscape(request.url);
+  if (bad) throw invalidText(bad);
+}
+
+/**
+ * Installs the guard on the root instance (before any route plugin, so every route inherits it).
+ * Params and query are checked in the first onRequest hook: before authentication, whose
+ * policy layers may already look params up.
+ */
+export function installInputGuard(app: FastifyInstance, maxDepth = JSON_MAX_DEPTH): void {
+  app.addHook('onRequest', (request, _reply, done) => {
+    try {
+      checkParamsAndQuery(request);
+    } catch (err) {
+      done(err as Error);
+      return;
+    }
+    done();
+  });
+  app.removeContentTypeParser('application/json');
+  for (const type of ['application/json', PLUS_JSON]) {
+    app.addContentTypeParser(type, { parseAs: 'buffer' }, (_request, body: Buffer | string, done) => {
+      try {
+        done(null, parseJsonBody(body as Buffer, maxDepth));
+      } catch (err) {
+        done(err as Error, undefined);
+      }
+    });
+  }
+}

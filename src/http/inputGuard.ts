@@ -150,7 +150,10 @@ function badQueryEscape(url: string): string | undefined {
   return undefined;
 }
 
-/** Throws a 400 Problem when params or query hold a refused character or escape. */
+/**
+ * Throws a 400 Problem when params or query hold a refused character or escape. (Raw bytes
+ * outside printable ASCII never get here: Node's HTTP parser refuses them in the request line.)
+ */
 export function checkParamsAndQuery(request: FastifyRequest): void {
   const bad =
     findBad(request.params, 'params', badCharacter) ??

@@ -154,7 +154,7 @@ function casesFor(op: Op, gen: ValueGen, params: Record<string, string>, query: 
     cases.push({ what, url, body: b, expect: expectation, contentType });
 
   const { leaves, objects } = nodes(body);
-  const stringLeaves = leaves.filter((at) => typeof at.reduce<any>((n, k) => n[k], body) === 'string').slice(0, 4);
+  const stringLeaves = leaves.filter((at) => typeof at.reduce<any>((n, k) => n[k], body) === 'string').slice(0, 6);
   for (const at of stringLeaves) {
     const f = fieldPath(at);
     add(`${f} NUL`, json(setAt(body, at, 'a\u0000b')), refuse(`${f}: contains a NUL character`));

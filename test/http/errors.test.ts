@@ -1,5 +1,10 @@
+import net from 'node:net';
+import Fastify from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { registerErrorHandling } from '../../src/http/errors.js';
+import { traceIdOf } from '../../src/http/trace.js';
 import { expectProblem, startTestGateway, type TestGateway } from '../helpers/gateway.js';
+import { parseResponses, rawExchange } from '../helpers/rawHttp.js';
 
 let gw: TestGateway;
 let admin: string;
@@ -58,6 +63,90 @@ describe('every failure is application/problem+json with a trace_id', () => {
     const b = expectProblem(res, 404);
     expect(b.trace_id).toMatch(/^[0-9a-f]{32}$/);
     expect(res.headers.get('traceparent')).toContain(b.trace_id);
+  });
+});
+
+describe("Fastify's own errors are problem+json too", () => {
+  it('invalid percent-encoding in the path (before routing): 400 with trace_id and traceparent', async () => {
+    const res = await gw.http.get('/platform/v1/accounts/%ff%fe', { token: admin });
+    const b = expectProblem(res, 400);
+    expect(b.detail).toMatch(/percent-encoding that is not valid UTF-8/);
+    expect(b.instance).toBe('/platform/v1/accounts/%ff%fe');
+    expect(res.headers.get('traceparent')).toContain(b.trace_id);
+  });
+
+  it('a path parameter over 100 characters: 414', async () => {
+    const b = expectProblem(await gw.http.get(`/platform/v1/accounts/${'x'.repeat(5000)}`, { token: admin }), 414);
+    expect(b.detail).toBe('a path parameter is longer than 100 characters');
+    expect(b.title).toBe('URI Too Long');
+  });
+
+  it('a body without Content-Type: 415', async () => {
+    const res = await fetch(`${gw.httpUrl}/platform/v1/accounts`, { method: 'POST', headers: { authorization: `Bearer ${admin}` }, body: Buffer.from('{"name":"x"}') });
+    const b = expectProblem({ status: res.status, headers: res.headers, body: await res.json(), text: '' }, 415);
+    expect(b.detail).toMatch(/missing or unsupported Content-Type/);
+  });
+
+  it('requests the HTTP parser refuses: 400, headers too large: 431', async () => {
+    const port = Number(new URL(gw.httpUrl).port);
+    for (const [request, status] of [
+      ['GET /healthz\u0000 HTTP/1.1\r\nHost: x\r\n\r\n', 400],
+      ['GET /healthz HTTP/1.1\r\nBad Header: 1\r\n\r\n', 400],
+      [`GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20_000)}\r\n\r\n`, 431],
+    ] as const) {
+      const [res] = await rawExchange(port, request);
+      expect(res.status).toBe(status);
+      expect(res.headers['content-type']).toBe('application/problem+json');
+      const b = JSON.parse(res.body);
+      expect(b).toMatchObject({ status, detail: expect.any(String), trace_id: expect.stringMatching(/^[0-9a-f]{32}$/) });
+      expect(res.headers.traceparent).toContain(b.trace_id);
+    }
+  });
+
+  it('a request arriving on an open connection while the server drains: 503 problem+json, connection closed', async () => {
+    // A small app with the gateway's error handling, and a route held in flight so that a
+    // connection stays open while close() drains it.
+    const app = Fastify({ return503OnClosing: false, forceCloseConnections: 'idle', genReqId: traceIdOf });
+    registerErrorHandling(app, 'http://gateway.test', 1024);
+    const signal = () => {
+      let resolve!: () => void;
+      const promise = new Promise<void>((r) => (resolve = r));
+      return { promise, resolve };
+    };
+    const slowStarted = signal();
+    const release = signal();
+    const closing = signal();
+    const refused = signal();
+    app.get('/slow', async () => {
+      slowStarted.resolve();
+      await release.promise;
+      return { ok: true };
+    });
+    app.get('/fast', async () => ({ ok: true }));
+    app.addHook('preClose', (done) => { closing.resolve(); done(); });
+    app.addHook('onError', async () => refused.resolve());
+    await app.listen({ port: 0, host: '127.0.0.1' });
+
+    const socket = net.connect((app.server.address() as net.AddressInfo).port, '127.0.0.1');
+    const chunks: Buffer[] = [];
+    socket.on('data', (c) => chunks.push(c));
+    const socketClosed = new Promise((r) => socket.on('close', r));
+    socket.write('GET /slow HTTP/1.1\r\nHost: x\r\n\r\n');
+    await slowStarted.promise;
+    const closed = app.close();
+    await closing.promise;
+    socket.write('GET /fast HTTP/1.1\r\nHost: x\r\n\r\n');
+    await refused.promise;
+    release.resolve();
+    await socketClosed;
+    await closed;
+
+    const [slow, fast] = parseResponses(Buffer.concat(chunks));
+    expect(slow.status).toBe(200);
+    expect(fast.status).toBe(503);
+    expect(fast.headers['content-type']).toBe('application/problem+json');
+    expect(fast.headers.connection).toBe('close');
+    expect(JSON.parse(fast.body)).toMatchObject({ status: 503, detail: expect.stringMatching(/shutting down/), instance: '/fast', trace_id: expect.stringMatching(/^[0-9a-f]{32}$/) });
   });
 });
 

@@ -5,12 +5,12 @@
  * params and query values, malformed bodies and media types). No response may be a 5xx, every
  * error must be problem+json, and what the input guard must refuse is a 400 naming the field.
  */
-import net from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CAPABILITIES } from '../../src/iam/schemas.js';
 import { createAccount } from '../helpers/accounts.js';
 import { enrollDevice } from '../helpers/devices.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
+import { rawExchange } from '../helpers/rawHttp.js';
 import { seeded, ValueGen, type Schema } from '../helpers/schemaValues.js';
 
 const SEED = 20261123;
@@ -223,26 +223,6 @@ async function pool<T>(items: T[], n: number, run: (item: T) => Promise<void>): 
   }));
 }
 
-/** One raw HTTP/1.1 exchange on a socket: bytes the fetch API would refuse or encode. */
-function rawExchange(request: Buffer): Promise<Sent> {
-  return new Promise((resolve, reject) => {
-    const socket = net.connect(new URL(gw.httpUrl).port as unknown as number, '127.0.0.1');
-    const chunks: Buffer[] = [];
-    socket.on('data', (c) => chunks.push(c));
-    socket.on('error', reject);
-    socket.on('close', () => {
-      const text = Buffer.concat(chunks).toString('utf8');
-      const [head, ...rest] = text.split('\r\n\r\n');
-      const status = Number(/^HTTP\/1\.1 (\d{3})/.exec(head)?.[1] ?? 0);
-      const contentType = /\r\ncontent-type: ([^\r]*)/i.exec(head)?.[1] ?? '';
-      // chunked bodies: the problem documents here are small, keep the JSON part
-      const body = rest.join('\r\n\r\n');
-      resolve({ status, contentType, text: body.includes('{') ? body.slice(body.indexOf('{'), body.lastIndexOf('}') + 1) : body });
-    });
-    socket.end(request);
-  });
-}
-
 describe('OpenAPI-driven fuzz', () => {
   it('no 5xx, every error is problem+json, the input guard refuses what it must', async () => {
     const doc = (await gw.http.get('/docs/json')).body;
@@ -295,7 +275,8 @@ describe('OpenAPI-driven fuzz', () => {
       ['bad header name', Buffer.from(`GET ${target} HTTP/1.1\r\nHost: x\r\nBad Header: 1\r\nConnection: close\r\n\r\n`), { status: 400 }],
     ];
     for (const [what, bytes, expectation] of raw) {
-      const res = await rawExchange(bytes);
+      const [r] = await rawExchange(Number(new URL(gw.httpUrl).port), bytes);
+      const res: Sent = { status: r?.status ?? 0, contentType: r?.headers['content-type'] ?? '', text: r?.body ?? '' };
       requests++;
       const bad = verdict(res, expectation);
       if (bad) failures.push(`raw ${what}: ${bad}`);

@@ -127,6 +127,14 @@ export function parseJsonBody(body: Buffer, maxDepth = JSON_MAX_DEPTH): unknown 
   return value;
 }
 
+/**
+ * For services that parse JSON held in a string field (e.g. an SCP document): the first key or
+ * string value under `path` holding a NUL or a lone surrogate, as `path: reason`.
+ */
+export function findRefusedText(value: unknown, path: string): string | undefined {
+  return findBad(value, path, badCharacter);
+}
+
 /** The raw query string has a percent-escape that is not UTF-8: `query.name: ...`, else undefined. */
 function badQueryEscape(url: string): string | undefined {
   const q = url.indexOf('?');

@@ -1,6 +1,6 @@
 import crypto from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { JSON_MAX_DEPTH, parseJsonBody } from '../../src/http/inputGuard.js';
+import { findRefusedText, JSON_MAX_DEPTH, parseJsonBody } from '../../src/http/inputGuard.js';
 import { Problem } from '../../src/http/problem.js';
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { enrollDevice } from '../helpers/devices.js';
@@ -52,6 +52,11 @@ describe('parseJsonBody', () => {
     // brackets and escaped quotes inside strings are not nesting
     const text = JSON.stringify({ s: '['.repeat(500), t: '\\"{{{{' + '{'.repeat(500) });
     expect(parseJsonBody(Buffer.from(text))).toEqual(JSON.parse(text));
+  });
+
+  it('findRefusedText: the same check for JSON a service parses from a string field', () => {
+    expect(findRefusedText(JSON.parse('{"Statement":[{"Resource":"a\\u0000"}]}'), 'body.document')).toBe('body.document.Statement.0.Resource: contains a NUL character');
+    expect(findRefusedText({ ok: ['é', '😀'] }, 'body.document')).toBeUndefined();
   });
 
   it('refuses prototype poisoning, malformed and empty bodies', () => {

@@ -45,51 +45,73 @@ function pathOf(parent: string, key: string): string {
 }
 
 /**
- * The first key or string value (depth first) that `check` refuses, as `path: reason`.
- * Recursion is safe: the depth was bounded before parsing.
+ * The first key or string value (depth first) that `check` refuses: its keys and the reason.
+ * Recursion is safe: the depth was bounded before parsing. Paths are built only on failure.
  */
-function findBad(value: unknown, path: string, check: (s: string) => string | undefined): string | undefined {
+function find(value: unknown, check: (s: string) => string | undefined): { keys: string[]; why: string } | undefined {
   if (typeof value === 'string') {
     const why = check(value);
-    return why ? `${path}: ${why}` : undefined;
+    return why ? { keys: [], why } : undefined;
   }
   if (value === null || typeof value !== 'object') return undefined;
-  for (const [key, child] of Object.entries(value)) {
-    const at = pathOf(path, key);
+  for (const key in value) {
     const why = check(key);
-    if (why) return `${at}: field name ${why}`;
-    const found = findBad(child, at, check);
-    if (found) return found;
+    if (why) return { keys: [key], why: `field name ${why}` };
+    const found = find((value as Record<string, unknown>)[key], check);
+    if (found) {
+      found.keys.unshift(key);
+      return found;
+    }
   }
   return undefined;
 }
 
+/** `find` as `path: reason`, e.g. `body.to.subscriberId: contains a NUL character`. */
+function findBad(value: unknown, root: string, check: (s: string) => string | undefined): string | undefined {
+  const found = find(value, check);
+  return found && `${found.keys.reduce(pathOf, root)}: ${found.why}`;
+}
+
+const hex4 = (text: string, at: number) => parseInt(text.slice(at, at + 4), 16);
+const isHigh = (code: number) => code >= 0xd800 && code <= 0xdbff;
+const isLow = (code: number) => code >= 0xdc00 && code <= 0xdfff;
+
 /**
  * One pass over the text: is the nesting deeper than `maxDepth`, and does a string hold a
- * `\u` escape of NUL or of a surrogate (the only ways such characters get past a fatal UTF-8
- * decode and JSON.parse, which refuses raw control characters)? Invalid JSON may fool the
- * count; the parser refuses it anyway.
+ * `\u` escape of NUL or of a lone surrogate (the only ways such characters get past a fatal
+ * UTF-8 decode and JSON.parse, which refuses raw control characters)? An escaped pair
+ * (`\ud83d\ude00`) is fine. String contents are skipped with indexOf (native), stopping only
+ * at escapes. Invalid JSON may fool the scan; the parser refuses it anyway.
  */
-function scan(text: string, maxDepth: number): { tooDeep: boolean; suspectEscape: boolean } {
+function scan(text: string, maxDepth: number): { tooDeep: boolean; badEscape: boolean } {
   let depth = 0;
-  let inString = false;
-  let suspectEscape = false;
+  let badEscape = false;
+  // the next quote and backslash after the cursor, searched again only once passed
+  let quote = -1;
+  let backslash = text.indexOf('\\');
   for (let i = 0; i < text.length; i++) {
     const c = text.charCodeAt(i);
-    if (inString) {
-      if (c === 0x5c /* \ */) {
-        if (text.charCodeAt(i + 1) === 0x75 /* u */) {
-          const code = parseInt(text.slice(i + 2, i + 6), 16);
-          if (code === 0 || (code >= 0xd800 && code <= 0xdfff)) suspectEscape = true;
+    if (c === 0x22 /* " */) {
+      for (;;) {
+        if (quote <= i) quote = text.indexOf('"', i + 1);
+        if (quote === -1) return { tooDeep: false, badEscape }; // unterminated string
+        if (backslash !== -1 && backslash <= i) backslash = text.indexOf('\\', i + 1);
+        if (backslash === -1 || backslash > quote) break;
+        // an escape inside the string: i moves to its last character
+        i = backslash + 1;
+        if (text.charCodeAt(i) === 0x75 /* u */) {
+          const code = hex4(text, i + 1);
+          i += 4;
+          if (isHigh(code) && text.charCodeAt(i + 1) === 0x5c && text.charCodeAt(i + 2) === 0x75 && isLow(hex4(text, i + 3))) i += 6;
+          else if (code === 0 || isHigh(code) || isLow(code)) badEscape = true;
         }
-        i++;
-      } else if (c === 0x22 /* " */) inString = false;
-    } else if (c === 0x22) inString = true;
-    else if (c === 0x7b /* { */ || c === 0x5b /* [ */) {
-      if (++depth > maxDepth) return { tooDeep: true, suspectEscape };
+      }
+      i = quote;
+    } else if (c === 0x7b /* { */ || c === 0x5b /* [ */) {
+      if (++depth > maxDepth) return { tooDeep: true, badEscape };
     } else if (c === 0x7d /* } */ || c === 0x5d /* ] */) depth--;
   }
-  return { tooDeep: false, suspectEscape };
+  return { tooDeep: false, badEscape };
 }
 
 function parseText(text: string): unknown {
@@ -113,17 +135,14 @@ export function parseJsonBody(body: Buffer, maxDepth = JSON_MAX_DEPTH): unknown 
     validUtf8 = false;
     text = body.toString('latin1');
   }
-  const { tooDeep, suspectEscape } = scan(text, maxDepth);
+  const { tooDeep, badEscape } = scan(text, maxDepth);
   if (tooDeep) throw malformed(`request body is nested deeper than ${maxDepth} levels`);
   const value = parseText(text);
   if (!validUtf8) {
     const found = findBad(value, 'body', (s) => (isUtf8(Buffer.from(s, 'latin1')) ? undefined : 'is not valid UTF-8'));
     throw invalidText(found ?? 'body: is not valid UTF-8');
   }
-  if (suspectEscape) {
-    const found = findBad(value, 'body', badCharacter);
-    if (found) throw invalidText(found);
-  }
+  if (badEscape) throw invalidText(findBad(value, 'body', badCharacter) ?? 'body: contains a NUL character or a lone surrogate');
   return value;
 }
 

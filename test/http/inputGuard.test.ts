@@ -1,4 +1,5 @@
 import crypto from 'node:crypto';
+import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { findRefusedText, JSON_MAX_DEPTH, parseJsonBody } from '../../src/http/inputGuard.js';
 import { Problem } from '../../src/http/problem.js';
@@ -33,6 +34,10 @@ describe('parseJsonBody', () => {
     expect(refusal('{"items":["ok","\\ud800"]}')).toBe('body.items.1: contains a lone surrogate (U+D800), which is not valid Unicode');
     expect(refusal('{"x":"\\udc00 after"}')).toMatch(/^body\.x: contains a lone surrogate \(U\+DC00\)/);
     expect(refusal('{"x":"\\ud83d"}')).toMatch(/^body\.x: contains a lone surrogate/); // high half of 😀 alone
+    expect(refusal('{"x":"\\ud83d\\ud83d\\ude00"}')).toMatch(/^body\.x: contains a lone surrogate \(U\+D83D\)/); // a lone high, then a pair
+    expect(refusal('{"x":"\\ud83d\\u0041"}')).toMatch(/^body\.x: contains a lone surrogate/);
+    // an escaped backslash followed by "u0000" is text, not an escape
+    expect(parseJsonBody(Buffer.from('{"x":"\\\\u0000"}'))).toEqual({ x: '\\u0000' });
     expect(refusal('{"desired":{"a\\u0000b":1}}')).toBe('body.desired["a\\u0000b"]: field name contains a NUL character');
     expect(refusal('{"a b":{"\\udfff":1}}')).toBe('body["a b"]["\\udfff"]: field name contains a lone surrogate (U+DFFF), which is not valid Unicode');
   });
@@ -52,6 +57,30 @@ describe('parseJsonBody', () => {
     // brackets and escaped quotes inside strings are not nesting
     const text = JSON.stringify({ s: '['.repeat(500), t: '\\"{{{{' + '{'.repeat(500) });
     expect(parseJsonBody(Buffer.from(text))).toEqual(JSON.parse(text));
+  });
+
+  it('property: equals JSON.parse, or refuses exactly the too deep and the NUL/lone-surrogate documents', () => {
+    // Strings of nasty code units (NUL, lone surrogates, quotes, backslashes, brackets), nested
+    // up to 80 levels; sent as JSON.stringify writes them and with all non-ASCII \u-escaped.
+    const unit = fc.oneof(
+      fc.constantFrom('\u0000', '\ud800', '\udfff', '😀', '"', '\\', '[', '{', '}', 'é', '\n', 'u'),
+      fc.integer({ min: 0, max: 0xffff }).map((c) => String.fromCharCode(c)),
+    );
+    const documents = fc
+      .tuple(fc.jsonValue({ stringUnit: unit, maxDepth: 4 }), fc.nat({ max: 80 }), fc.boolean())
+      .map(([v, levels, inObject]) => Array.from({ length: levels }).reduce<unknown>((inner) => (inObject ? { k: inner } : [inner]), v))
+      .filter((v) => !/__proto__|"constructor"/.test(JSON.stringify(v)));
+    const depthOf = (v: unknown): number => (v !== null && typeof v === 'object' ? 1 + Math.max(0, ...Object.values(v).map(depthOf)) : 0);
+    const wellFormed = (s: string) => { try { encodeURIComponent(s); return !s.includes('\u0000'); } catch { return false; } };
+    const clean = (v: unknown): boolean => typeof v === 'string' ? wellFormed(v) : v === null || typeof v !== 'object' || Object.entries(v).every(([k, c]) => wellFormed(k) && clean(c));
+    const asciiEscaped = (text: string) => text.replace(/[^\x00-\x7f]/g, (ch) => `\\u${ch.charCodeAt(0).toString(16).padStart(4, '0')}`);
+    fc.assert(fc.property(documents, (v) => {
+      for (const text of [JSON.stringify(v), asciiEscaped(JSON.stringify(v))]) {
+        if (depthOf(v) > JSON_MAX_DEPTH) expect(refusal(text)).toMatch(/nested deeper/);
+        else if (!clean(v)) expect(refusal(text)).toMatch(/: (field name )?contains a (NUL character|lone surrogate)/);
+        else expect(parseJsonBody(Buffer.from(text))).toEqual(JSON.parse(text));
+      }
+    }), { seed: 20261123, numRuns: 400 });
   });
 
   it('findRefusedText: the same check for JSON a service parses from a string field', () => {

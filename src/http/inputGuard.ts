@@ -14,6 +14,7 @@
 import { isUtf8 } from 'node:buffer';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import sjson from 'secure-json-parse';
+import { fieldPath, findRefusedText } from '../lib/text.js';
 import { Problem } from './problem.js';
 
 /** Deepest nesting of arrays/objects a JSON body may have. */
@@ -25,52 +26,8 @@ const PLUS_JSON = /^application\/[\w.!#$&^-]+\+json\s*(?:;|$)/i;
 // Default options (BOM stripped); `fatal` makes invalid UTF-8 throw instead of becoming U+FFFD.
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
-// NUL, a high surrogate not followed by a low one, or a low one not preceded by a high one.
-const BAD_CHAR = /\u0000|[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
-
 const malformed = (detail: string) => new Problem(400, detail, { title: 'Malformed JSON' });
 const invalidText = (detail: string) => new Problem(400, detail, { title: 'Invalid characters' });
-
-/** Why `s` is refused, or undefined when it is fine. */
-export function badCharacter(s: string): string | undefined {
-  const m = BAD_CHAR.exec(s);
-  if (!m) return undefined;
-  if (m[0] === '\u0000') return 'contains a NUL character';
-  return `contains a lone surrogate (U+${m[0].charCodeAt(0).toString(16).toUpperCase()}), which is not valid Unicode`;
-}
-
-/** `body.to.subscriberId`, `body.items.0`, `body.desired["a b"]`. */
-function pathOf(parent: string, key: string): string {
-  return /^[A-Za-z_$][\w$-]*$|^\d+$/.test(key) ? `${parent}.${key}` : `${parent}[${JSON.stringify(key)}]`;
-}
-
-/**
- * The first key or string value (depth first) that `check` refuses: its keys and the reason.
- * Recursion is safe: the depth was bounded before parsing. Paths are built only on failure.
- */
-function find(value: unknown, check: (s: string) => string | undefined): { keys: string[]; why: string } | undefined {
-  if (typeof value === 'string') {
-    const why = check(value);
-    return why ? { keys: [], why } : undefined;
-  }
-  if (value === null || typeof value !== 'object') return undefined;
-  for (const key in value) {
-    const why = check(key);
-    if (why) return { keys: [key], why: `field name ${why}` };
-    const found = find((value as Record<string, unknown>)[key], check);
-    if (found) {
-      found.keys.unshift(key);
-      return found;
-    }
-  }
-  return undefined;
-}
-
-/** `find` as `path: reason`, e.g. `body.to.subscriberId: contains a NUL character`. */
-function findBad(value: unknown, root: string, check: (s: string) => string | undefined): string | undefined {
-  const found = find(value, check);
-  return found && `${found.keys.reduce(pathOf, root)}: ${found.why}`;
-}
 
 const hex4 = (text: string, at: number) => parseInt(text.slice(at, at + 4), 16);
 const isHigh = (code: number) => code >= 0xd800 && code <= 0xdbff;
@@ -139,19 +96,11 @@ export function parseJsonBody(body: Buffer, maxDepth = JSON_MAX_DEPTH): unknown 
   if (tooDeep) throw malformed(`request body is nested deeper than ${maxDepth} levels`);
   const value = parseText(text);
   if (!validUtf8) {
-    const found = findBad(value, 'body', (s) => (isUtf8(Buffer.from(s, 'latin1')) ? undefined : 'is not valid UTF-8'));
+    const found = findRefusedText(value, 'body', (s) => (isUtf8(Buffer.from(s, 'latin1')) ? undefined : 'is not valid UTF-8'));
     throw invalidText(found ?? 'body: is not valid UTF-8');
   }
-  if (badEscape) throw invalidText(findBad(value, 'body', badCharacter) ?? 'body: contains a NUL character or a lone surrogate');
+  if (badEscape) throw invalidText(findRefusedText(value, 'body') ?? 'body: contains a NUL character or a lone surrogate');
   return value;
-}
-
-/**
- * For services that parse JSON held in a string field (e.g. an SCP document): the first key or
- * string value under `path` holding a NUL or a lone surrogate, as `path: reason`.
- */
-export function findRefusedText(value: unknown, path: string): string | undefined {
-  return findBad(value, path, badCharacter);
 }
 
 /** The raw query string has a percent-escape that is not UTF-8: `query.name: ...`, else undefined. */
@@ -171,7 +120,7 @@ function badQueryEscape(url: string): string | undefined {
       } catch {
         return `query: parameter name ${JSON.stringify(rawKey)} has a percent-encoding that is not valid UTF-8`;
       }
-      return `${pathOf('query', key)}: has a percent-encoding that is not valid UTF-8`;
+      return `${fieldPath('query', key)}: has a percent-encoding that is not valid UTF-8`;
     }
   }
   return undefined;
@@ -183,8 +132,8 @@ function badQueryEscape(url: string): string | undefined {
  */
 export function checkParamsAndQuery(request: FastifyRequest): void {
   const bad =
-    findBad(request.params, 'params', badCharacter) ??
-    findBad(request.query, 'query', badCharacter) ??
+    findRefusedText(request.params, 'params') ??
+    findRefusedText(request.query, 'query') ??
     badQueryEscape(request.url);
   if (bad) throw invalidText(bad);
 }

@@ -1,7 +1,8 @@
 import crypto from 'node:crypto';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { findRefusedText, JSON_MAX_DEPTH, parseJsonBody } from '../../src/http/inputGuard.js';
+import { JSON_MAX_DEPTH, parseJsonBody } from '../../src/http/inputGuard.js';
+import { findRefusedText } from '../../src/lib/text.js';
 import { Problem } from '../../src/http/problem.js';
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { enrollDevice } from '../helpers/devices.js';

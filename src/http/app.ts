@@ -41,7 +41,7 @@ function clientErrorResponder(baseUrl: string) {
     if (socket.writable) {
       const title = STATUS_CODES[status]!;
       const body = JSON.stringify({ type: `${baseUrl}/docs/problems/${slugOf(title)}`, title, status, detail, ...(url ? { instance: url.split('?')[0] } : {}), trace_id: traceId });
-      socket.write(`HTTP/1.1 ${status} ${title}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+      socket.write(`HTTP/1.1 ${status} ${title}\r\nContent-Type: application/problem+json\r\nContent-Length: ${Buffer.byteLength(body)}\r\ntraceparent: ${traceparentFor(traceId)}\r\nConnection: close\r\n\r\n${body}`);
     }
     socket.destroy(); // as Node and Fastify do: the request cannot go on
   };

@@ -39,7 +39,7 @@ export function generateKeyFiles(dir: string): void {
 export const keyFilesMissing = (dir: string) => !fs.existsSync(path.join(dir, KEY_FILES.license)) || !fs.existsSync(path.join(dir, KEY_FILES.sealing));
 
 export interface LicenseVerifyKey { kid: string; publicKey: crypto.KeyObject; jwk: JWK }
-export type LicenseJwk = JWK & { kid: string; alg: 'ES256'; use: 'sig' };
+export interface LicenseJwk { kty: 'EC'; crv: 'P-256'; x: string; y: string; kid: string; alg: 'ES256'; use: 'sig' }
 
 /**
  * The license-signing key (EC P-256, ES256), separate from the device CA. Its `kid` is the RFC
@@ -58,6 +58,8 @@ export class LicenseKeys {
   static async load(dir: string, deviceCaPublicKey: crypto.KeyObject): Promise<LicenseKeys> {
     const privateKey = crypto.createPrivateKey(readIfExists(dir, KEY_FILES.license)!);
     const previousPem = readIfExists(dir, KEY_FILES.licensePrevious);
+    const details = privateKey.asymmetricKeyDetails;
+    if (privateKey.asymmetricKeyType !== 'ec' || details?.namedCurve !== 'prime256v1') throw new Error(`${KEY_FILES.license} in CERTS_DIR must be an EC P-256 private key`);
     const verifyKeys = await Promise.all([privateKey, ...(previousPem ? [crypto.createPrivateKey(previousPem)] : [])].map(async (k) => {
       const publicKey = crypto.createPublicKey(k);
       const jwk = await exportJWK(publicKey);
@@ -68,7 +70,7 @@ export class LicenseKeys {
 
   /** The public keys as a JWKS, current first. */
   get jwks(): { keys: LicenseJwk[] } {
-    return { keys: this.verifyKeys.map((k) => ({ ...k.jwk, kid: k.kid, alg: 'ES256' as const, use: 'sig' as const })) };
+    return { keys: this.verifyKeys.map((k) => ({ kty: 'EC', crv: 'P-256', x: k.jwk.x!, y: k.jwk.y!, kid: k.kid, alg: 'ES256', use: 'sig' })) };
   }
 
   /**

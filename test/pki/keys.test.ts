@@ -132,6 +132,11 @@ describe('sealing key', () => {
   });
 
   it('rotation: with sealing.previous.key the old values open, and start re-seals them with the new sealing.key', async () => {
+    // a value no key opens (damaged) does not stop the start; it is left as it is
+    const other = await gw!.http.post('/api/v1/models', { vid: 'FFF9', pid: '0002', name: 'damaged', provisioning_method: 'symmetric_key' }, { token: (await tokensFor(gw!, account.id)).operator });
+    expect(other.status).toBe(201);
+    const damaged = crypto.randomBytes(60);
+    await db.sql`update models set provisioning_secret = ${damaged} where id = ${other.body.id}`;
     await gw!.close();
     gw = undefined;
     const old = sealingKey();
@@ -142,6 +147,8 @@ describe('sealing key', () => {
     expect(openCurrent(sealingKey(), sealed.model)).toBe(model.secret.groupKey);
     expect(openCurrent(sealingKey(), sealed.cert)).toBe(first.privateKey);
     expect((await enroll('SEAL-1')).body.privateKey).toBe(first.privateKey);
+    const [left] = await db.sql<{ v: Buffer }[]>`select provisioning_secret as v from models where id = ${other.body.id}`;
+    expect(left.v.equals(damaged)).toBe(true);
   });
 });
 

@@ -56,11 +56,9 @@ export class LicenseKeys {
   ) {}
 
   static async load(dir: string, deviceCaPublicKey: crypto.KeyObject): Promise<LicenseKeys> {
-    const privateKey = crypto.createPrivateKey(readIfExists(dir, KEY_FILES.license)!);
-    const previousPem = readIfExists(dir, KEY_FILES.licensePrevious);
-    const details = privateKey.asymmetricKeyDetails;
-    if (privateKey.asymmetricKeyType !== 'ec' || details?.namedCurve !== 'prime256v1') throw new Error(`${KEY_FILES.license} in CERTS_DIR must be an EC P-256 private key`);
-    const verifyKeys = await Promise.all([privateKey, ...(previousPem ? [crypto.createPrivateKey(previousPem)] : [])].map(async (k) => {
+    const privateKey = ecKey(dir, KEY_FILES.license)!;
+    const previous = ecKey(dir, KEY_FILES.licensePrevious);
+    const verifyKeys = await Promise.all([privateKey, ...(previous ? [previous] : [])].map(async (k) => {
       const publicKey = crypto.createPublicKey(k);
       const jwk = await exportJWK(publicKey);
       return { kid: await calculateJwkThumbprint(jwk), publicKey, jwk };
@@ -86,6 +84,14 @@ export class LicenseKeys {
     }
     throw new Error('license is signed by an unknown key');
   }
+}
+
+function ecKey(dir: string, name: string): crypto.KeyObject | undefined {
+  const pem = readIfExists(dir, name);
+  if (pem === undefined) return undefined;
+  const key = crypto.createPrivateKey(pem);
+  if (key.asymmetricKeyType !== 'ec' || key.asymmetricKeyDetails?.namedCurve !== 'prime256v1') throw new Error(`${name} in CERTS_DIR must be an EC P-256 private key`);
+  return key;
 }
 
 /** Sealing keys: the current one (32 random bytes), the rotated-out one, and the legacy derived one. */

@@ -96,6 +96,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       dir: config.CERTS_DIR,
       serverNames: [config.MQTT_PUBLIC_HOST],
       crlUrl: `${config.PUBLIC_BASE_URL}/api/v1/certificates/crl`,
+      rootCrlUrl: `${config.PUBLIC_BASE_URL}/api/v1/certificates/root-crl`,
     });
     const devIssuer = config.DEV_ISSUER ? await DevIssuer.load(sql, config.PUBLIC_BASE_URL) : undefined;
     const auth = new Auth(new JwtVerifier(config.OIDC_ISSUERS, devIssuer, config.OIDC_AUDIENCE));

@@ -85,8 +85,8 @@ export async function issueDevices(certsDir: string, n: number, names?: string[]
   const out: Creds[] = [];
   for (let i = 0; i < n; i++) {
     const thingId = names?.[i] ?? crypto.randomUUID();
-    const { publicKey, privateKeyPem } = await pki.generateDeviceKey();
-    const cert = await pki.issueDeviceCertificate(thingId, publicKey, 2);
+    const { spki, privateKeyPem } = await pki.generateDeviceKeyPair();
+    const cert = await pki.signDeviceCertificate(thingId, spki, 2);
     out.push({ thingId, cert: cert.pem, key: privateKeyPem });
   }
   return out;

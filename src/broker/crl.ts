@@ -2,7 +2,7 @@ import 'reflect-metadata';
 import * as x509 from '@peculiar/x509';
 import type { CrlSource, Gateway } from '../gateway.js';
 import type { Broker } from './broker.js';
-import { RootCrl } from './rootCrl.js';
+import { toPem } from '../pki/pki.js';
 
 /**
  * Keeps the broker's TLS context on the trust domain's current CRL: loaded at start, on every
@@ -14,7 +14,6 @@ export class CrlWatcher {
   private unsubscribe?: () => void;
   private loadedNumber?: number;
   private inFlight?: Promise<void>;
-  private rootCrl?: RootCrl | null;
 
   constructor(private readonly gw: Gateway, private readonly broker: Broker, private readonly source: CrlSource) {}
 
@@ -36,9 +35,10 @@ export class CrlWatcher {
       try {
         const crl = await this.source.current();
         const serials = new x509.X509Crl(crl.der).entries.map((e) => e.serialNumber);
-        if (this.rootCrl === undefined) this.rootCrl = (await RootCrl.load(this.gw.pki, this.gw.config.CERTS_DIR)) ?? null;
-        // without the root's CRL the TLS layer cannot check CRLs at all; authenticate still does
-        this.broker.setCrl(this.rootCrl ? [crl.pem, await this.rootCrl.pem()] : undefined, serials);
+        // Node's TLS checks CRLs at every chain level once one is loaded: without the root's CRL
+        // (root key offline) it cannot check them at all; authenticate still does
+        const rootCrl = this.gw.pki.rootCrl;
+        this.broker.setCrl(rootCrl ? [crl.pem, toPem(await rootCrl.der(), 'X509 CRL')] : undefined, serials);
         if (crl.number !== this.loadedNumber) this.gw.log.debug({ crlNumber: crl.number, revoked: serials.length }, 'broker CRL loaded');
         this.loadedNumber = crl.number;
       } catch (err) {

@@ -5,6 +5,8 @@ import nodeCrypto from 'node:crypto';
 import * as x509 from '@peculiar/x509';
 import type { Sql } from '../db/client.js';
 import * as der from './der.js';
+import { generateKeyFiles, keyFilesMissing, LicenseKeys, loadSealingKeys, writeSecretFile, type SealingKeys } from './keys.js';
+import { integerDer, RootCrl } from './rootCrl.js';
 
 type Crypto = nodeCrypto.webcrypto.Crypto;
 type CryptoKey = nodeCrypto.webcrypto.CryptoKey;
@@ -34,6 +36,8 @@ export interface PkiOptions {
   serverNames: string[];
   /** `${PUBLIC_BASE_URL}/api/v1/certificates/crl` */
   crlUrl: string;
+  /** `${PUBLIC_BASE_URL}/api/v1/certificates/root-crl`: the CRL distribution point of a newly generated device CA */
+  rootCrlUrl?: string;
 }
 
 export function toPem(der: ArrayBuffer | Buffer, label: string): string {
@@ -54,7 +58,8 @@ function randomSerial(): string {
 
 /**
  * The gateway's CA hierarchy: root CA -> device CA (RSA-2048; signs device certificates and the
- * CRL); the broker's server certificate is signed by the root. Kept in `CERTS_DIR`, generated on
+ * CRL); the broker's server certificate is signed by the root. Beside it, keys of their own: the
+ * license-signing key and the sealing key (src/pki/keys.ts). All kept in `CERTS_DIR`, generated on
  * first start under a Postgres advisory lock so that nodes sharing the folder never race.
  * Signing is native (WebCrypto through @peculiar/x509), never pure-JS RSA.
  */
@@ -69,6 +74,12 @@ export class Pki {
     readonly serverKeyPem: string,
     /** DER pieces every device certificate shares: issuer Name and the constant extensions */
     private readonly template: { issuer: Buffer; extensions: Buffer; caKey: nodeCrypto.KeyObject },
+    /** signs device licenses (ES256); not the device CA */
+    readonly licenseKeys: LicenseKeys,
+    /** seals the secrets the gateway reads back (src/trust/secrets.ts) */
+    readonly sealingKeys: SealingKeys,
+    /** undefined when the root key is kept offline (no root-ca.key in CERTS_DIR) */
+    readonly rootCrl: RootCrl | undefined,
   ) {}
 
   get rootPem(): string { return this.rootCert.toString('pem') + '\n'; }
@@ -78,10 +89,13 @@ export class Pki {
 
   static async ensure(sql: Sql, options: PkiOptions): Promise<Pki> {
     const file = (k: keyof typeof FILES) => path.join(options.dir, FILES[k]);
-    if (!fs.existsSync(file('deviceCaKey')) || !fs.existsSync(file('serverKey'))) {
+    const caMissing = () => !fs.existsSync(file('deviceCaKey')) || !fs.existsSync(file('serverKey'));
+    if (caMissing() || keyFilesMissing(options.dir)) {
       await sql.begin(async (tx) => {
         await tx`select pg_advisory_xact_lock(${PKI_LOCK})`;
-        if (!fs.existsSync(file('deviceCaKey')) || !fs.existsSync(file('serverKey'))) await generate(options);
+        if (caMissing()) await generate(options);
+        // an installation from before these keys gets them on its next start
+        generateKeyFiles(options.dir);
       });
     }
     const read = (k: keyof typeof FILES) => fs.readFileSync(file(k), 'utf8');
@@ -99,20 +113,15 @@ export class Pki {
       ].map((e) => Buffer.from(e.rawData))),
       caKey: nodeCrypto.createPrivateKey(read('deviceCaKey')),
     };
-    return new Pki(options, rootCert, deviceCaCert, deviceCaKey, read('serverCert'), read('serverKey'), template);
+    // what sealed secrets before sealing.key existed; kept only to open (and re-seal) those values
+    const legacySealingKey = Buffer.from(nodeCrypto.hkdfSync('sha256', template.caKey.export({ type: 'pkcs8', format: 'der' }), Buffer.alloc(0), 'device-gateway/trust-sealed-secrets', 32));
+    return new Pki(
+      options, rootCert, deviceCaCert, deviceCaKey, read('serverCert'), read('serverKey'), template,
+      await LicenseKeys.load(options.dir, nodeCrypto.createPublicKey(template.caKey)),
+      loadSealingKeys(options.dir, legacySealingKey),
+      fs.existsSync(file('rootKey')) ? await RootCrl.fromPem(rootCert, read('rootKey')) : undefined,
+    );
   }
-
-  /**
-   * A 32-byte key for `label` derived (HKDF-SHA256) from the device CA key: every node sharing
-   * the PKI derives the same one, and it changes with the CA. Seals secrets the gateway must read back.
-   */
-  deriveKey(label: string): Buffer {
-    const ikm = this.template.caKey.export({ type: 'pkcs8', format: 'der' });
-    return Buffer.from(nodeCrypto.hkdfSync('sha256', ikm, Buffer.alloc(0), `device-gateway/${label}`, 32));
-  }
-
-  /** The device CA private key, for signing gateway-issued tokens (device licenses). */
-  get deviceCaSigningKey(): nodeCrypto.KeyObject { return this.template.caKey; }
 
   /** A fresh EC P-256 key pair (generated off the event loop): SPKI DER and PKCS#8 PEM. */
   generateDeviceKeyPair(): Promise<{ spki: Buffer; privateKeyPem: string }> {
@@ -159,25 +168,6 @@ export class Pki {
     return { pem: toPem(cert, 'CERTIFICATE'), serial, notAfter };
   }
 
-  /** A fresh EC P-256 key pair for a device that sent no CSR. */
-  async generateDeviceKey(): Promise<{ publicKey: CryptoKey; privateKeyPem: string }> {
-    const keys = (await webcrypto.subtle.generateKey(EC_GEN, true, ['sign', 'verify'])) as CryptoKeyPair;
-    return { publicKey: keys.publicKey, privateKeyPem: await exportKeyPem(keys.privateKey) };
-  }
-
-  /** Verifies a PEM CSR's self-signature and returns its public key; its subject is ignored. */
-  async publicKeyFromCsr(pem: string): Promise<CryptoKey> {
-    const csr = new x509.Pkcs10CertificateRequest(pem);
-    if (!(await csr.verify(webcrypto))) throw new Error('CSR signature does not verify');
-    return csr.publicKey.export(webcrypto);
-  }
-
-  /** Same as signDeviceCertificate, for a WebCrypto public key. */
-  async issueDeviceCertificate(thingId: string, publicKey: CryptoKey, days: number): Promise<{ pem: string; serial: string; notAfter: Date }> {
-    const spki = Buffer.from(await webcrypto.subtle.exportKey('spki', publicKey));
-    return this.signDeviceCertificate(thingId, spki, days);
-  }
-
   /** CRL signed by the device CA. `pem` uses the `X509 CRL` label Node's TLS expects. */
   async createCrl(entries: { serial: string; revokedAt: Date }[], crlNumber: number, nextUpdateSeconds: number): Promise<{ der: Buffer; pem: string }> {
     const now = new Date();
@@ -190,7 +180,7 @@ export class Pki {
       entries: entries.map((e) => ({ serialNumber: e.serial, revocationDate: e.revokedAt, reason: x509.X509CrlReason.cessationOfOperation })),
       extensions: [
         await x509.AuthorityKeyIdentifierExtension.create(this.deviceCaCert, false, webcrypto),
-        new x509.Extension('2.5.29.20', false, crlNumberDer(crlNumber)),
+        new x509.Extension('2.5.29.20', false, integerDer(crlNumber)),
       ],
     }, webcrypto);
     const der = Buffer.from(crl.rawData);
@@ -218,15 +208,6 @@ function contentLength(buf: Buffer, at: number): number {
   let n = 0;
   for (let k = 0; k < (first & 0x7f); k++) n = n * 256 + buf[at + 2 + k];
   return n;
-}
-
-function crlNumberDer(n: number): ArrayBuffer {
-  let hex = n.toString(16);
-  if (hex.length % 2) hex = '0' + hex;
-  if (parseInt(hex.slice(0, 2), 16) & 0x80) hex = '00' + hex;
-  const body = Buffer.from(hex, 'hex');
-  const der = Buffer.concat([Buffer.from([0x02, body.length]), body]);
-  return der.buffer.slice(der.byteOffset, der.byteOffset + der.byteLength) as ArrayBuffer;
 }
 
 async function importRsaKey(pem: string): Promise<CryptoKey> {
@@ -266,6 +247,7 @@ async function generate(options: PkiOptions): Promise<void> {
       new x509.KeyUsagesExtension(x509.KeyUsageFlags.keyCertSign | x509.KeyUsageFlags.cRLSign | x509.KeyUsageFlags.digitalSignature, true),
       await x509.SubjectKeyIdentifierExtension.create(device.publicKey, false, webcrypto),
       await x509.AuthorityKeyIdentifierExtension.create(rootCert, false, webcrypto),
+      ...(options.rootCrlUrl ? [new x509.CRLDistributionPointsExtension([options.rootCrlUrl])] : []),
     ],
   }, webcrypto);
   const server = (await webcrypto.subtle.generateKey(EC_GEN, true, ['sign', 'verify'])) as CryptoKeyPair;
@@ -291,8 +273,9 @@ async function generate(options: PkiOptions): Promise<void> {
       await x509.AuthorityKeyIdentifierExtension.create(rootCert, false, webcrypto),
     ],
   }, webcrypto);
-  const write = (k: keyof typeof FILES, text: string, secret = false) =>
-    fs.writeFileSync(path.join(options.dir, FILES[k]), text, { mode: secret ? 0o600 : 0o644 });
+  const write = (k: keyof typeof FILES, text: string, secret = false) => secret
+    ? writeSecretFile(path.join(options.dir, FILES[k]), text)
+    : fs.writeFileSync(path.join(options.dir, FILES[k]), text, { mode: 0o644 });
   // Keys last: their presence marks a complete PKI.
   write('rootCert', rootCert.toString('pem') + '\n');
   write('deviceCaCert', deviceCert.toString('pem') + '\n');

@@ -96,7 +96,7 @@ export class DdiService {
     };
   }
 
-  // --- licenses: a JWT (RS256, device CA key) naming the thing, expiring; every decision is a row
+  // --- licenses: a JWT (ES256, license key) naming the thing, expiring; every decision is a row
 
   /**
    * A model with licenseApproval 'manual' makes a request wait for the tenant: one pending row per
@@ -112,8 +112,8 @@ export class DdiService {
   async renewLicense(thingId: string, license: string): Promise<GrantedLicense> {
     let claims: Record<string, unknown>;
     try {
-      ({ payload: claims } = await jwtVerify(license, this.verifyKey(), {
-        issuer: this.gw.config.PUBLIC_BASE_URL, audience: LICENSE_AUDIENCE, subject: thingId, algorithms: ['RS256'],
+      ({ payload: claims } = await jwtVerify(license, (header) => this.gw.pki.licenseKeys.verificationKey(header), {
+        issuer: this.gw.config.PUBLIC_BASE_URL, audience: LICENSE_AUDIENCE, subject: thingId, algorithms: ['ES256', 'RS256'],
       }));
     } catch {
       await repo.recordLicense(this.gw.sql, { id: crypto.randomUUID(), thingId, kind: 'renew', decision: 'denied', reason: 'license invalid or expired' });
@@ -179,16 +179,17 @@ export class DdiService {
   }
 
   /**
-   * The license of a granted row. RS256 (PKCS#1 v1.5) is deterministic, so the same row always
-   * yields the same token: nothing to store, and the device may fetch an approved license again.
+   * The license of a granted row, signed ES256 with the license key (header `kid`; public keys at
+   * /api/v1/certificates/license-jwks). Rebuilt from the row: nothing to store, and the device may
+   * fetch an approved license again (same claims; ECDSA signatures differ each time).
    */
   private async sign(row: Pick<LicenseRow, 'id' | 'thing_id' | 'features' | 'expires_at'> & { decided_at: Date | null; created_at?: Date }): Promise<string> {
     const issuedAt = row.decided_at ?? row.created_at ?? new Date();
     return new SignJWT({ features: row.features ?? [] })
-      .setProtectedHeader({ alg: 'RS256', typ: 'JWT' })
+      .setProtectedHeader({ alg: 'ES256', typ: 'JWT', kid: this.gw.pki.licenseKeys.kid })
       .setIssuer(this.gw.config.PUBLIC_BASE_URL).setAudience(LICENSE_AUDIENCE).setSubject(row.thing_id).setJti(row.id)
       .setIssuedAt(Math.floor(issuedAt.getTime() / 1000)).setExpirationTime(Math.floor(row.expires_at!.getTime() / 1000))
-      .sign(this.gw.pki.deviceCaSigningKey);
+      .sign(this.gw.pki.licenseKeys.privateKey);
   }
 
   // --- tenant plane: the approval queue (capability approve_licenses on the deciding routes)
@@ -229,11 +230,6 @@ export class DdiService {
     const row = await repo.license(this.gw.sql, licenseId);
     if (row && row.decision !== 'pending') return conflict(`cannot ${verb} license ${licenseId}: it is already ${row.decision}; only pending requests are decided`);
     return conflict(`cannot ${verb} license ${licenseId}: its thing was revoked meanwhile`);
-  }
-
-  private verifyKeyCache?: crypto.KeyObject;
-  private verifyKey(): crypto.KeyObject {
-    return (this.verifyKeyCache ??= crypto.createPublicKey(this.gw.pki.deviceCaSigningKey));
   }
 
   /** The broker's authentication callback: allow when CN = client id = username and its certificate is valid and not revoked. */

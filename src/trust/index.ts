@@ -4,7 +4,7 @@ import { DdiService } from './ddi.js';
 import { EnrollmentService } from './enrollment.js';
 import { ModelService } from './models.js';
 import { trustRoutes } from './routes.js';
-import { Sealer } from './secrets.js';
+import { resealAll, Sealer } from './secrets.js';
 import { TrustService } from './service.js';
 import { claimGroupKind, enrollmentTokenKind, thingKind } from './kinds.js';
 
@@ -25,6 +25,7 @@ declare module '../gateway.js' {
 }
 
 const byGateway = new WeakMap<Gateway, TrustServices>();
+const sealers = new WeakMap<Gateway, Sealer>();
 
 /** Domain module of src/trust/: PKI services, models, things, claim groups, enrollment, revocation. */
 export const trustDomain = defineDomain({
@@ -33,12 +34,13 @@ export const trustDomain = defineDomain({
   requires: ['deviceSessions', 'mqttEndpoint'],
   kinds: [claimGroupKind, enrollmentTokenKind, thingKind],
   init(gw, { deviceSessions, mqttEndpoint }) {
-    const sealer = new Sealer(gw.pki.deriveKey('trust-sealed-secrets'));
+    const sealer = new Sealer(gw.pki.sealingKeys);
     const crl = new CrlService(gw);
     const models = new ModelService(gw.sql, sealer);
     const trust = new TrustService(gw, crl, models, deviceSessions);
     const services: TrustServices = { trust, models, crl, enrollment: new EnrollmentService(gw, models, sealer, mqttEndpoint), ddi: new DdiService(gw) };
     byGateway.set(gw, services);
+    sealers.set(gw, sealer);
     gw.jobs.define('trust.crl-refresh', () => crl.refreshIfOld(), { schedule: '17 * * * *' });
     gw.jobs.define('trust.claim-group-expiry', async () => { await trust.expireClaimGroups(); }, { schedule: '7 * * * *' });
     return { trust, models, enrollment: services.enrollment, crl, thingDirectory: trust };
@@ -48,5 +50,9 @@ export const trustDomain = defineDomain({
   },
   async start(gw) {
     await byGateway.get(gw)!.crl.current();
+    // values sealed with the legacy or a rotated-out key move to the current one
+    const sealed = await resealAll(gw.sql, sealers.get(gw)!);
+    if (sealed.unreadable) gw.log.warn(sealed, 'some sealed values open with no sealing key');
+    else if (sealed.resealed) gw.log.info(sealed, 'sealed values moved to the current sealing key');
   },
 });

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import type { Gateway, ZodApp } from '../gateway.js';
 import { accountOf, principalOf } from '../http/auth/plugin.js';
-import { refused } from '../lib/errors.js';
+import { notFound, refused } from '../lib/errors.js';
 import type { TrustServices } from './index.js';
 import {
   accessCodeSchema, claimGroupCreateSchema, claimGroupCreatedSchema, claimGroupSchema, deviceStatusSchema, emqxAuthnSchema,
@@ -13,6 +13,9 @@ const WRITE = ['admin', 'operator'] as const;
 const READ = ['admin', 'operator', 'viewer'] as const;
 const idParams = z.object({ id: z.uuid() });
 const licenseIdParams = z.object({ licenseId: z.uuid() });
+const licenseJwksSchema = z.object({
+  keys: z.array(z.object({ kty: z.literal('EC'), crv: z.literal('P-256'), x: z.string(), y: z.string(), kid: z.string(), alg: z.literal('ES256'), use: z.literal('sig') })),
+});
 
 /** Device trust routes: tenant plane (/api/v1), device plane (/ddi/v1), public PKI endpoints. */
 export async function trustRoutes(app: ZodApp, gw: Gateway, s: TrustServices): Promise<void> {
@@ -101,6 +104,17 @@ export async function trustRoutes(app: ZodApp, gw: Gateway, s: TrustServices): P
     config: { auth: 'public' },
     schema: { tags: ['certificates'], summary: 'Device CA certificate (PEM); ?chain=true adds the root', querystring: z.strictObject({ chain: z.enum(['true', 'false']).optional() }), response: { 200: z.string() } },
   }, async (request, reply) => reply.type('application/x-pem-file').send(request.query.chain === 'true' ? gw.pki.bundlePem : gw.pki.deviceCaPem));
+  app.get('/api/v1/certificates/root-crl', {
+    config: { auth: 'public' },
+    schema: { tags: ['certificates'], summary: 'Root CA revocation list (DER): with /crl, lets `openssl verify -crl_check_all` check the whole chain', response: { 200: z.any().describe('application/pkix-crl') } },
+  }, async (_request, reply) => {
+    if (!gw.pki.rootCrl) throw notFound('the root CA key is kept offline: this gateway publishes no root CRL');
+    return reply.type('application/pkix-crl').header('cache-control', 'no-cache').send(await gw.pki.rootCrl.der());
+  });
+  app.get('/api/v1/certificates/license-jwks', {
+    config: { auth: 'public' },
+    schema: { tags: ['certificates'], summary: 'Public keys that verify device licenses (JWKS, ES256; current key first, then a rotated-out one)', response: { 200: licenseJwksSchema } },
+  }, async (_request, reply) => reply.header('cache-control', 'public, max-age=300').send(gw.pki.licenseKeys.jwks));
 
   // --- device plane
   app.post('/ddi/v1/enroll', {

@@ -14,8 +14,8 @@ export interface TestDevice {
 /** A device certificate issued directly by the gateway's device CA (no enrollment). */
 export async function issueDevice(gw: TestGateway, opts: { thingId?: string; days?: number } = {}): Promise<TestDevice> {
   const thingId = opts.thingId ?? crypto.randomUUID();
-  const { publicKey, privateKeyPem } = await gw.gw.pki.generateDeviceKey();
-  const cert = await gw.gw.pki.issueDeviceCertificate(thingId, publicKey, opts.days ?? 30);
+  const { spki, privateKeyPem } = await gw.gw.pki.generateDeviceKeyPair();
+  const cert = await gw.gw.pki.signDeviceCertificate(thingId, spki, opts.days ?? 30);
   return { thingId, certPem: cert.pem, keyPem: privateKeyPem, serial: cert.serial, caPem: gw.gw.pki.bundlePem };
 }
 

@@ -122,6 +122,9 @@ describe('STS', () => {
 
     const revoked = await gw.http.post('/iam/v1/sts/revoke-session', { access_key_id: s1.access_key_id }, { token: bea, headers: h });
     expect(revoked.status).toBe(200);
+    // a plain row: revocation is its revoked_at (the clock's instant); status is the static credentials' projection only
+    const [row] = await gw.db.sql`select status, revoked_at from iam_credentials where access_key_id = ${s1.access_key_id}`;
+    expect(row).toEqual({ status: null, revoked_at: clock.now() });
     expect(revoked.body).toEqual({ message: expect.any(String), access_key_id: s1.access_key_id });
     expect(expectProblem(await gw.http.get('/iam/v1/whoami', { headers: svcHeaders(s1) }), 401).detail).toMatch(/revoked/);
     expectProblem(await gw.http.post('/iam/v1/sts/revoke-session', { access_key_id: s1.access_key_id }, { token: bea, headers: h }), 404);

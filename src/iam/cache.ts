@@ -13,6 +13,7 @@ const ACK_TIMEOUT_MS = 3_000;
 export const ENTRY_TTL_MS = 60_000;
 const MAX_ENTRIES = 100_000;
 
+/** `at`: wall time (an entry's age bounds staleness in real time; no lifecycle decision reads it). */
 interface Entry<V> { value: V; at: number }
 
 /**

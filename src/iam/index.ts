@@ -10,6 +10,7 @@ import { PrincipalRoles } from './roles.js';
 import { iamRoutes } from './routes.js';
 import { Scps } from './scps.js';
 import { StsSessions } from './sessions.js';
+import { STS_SCHEME } from './schemas.js';
 import { SvcAuthenticator } from './svcAuth.js';
 
 /** IAM's services, one per concern; they share the node cache of the hot path. */
@@ -32,8 +33,6 @@ declare module '../gateway.js' {
 }
 
 export const CLEANUP_JOB = 'iam.cleanup-expired-credentials';
-/** Route scheme of the STS routes: a bearer JWT of an idc-* realm (anything else authenticated is 400). */
-export const STS_SCHEME = 'sts-idc-jwt';
 
 /** Domain module of src/iam/: credentials, STS, SVC scheme, idc assignments, SCP and capability layers. */
 export const iamDomain = defineDomain({

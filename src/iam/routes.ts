@@ -5,7 +5,7 @@ import { notFound } from '../lib/errors.js';
 import { parseAccountIdHeader } from '../http/auth/accountHeader.js';
 import { principalOf } from '../http/auth/plugin.js';
 import { ACCOUNT_ROLES, PLATFORM_ROLES, type Principal } from '../http/auth/principal.js';
-import { STS_SCHEME, type IamServices } from './index.js';
+import type { IamServices } from './index.js';
 import * as s from './schemas.js';
 
 const ADMIN = ['admin'];
@@ -69,13 +69,14 @@ export async function iamRoutes(app: ZodApp, gw: Gateway, iam: IamServices): Pro
 
   // --- STS: the route scheme admits idc-* bearer JWTs only (others 400) before the body is parsed;
   // the handlers authorize against the account named in the call (roles of its assignment).
-  const sts = { auth: { scheme: STS_SCHEME } };
+  const sts = { auth: { scheme: s.STS_SCHEME } };
   const stsSecurity = [{ bearer: [] }];
   const authorize = (request: FastifyRequest, p: Principal, action: string) => gw.auth.authorize(p, { action, roles: ACCOUNT_ROLES }, request);
-  /** The STS caller, checked against `X-Account-Id` and the account the call names. */
-  const accountCaller = (request: FastifyRequest, named: string) => {
+  /** The STS caller, checked against `X-Account-Id` and the account the call names (by default the header itself). */
+  const accountCaller = (request: FastifyRequest, named?: string) => {
     const p = principalOf(request);
-    iam.sessions.requireAccountHeader(p, parseAccountIdHeader(request.headers['x-account-id']), named);
+    const header = parseAccountIdHeader(request.headers['x-account-id']);
+    iam.sessions.requireAccountHeader(p, header, named ?? header);
     return p;
   };
 
@@ -113,9 +114,7 @@ export async function iamRoutes(app: ZodApp, gw: Gateway, iam: IamServices): Pro
       response: { 200: z.object({ message: z.string(), access_key_id: z.string() }) },
     },
   }, async (request) => {
-    // the header names the account itself
-    const header = parseAccountIdHeader(request.headers['x-account-id']);
-    const p = accountCaller(request, header ?? '');
+    const p = accountCaller(request);
     await authorize(request, p, 'sts:Session:Revoke');
     return iam.sessions.revoke(p, p.accountId!, request.body.access_key_id);
   });

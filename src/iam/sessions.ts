@@ -39,8 +39,8 @@ export class StsSessions {
   }
 
   /** Account-bound STS calls: `X-Account-Id` (parsed) present, equal to the account named in the call, assigned. */
-  requireAccountHeader(principal: Principal, header: string | undefined, named: string): void {
-    if (header === undefined) throw invalid('header X-Account-Id is required for this STS call');
+  requireAccountHeader(principal: Principal, header: string | undefined, named: string | undefined): void {
+    if (header === undefined || named === undefined) throw invalid('header X-Account-Id is required for this STS call');
     if (header !== named.toLowerCase()) throw invalid(`X-Account-Id ${header} does not match the account of the request (${named})`);
     if (!principal.accountId) throw refused(`you (${principal.realm}/${principal.sub}) are not assigned to account ${named}`, { type: 'not-assigned' });
   }

@@ -31,7 +31,7 @@ describe('route schemes (config.auth { scheme })', () => {
       const refused = await fetch(`http://127.0.0.1:${port}/scheme`);
       expect(refused.status).toBe(400);
       expect(refused.headers.get('content-type')).toMatch(/^application\/problem\+json/);
-      expect((await refused.json()).detail).toBe('not our caller');
+      expect(((await refused.json()) as { detail: string }).detail).toBe('not our caller');
     } finally {
       await app.close();
     }

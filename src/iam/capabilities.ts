@@ -52,14 +52,18 @@ export class Capabilities {
     return removed;
   }
 
-  /** The capability layer: only actions that need a capability pay for the lookup. */
-  async check(principal: Principal, action: string, capability: string | undefined): Promise<void> {
+  /** The capability layer: only actions that need a capability pay for the lookup (synchronous otherwise). */
+  check(principal: Principal, action: string, capability: string | undefined): void | Promise<void> {
     if (!capability || !principal.accountId) return;
-    if ((await this.of(principal.accountId)).has(capability)) return;
+    return this.require(principal.accountId, action, capability);
+  }
+
+  private async require(accountId: string, action: string, capability: string): Promise<void> {
+    if ((await this.of(accountId)).has(capability)) return;
     const hint = capability === 'enroll_things'
       ? '; join existing devices with POST /api/v1/things/join and an access_code instead'
       : '; a platform admin grants capabilities';
-    throw refused(`account not qualified: ${action} requires capability ${capability}, which account ${principal.accountId} does not hold${hint}`, {
+    throw refused(`account not qualified: ${action} requires capability ${capability}, which account ${accountId} does not hold${hint}`, {
       type: 'account-not-qualified', extra: { action, capability },
     });
   }

@@ -39,7 +39,7 @@ export class IamCache {
   private readonly pending = new Map<string, { waiting: Set<string>; done: () => void }>();
   private timer?: NodeJS.Timeout;
 
-  constructor(private readonly gw: Gateway) {
+  constructor(private readonly gw: Pick<Gateway, 'sql' | 'cluster' | 'log'>) {
     gw.cluster.on<{ id: string; keys: string[]; from: string; generation?: number }>(INVALIDATE, async (msg) => {
       this.drop(msg.keys);
       if (msg.generation && msg.generation === this.generation + 1) this.generation = msg.generation;

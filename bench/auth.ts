@@ -74,8 +74,8 @@ async function main() {
   try {
     const services = gw.services;
     const account = await services.accounts.create({ name: 'bench' });
-    await services.iam.recordAssertedRoles(account.id, 'bench-user', ['viewer']);
-    const cred = await services.iam.createStatic(account.id, { principal_id: 'bench-user', description: 'bench:auth' }, 'bench');
+    await services.iam.roles.record(account.id, 'bench-user', ['viewer']);
+    const cred = await services.iam.credentials.create(account.id, { principal_id: 'bench-user', description: 'bench:auth' }, 'bench');
     const authorization = `SVC ${Buffer.from(`${cred.access_key_id}:${cred.secret_key}`).toString('base64')}`;
     const authed = `${gw.httpUrl}/bench/v1/items`;
     const open = `${gw.httpUrl}/bench/v1/items-public`;

@@ -2,6 +2,7 @@ import crypto from 'node:crypto';
 import { z } from 'zod';
 import type { Db } from '../db/client.js';
 import { defineDomain } from '../gateway.js';
+import { iso } from '../lib/encoding.js';
 import { conflict, notFound, refused } from '../lib/errors.js';
 
 export interface Account {
@@ -66,7 +67,7 @@ export class AccountsService {
 }
 
 function present(row: Account & { created_at: unknown }): Account {
-  return { id: row.id, name: row.name, created_at: new Date(row.created_at as string).toISOString() };
+  return { id: row.id, name: row.name, created_at: iso(row.created_at as string) };
 }
 
 const accountSchema = z.object({ id: z.uuid(), name: z.string(), created_at: z.string() });

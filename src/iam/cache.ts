@@ -13,6 +13,7 @@ const ACK_TIMEOUT_MS = 3_000;
 export const ENTRY_TTL_MS = 60_000;
 const MAX_ENTRIES = 100_000;
 
+/** `at`: wall time (an entry's age bounds staleness in real time; no lifecycle decision reads it). */
 interface Entry<V> { value: V; at: number }
 
 /**
@@ -38,7 +39,7 @@ export class IamCache {
   private readonly pending = new Map<string, { waiting: Set<string>; done: () => void }>();
   private timer?: NodeJS.Timeout;
 
-  constructor(private readonly gw: Gateway) {
+  constructor(private readonly gw: Pick<Gateway, 'sql' | 'cluster' | 'log'>) {
     gw.cluster.on<{ id: string; keys: string[]; from: string; generation?: number }>(INVALIDATE, async (msg) => {
       this.drop(msg.keys);
       if (msg.generation && msg.generation === this.generation + 1) this.generation = msg.generation;

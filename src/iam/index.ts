@@ -1,12 +1,34 @@
 import { defineDomain } from '../gateway.js';
-import { invalid } from '../lib/errors.js';
-import { isUuid } from '../http/auth/principal.js';
+import { unauthenticated } from '../lib/errors.js';
+import { parseAccountIdHeader } from '../http/auth/accountHeader.js';
+import { Assignments } from './assignments.js';
+import { IamCache } from './cache.js';
+import { Capabilities } from './capabilities.js';
+import { StaticCredentials, staticCredentialKind } from './credentials.js';
+import { LastUsed } from './lastUsed.js';
+import { PrincipalRoles } from './roles.js';
 import { iamRoutes } from './routes.js';
-import { IamService, staticCredentialKind } from './service.js';
+import { Scps } from './scps.js';
+import { StsSessions } from './sessions.js';
+import { STS_SCHEME } from './schemas.js';
+import { SvcAuthenticator } from './svcAuth.js';
+
+/** IAM's services, one per concern; they share the node cache of the hot path. */
+export interface IamServices {
+  cache: IamCache;
+  lastUsed: LastUsed;
+  credentials: StaticCredentials;
+  sessions: StsSessions;
+  svc: SvcAuthenticator;
+  roles: PrincipalRoles;
+  assignments: Assignments;
+  capabilities: Capabilities;
+  scps: Scps;
+}
 
 declare module '../gateway.js' {
   interface Services {
-    iam: IamService;
+    iam: IamServices;
   }
 }
 
@@ -19,36 +41,58 @@ export const iamDomain = defineDomain({
   requires: ['accounts', 'quotaGate'],
   kinds: [staticCredentialKind],
   async init(gw, { accounts, quotaGate }) {
-    const iam = new IamService(gw, accounts, quotaGate);
+    const cache = new IamCache(gw);
     // live for acknowledged invalidations before the HTTP server accepts requests
-    await iam.cache.register();
+    await cache.register();
+    const lastUsed = new LastUsed(gw.sql, gw.log);
+    const roles = new PrincipalRoles(gw.sql, cache);
+    const assignments = new Assignments(gw.sql, cache, accounts);
+    const iam: IamServices = {
+      cache,
+      lastUsed,
+      roles,
+      assignments,
+      credentials: new StaticCredentials(gw.sql, gw.actors, gw.clock, cache, lastUsed, gw.log),
+      sessions: new StsSessions(gw.sql, gw.clock, cache, lastUsed, assignments, gw.log),
+      svc: new SvcAuthenticator(gw.sql, gw.clock, cache, roles, assignments, lastUsed),
+      capabilities: new Capabilities(gw.sql, cache, accounts),
+      scps: new Scps(gw.sql, cache, accounts, quotaGate, gw.log),
+    };
 
-    gw.auth.registerScheme('SVC', (credentials, request) => iam.authenticateSvc(credentials, request));
+    // thin adapters from HTTP requests to the services
+    gw.auth.registerScheme('SVC', (credentials, request) => {
+      const token = request.headers['x-session-token'];
+      return iam.svc.authenticate(credentials, typeof token === 'string' ? token : undefined);
+    });
+
+    gw.auth.registerRouteScheme(STS_SCHEME, async (request) => {
+      const principal = await gw.auth.authenticate(request);
+      if (!principal) throw unauthenticated('missing Authorization header (Bearer <JWT> of an idc-* realm)');
+      iam.sessions.requireIdcJwt(principal);
+      return principal;
+    });
 
     gw.auth.addResolver(async (principal, request) => {
       if (principal.via !== 'jwt') return principal;
       // acc-* users: remember the roles the identity provider asserted (a write only on change).
       if (principal.realmKind === 'acc' && principal.accountId) {
-        await iam.recordAssertedRoles(principal.accountId, principal.sub, principal.roles);
+        await roles.record(principal.accountId, principal.sub, principal.roles);
         return principal;
       }
       // idc-* users reach an account through an assignment named by X-Account-Id.
       if (principal.realmKind === 'idc') {
-        const header = request.headers['x-account-id'];
-        if (typeof header !== 'string' || header === '') return { ...principal, accountId: undefined, roles: [] };
-        if (!isUuid(header)) throw invalid(`X-Account-Id must be an account id (UUID); got ${JSON.stringify(header.slice(0, 64))}`);
-        const accountId = header.toLowerCase();
-        const roles = await iam.assignmentRoles(principal.realm, principal.sub, accountId);
-        return roles ? { ...principal, accountId, roles } : { ...principal, accountId: undefined, roles: [] };
+        const accountId = parseAccountIdHeader(request.headers['x-account-id']);
+        const assigned = accountId && (await assignments.roles(principal.realm, principal.sub, accountId));
+        return assigned ? { ...principal, accountId, roles: assigned } : { ...principal, accountId: undefined, roles: [] };
       }
       return principal;
     });
 
-    gw.auth.addLayer({ name: 'scp', check: (principal, route, request) => iam.checkScp(principal, route, request) });
-    gw.auth.addLayer({ name: 'capability', check: (principal, route) => iam.checkCapability(principal, route) });
+    gw.auth.addLayer({ name: 'scp', check: (principal, route, request) => iam.scps.check(principal, route.action, request.url.split('?')[0]) });
+    gw.auth.addLayer({ name: 'capability', check: (principal, route) => iam.capabilities.check(principal, route.action, route.capability) });
 
     gw.jobs.define(CLEANUP_JOB, async () => {
-      await iam.cleanupExpired();
+      await iam.sessions.cleanupExpired();
     }, { schedule: '0 * * * *', retryLimit: 3 });
     return { iam };
   },
@@ -56,9 +100,11 @@ export const iamDomain = defineDomain({
     await iamRoutes(app, gw, iam);
   },
   async start(_gw, { iam }) {
-    await iam.start();
+    await iam.cache.start();
+    iam.lastUsed.start();
   },
   async stop(_gw, { iam }) {
-    await iam.stop();
+    await iam.lastUsed.stop();
+    await iam.cache.stop();
   },
 });

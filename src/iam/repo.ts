@@ -10,7 +10,8 @@ export interface CredentialRow {
   kind: 'static' | 'temporary';
   secret_hash: Buffer;
   session_token_hash: Buffer | null;
-  status: 'ACTIVE' | 'INACTIVE' | 'REVOKED';
+  /** static: the machine's projection (ACTIVE | INACTIVE); temporary: null (see revoked_at) */
+  status: 'ACTIVE' | 'INACTIVE' | null;
   principal_id: string;
   principal_type: 'user' | 'federated';
   realm: string;
@@ -18,22 +19,25 @@ export interface CredentialRow {
   created_at: Date;
   expires_at: Date | null;
   last_used_at: Date | null;
+  revoked_at: Date | null;
 }
 
-const CRED_COLUMNS = 'id, account_id, access_key_id, kind, secret_hash, session_token_hash, status, principal_id, principal_type, realm, description, created_at, expires_at, last_used_at';
+const CRED_COLUMNS = 'id, account_id, access_key_id, kind, secret_hash, session_token_hash, status, principal_id, principal_type, realm, description, created_at, expires_at, last_used_at, revoked_at';
 
 export async function credentialByAccessKey(db: Db, accessKeyId: string): Promise<CredentialRow | undefined> {
   const [row] = await db.unsafe<CredentialRow[]>(`select ${CRED_COLUMNS} from iam_credentials where access_key_id = $1`, [accessKeyId]);
   return row;
 }
 
-export async function insertCredential(db: Db, c: Omit<CredentialRow, 'created_at' | 'last_used_at' | 'expires_at'> & { created_at: string; expires_at: string | null }): Promise<CredentialRow> {
-  const [row] = await db.unsafe<CredentialRow[]>(
-    `insert into iam_credentials (id, account_id, access_key_id, kind, secret_hash, session_token_hash, status, principal_id, principal_type, realm, description, created_at, expires_at, last_used_at)
-     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, case when $4::text = 'temporary' then $12::timestamptz end) returning ${CRED_COLUMNS}`,
-    [c.id, c.account_id, c.access_key_id, c.kind, c.secret_hash, c.session_token_hash, c.status, c.principal_id, c.principal_type, c.realm, c.description, c.created_at, c.expires_at] as never[],
+export type NewCredential = Omit<CredentialRow, 'status' | 'created_at' | 'last_used_at' | 'expires_at' | 'revoked_at'> & { created_at: string; expires_at: string | null };
+
+/** Inserts the row; `status` is left to the static credential machine's projection (null for temporary ones). */
+export async function insertCredential(db: Db, c: NewCredential): Promise<void> {
+  await db.unsafe(
+    `insert into iam_credentials (id, account_id, access_key_id, kind, secret_hash, session_token_hash, principal_id, principal_type, realm, description, created_at, expires_at, last_used_at)
+     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, case when $4::text = 'temporary' then $11::timestamptz end)`,
+    [c.id, c.account_id, c.access_key_id, c.kind, c.secret_hash, c.session_token_hash, c.principal_id, c.principal_type, c.realm, c.description, c.created_at, c.expires_at] as never[],
   );
-  return row;
 }
 
 /** Serializes creations for one user in one account (the 2-credential limit under concurrency). */
@@ -59,9 +63,10 @@ export async function listStatic(db: Db, accountId: string, principalId?: string
     [accountId, principalId ?? null]);
 }
 
-export async function updateStatic(db: Db, id: string, status: string, description: string): Promise<CredentialRow> {
+/** Sets the description when one is given; answers the row (its status as the machine projected it). */
+export async function describeStatic(db: Db, id: string, description: string | undefined): Promise<CredentialRow> {
   const [row] = await db.unsafe<CredentialRow[]>(
-    `update iam_credentials set status = $2, description = $3 where id = $1 returning ${CRED_COLUMNS}`, [id, status, description]);
+    `update iam_credentials set description = coalesce($2, description) where id = $1 returning ${CRED_COLUMNS}`, [id, description ?? null]);
   return row;
 }
 
@@ -69,26 +74,27 @@ export async function deleteCredential(db: Db, id: string): Promise<void> {
   await db`delete from iam_credentials where id = ${id}`;
 }
 
-export async function listSessions(db: Db, accountId: string, realm: string, principalId: string): Promise<CredentialRow[]> {
+/** The caller's sessions that are neither revoked nor expired at `now`. */
+export async function listSessions(db: Db, accountId: string, realm: string, principalId: string, now: Date): Promise<CredentialRow[]> {
   return db.unsafe<CredentialRow[]>(
     `select ${CRED_COLUMNS} from iam_credentials
-     where account_id = $1 and realm = $2 and principal_id = $3 and kind = 'temporary' and status = 'ACTIVE' and expires_at > now()
-     order by created_at, id`, [accountId, realm, principalId]);
+     where account_id = $1 and realm = $2 and principal_id = $3 and kind = 'temporary' and revoked_at is null and expires_at > $4
+     order by created_at, id`, [accountId, realm, principalId, now] as never[]);
 }
 
-/** Marks the caller's active sessions revoked (one when `accessKeyId` is given); returns their keys. */
-export async function revokeSessions(db: Db, accountId: string, realm: string, principalId: string, accessKeyId?: string): Promise<string[]> {
+/** Marks the caller's live sessions revoked at `now` (one when `accessKeyId` is given); returns their keys. */
+export async function revokeSessions(db: Db, now: Date, accountId: string, realm: string, principalId: string, accessKeyId?: string): Promise<string[]> {
   const rows = await db.unsafe<{ access_key_id: string }[]>(
-    `update iam_credentials set status = 'REVOKED', revoked_at = now()
-     where account_id = $1 and realm = $2 and principal_id = $3 and kind = 'temporary' and status = 'ACTIVE' and expires_at > now()
-       and ($4::text is null or access_key_id = $4)
-     returning access_key_id`, [accountId, realm, principalId, accessKeyId ?? null]);
+    `update iam_credentials set revoked_at = $1
+     where account_id = $2 and realm = $3 and principal_id = $4 and kind = 'temporary' and revoked_at is null and expires_at > $1
+       and ($5::text is null or access_key_id = $5)
+     returning access_key_id`, [now, accountId, realm, principalId, accessKeyId ?? null] as never[]);
   return rows.map((r) => r.access_key_id);
 }
 
-export async function deleteExpiredTemporary(db: Db): Promise<string[]> {
+export async function deleteExpiredTemporary(db: Db, now: Date): Promise<string[]> {
   const rows = await db<{ access_key_id: string }[]>`
-    delete from iam_credentials where kind = 'temporary' and expires_at <= now() returning access_key_id`;
+    delete from iam_credentials where kind = 'temporary' and expires_at <= ${now} returning access_key_id`;
   return rows.map((r) => r.access_key_id);
 }
 

@@ -9,6 +9,9 @@ export const ACCESS_KEY_ID = /^(AKSV|ASIA)[0-9A-F]{16}$/;
 export const SECRET_KEY = /^[A-Za-z0-9_-]{54}$/;
 export const SESSION_TOKEN = /^[A-Za-z0-9_-]{43}$/;
 
+/** Route scheme of the STS routes: a bearer JWT of an idc-* realm (anything else authenticated is 400). */
+export const STS_SCHEME = 'sts-idc-jwt';
+
 export const SCP_DOCUMENT_SIZE_DEFAULT = 5120;
 export const SCPS_PER_ENTITY_DEFAULT = 5;
 

@@ -4,7 +4,7 @@ import { z } from 'zod';
 import type { FastifyRequest } from 'fastify';
 import type { Gateway, ZodApp } from '../gateway.js';
 import { principalOf } from '../http/auth/plugin.js';
-import { isUuid } from '../http/auth/principal.js';
+import { parseAccountIdHeader } from '../http/auth/accountHeader.js';
 import { invalid, refused, unauthenticated } from '../lib/errors.js';
 import { traceparentFor } from '../http/trace.js';
 import type { Reader } from './repo.js';
@@ -24,12 +24,8 @@ const noContent = z.null().describe('No Content');
 /** The reader of a feed call: the caller, plus X-Account-Id's account only if the caller acts on it. */
 function readerOf(request: FastifyRequest): Reader {
   const p = principalOf(request);
-  const raw = request.headers['x-account-id'];
-  const header = Array.isArray(raw) ? raw[0] : raw;
-  if (header === undefined || header === '') return { sub: p.sub, accountId: null };
-  if (!isUuid(header)) throw invalid(`X-Account-Id must be an account id (UUID); got ${JSON.stringify(header.slice(0, 60))}`);
-  const accountId = header.toLowerCase();
-  return { sub: p.sub, accountId: p.accountId === accountId ? accountId : null };
+  const accountId = parseAccountIdHeader(request.headers['x-account-id']);
+  return { sub: p.sub, accountId: accountId !== undefined && p.accountId === accountId ? accountId : null };
 }
 
 function cookieOf(request: FastifyRequest, name: string): string | undefined {

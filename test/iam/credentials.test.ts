@@ -33,6 +33,8 @@ describe('static credentials', () => {
     expect(dump).not.toContain(c.secret_key);
     const [actor] = await gw.db.sql`select state from actors where type = 'staticCredential' and id = ${c.id}`;
     expect(actor.state).toBe('ACTIVE');
+    // the row's status is the machine's state, projected by the store
+    expect((await gw.db.sql`select status from iam_credentials where id = ${c.id}`)[0].status).toBe('ACTIVE');
   });
 
   it('list, get, update (status, description) and delete (204); the secret is never shown again', async () => {
@@ -53,11 +55,20 @@ describe('static credentials', () => {
     expect(actor.state).toBe('INACTIVE');
     const same = await gw.http.put(`${base()}/${created.id}`, { status: 'INACTIVE' }, { token: acct.admin });
     expect(same.body).toMatchObject({ status: 'INACTIVE', description: 'paused' });
+    // the machine refused the repeated DEACTIVATE: one transition, one event, the snapshot untouched
+    const events = await gw.db.sql`select type from domain_events where actor_type = 'staticCredential' and actor_id = ${created.id} order by seq`;
+    expect(events.map((e) => e.type)).toEqual(['credential.created', 'credential.deactivated']);
+    expect((await gw.db.sql`select version from actors where type = 'staticCredential' and id = ${created.id}`)[0].version).toBe(2);
+    // the description alone changes without a transition
+    expect((await gw.http.put(`${base()}/${created.id}`, { status: 'INACTIVE', description: 'still paused' }, { token: acct.admin })).body).toMatchObject({ status: 'INACTIVE', description: 'still paused' });
     expect((await gw.http.put(`${base()}/${created.id}`, { status: 'ACTIVE' }, { token: acct.admin })).body.status).toBe('ACTIVE');
 
     const del = await gw.http.delete(`${base()}/${created.id}`, { token: acct.admin });
     expect(del.status).toBe(204);
     expect(del.text).toBe('');
+    // the machine ended in `deleted`; the row and its hash are gone
+    expect((await gw.db.sql`select state from actors where type = 'staticCredential' and id = ${created.id}`)[0].state).toBe('deleted');
+    expect(await gw.db.sql`select 1 from iam_credentials where id = ${created.id}`).toHaveLength(0);
     expectProblem(await gw.http.get(`${base()}/${created.id}`, { token: acct.admin }), 404);
     expectProblem(await gw.http.delete(`${base()}/${created.id}`, { token: acct.admin }), 404);
     const res = await gw.http.get('/iam/v1/whoami', { headers: svcHeaders(created) });

@@ -3,14 +3,17 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { expectProblem, startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { CLEANUP_JOB } from '../../src/iam/index.js';
+import { ManualClock } from '../../src/lib/clock.js';
 import { waitFor } from '../helpers/wait.js';
 import { idcUser, platformToken, svc, svcHeaders } from './helpers.js';
 
 let gw: TestGateway;
+/** STS time (issue, expiry, revocation, cleanup) follows this clock; JWTs keep the wall clock. */
+const clock = new ManualClock();
 let acct: TestAccount;
 let idc: string;
 beforeAll(async () => {
-  gw = await startTestGateway();
+  gw = await startTestGateway({}, { clock });
   acct = await createAccount(gw);
   idc = await idcUser(gw, acct.id, 'fed-ann', ['operator']);
 });
@@ -36,7 +39,7 @@ describe('STS', () => {
   });
 
   it('issues temporary credentials in the spec formats; they authenticate with the assignment roles', async () => {
-    const before = Date.now();
+    const issuedAt = clock.now().getTime();
     const res = await sessionToken(idc, { account_id: acct.id });
     expect(res.status).toBe(200);
     const c = res.body;
@@ -44,9 +47,7 @@ describe('STS', () => {
     expect(c.access_key_id).toMatch(/^ASIA[0-9A-F]{16}$/);
     expect(c.secret_key).toMatch(/^[A-Za-z0-9_-]{54}$/);
     expect(c.session_token).toMatch(/^[A-Za-z0-9_-]{43}$/);
-    const exp = Date.parse(c.expiration);
-    expect(exp - before).toBeGreaterThanOrEqual(3600_000 - 5_000);
-    expect(exp - before).toBeLessThanOrEqual(3600_000 + 5_000);
+    expect(Date.parse(c.expiration)).toBe(issuedAt + 3600_000);
     const [row] = await gw.db.sql`select secret_hash, session_token_hash from iam_credentials where access_key_id = ${c.access_key_id}`;
     expect(Buffer.from(row.session_token_hash).equals(crypto.createHash('sha256').update(c.session_token).digest())).toBe(true);
     const who = await gw.http.get('/iam/v1/whoami', { headers: svcHeaders(c) });
@@ -56,7 +57,7 @@ describe('STS', () => {
   it('duration_seconds: 900..43200, integer; account_id required and a UUID', async () => {
     expect((await sessionToken(idc, { account_id: acct.id, duration_seconds: 900 })).status).toBe(200);
     const long = await sessionToken(idc, { account_id: acct.id, duration_seconds: 43200 });
-    expect(Date.parse(long.body.expiration) - Date.now()).toBeGreaterThan(43200_000 - 10_000);
+    expect(Date.parse(long.body.expiration)).toBe(clock.now().getTime() + 43200_000);
     for (const duration_seconds of [899, 43201, 1000.5, '3600']) {
       expect(expectProblem(await sessionToken(idc, { account_id: acct.id, duration_seconds }), 400).detail).toMatch(/duration_seconds/);
     }
@@ -82,10 +83,12 @@ describe('STS', () => {
     }
     expect(expectProblem(await gw.http.get('/iam/v1/whoami', { headers: { authorization: svc(c.access_key_id, other.secret_key), 'x-session-token': c.session_token } }), 401).detail).toMatch(/secret key invalid/);
     expect((await gw.http.get('/iam/v1/whoami', { headers: svcHeaders(c) })).status).toBe(200);
-    // expiry reached (moved into the past; the cache entry carries the old expiry, so drop it as a restart would)
-    await gw.db.sql`update iam_credentials set expires_at = now() - interval '1 second' where access_key_id = ${c.access_key_id}`;
-    gw.services.iam.cache.clear();
+    // one second before its expiry it still works (from the cache); at its expiry it does not
+    clock.advance(899_000);
+    expect((await gw.http.get('/iam/v1/whoami', { headers: svcHeaders(c) })).status).toBe(200);
+    clock.advance(1_000);
     expect(expectProblem(await gw.http.get('/iam/v1/whoami', { headers: svcHeaders(c) }), 401).detail).toMatch(/credential expired/);
+    expect((await gw.http.get('/iam/v1/whoami', { headers: svcHeaders(other) })).status).toBe(200);
   });
 
   it('sessions listing, revoke-session, revoke-all-sessions; revoked credentials are 401 (revoked)', async () => {
@@ -95,7 +98,8 @@ describe('STS', () => {
     const s1 = (await sessionToken(bea, { account_id: acct2.id })).body;
     const s2 = (await sessionToken(bea, { account_id: acct2.id, duration_seconds: 7200 })).body;
     const s3 = (await sessionToken(bea, { account_id: acct2.id })).body;
-    const usedFrom = Date.now();
+    clock.advance(60_000);
+    const usedAt = clock.now().toISOString();
     expect((await gw.http.get('/iam/v1/whoami', { headers: svcHeaders(s1) })).status).toBe(200);
     // someone else's session in the same account is not listed and cannot be revoked by bea
     const cid = await idcUser(gw, acct2.id, 'fed-cid', ['admin']);
@@ -107,7 +111,9 @@ describe('STS', () => {
     const item = list.body.find((x: any) => x.access_key_id === s1.access_key_id);
     expect(Object.keys(item).sort()).toEqual(['access_key_id', 'created_at', 'description', 'expires_at', 'id', 'last_used_at', 'principal_id', 'principal_type', 'status']);
     expect(item).toMatchObject({ status: 'ACTIVE', principal_id: 'fed-bea', principal_type: 'federated', expires_at: s1.expiration });
-    expect(Date.parse(item.last_used_at)).toBeGreaterThanOrEqual(usedFrom);
+    expect(item.last_used_at).toBe(usedAt);
+    // never used: its creation time
+    expect(list.body.find((x: any) => x.access_key_id === s2.access_key_id).last_used_at).toBe(list.body.find((x: any) => x.access_key_id === s2.access_key_id).created_at);
 
     expectProblem(await gw.http.get(`/iam/v1/sts/sessions?accountId=${acct2.id}`, { token: bea }), 400);
     expectProblem(await gw.http.get(`/iam/v1/sts/sessions?accountId=${acct2.id}`, { token: bea, headers: { 'x-account-id': acct.id } }), 400);
@@ -116,6 +122,9 @@ describe('STS', () => {
 
     const revoked = await gw.http.post('/iam/v1/sts/revoke-session', { access_key_id: s1.access_key_id }, { token: bea, headers: h });
     expect(revoked.status).toBe(200);
+    // a plain row: revocation is its revoked_at (the clock's instant); status is the static credentials' projection only
+    const [row] = await gw.db.sql`select status, revoked_at from iam_credentials where access_key_id = ${s1.access_key_id}`;
+    expect(row).toEqual({ status: null, revoked_at: clock.now() });
     expect(revoked.body).toEqual({ message: expect.any(String), access_key_id: s1.access_key_id });
     expect(expectProblem(await gw.http.get('/iam/v1/whoami', { headers: svcHeaders(s1) }), 401).detail).toMatch(/revoked/);
     expectProblem(await gw.http.post('/iam/v1/sts/revoke-session', { access_key_id: s1.access_key_id }, { token: bea, headers: h }), 404);
@@ -160,18 +169,22 @@ describe('STS', () => {
 
   it('expired temporary credentials are deleted by the hourly durable job', async () => {
     const c = (await sessionToken(idc, { account_id: acct.id, duration_seconds: 900 })).body;
-    await gw.db.sql`update iam_credentials set expires_at = now() - interval '1 minute' where access_key_id = ${c.access_key_id}`;
+    const kept = (await sessionToken(idc, { account_id: acct.id, duration_seconds: 3600 })).body;
     const schedules = await gw.db.sql`select name, cron from pgboss.schedule where name = ${CLEANUP_JOB}`;
     expect(schedules).toEqual([{ name: CLEANUP_JOB, cron: '0 * * * *' }]);
-    const deleted = await gw.services.iam.cleanupExpired();
+    await gw.services.iam.sessions.cleanupExpired(); // earlier tests' expired sessions
+    clock.advance(899_000);
+    expect(await gw.services.iam.sessions.cleanupExpired()).toBe(0);
+    clock.advance(1_000);
+    const deleted = await gw.services.iam.sessions.cleanupExpired();
     expect(deleted).toBeGreaterThanOrEqual(1);
     expect(await gw.db.sql`select 1 from iam_credentials where access_key_id = ${c.access_key_id}`).toHaveLength(0);
-    expect((await gw.db.sql`select 1 from iam_credentials where kind = 'temporary' and expires_at <= now()`)).toHaveLength(0);
+    expect(await gw.db.sql`select 1 from iam_credentials where kind = 'temporary' and expires_at <= ${clock.now()}`).toHaveLength(0);
+    expect((await gw.http.get('/iam/v1/whoami', { headers: svcHeaders(kept) })).status).toBe(200);
     // the durable job itself (as the scheduler would queue it) does the same
-    const d = (await sessionToken(idc, { account_id: acct.id, duration_seconds: 900 })).body;
-    await gw.db.sql`update iam_credentials set expires_at = now() - interval '1 minute' where access_key_id = ${d.access_key_id}`;
+    clock.advance(2700_000);
     await gw.gw.jobs.send(CLEANUP_JOB, {});
-    await waitFor(async () => (await gw.db.sql`select 1 from iam_credentials where access_key_id = ${d.access_key_id}`).length === 0, 20_000, 'cleanup job');
-    expect(expectProblem(await gw.http.get('/iam/v1/whoami', { headers: svcHeaders(d) }), 401).detail).toMatch(/not found/);
+    await waitFor(async () => (await gw.db.sql`select 1 from iam_credentials where access_key_id = ${kept.access_key_id}`).length === 0, 20_000, 'cleanup job');
+    expect(expectProblem(await gw.http.get('/iam/v1/whoami', { headers: svcHeaders(kept) }), 401).detail).toMatch(/not found/);
   });
 });

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { expectProblem, startTestGateway, type TestGateway } from '../helpers/gateway.js';
+import { staticCredentialKind } from '../../src/iam/credentials.js';
 import { idcUser, svc, svcHeaders, userWithCredential } from './helpers.js';
 
 let gw: TestGateway;
@@ -108,8 +109,10 @@ describe('SVC authentication (spec error table, 401 rows for static keys)', () =
   it('the hot path is served from the node cache (no database read per request)', async () => {
     const { credential } = await userWithCredential(gw, acct, 'svc-erin', ['viewer']);
     expect((await gw.http.get('/iam/v1/whoami', { headers: svcHeaders(credential) })).status).toBe(200);
-    // a change behind the service's back (no invalidation) is not seen: the row is not read again
-    await gw.db.sql`update iam_credentials set status = 'INACTIVE' where id = ${credential.id}`;
+    // the machine switches it off behind the service's back (no invalidation): the projected row
+    // says INACTIVE, yet the node still answers from its cache, so it does not read the row again
+    await gw.gw.actors.send(staticCredentialKind, credential.id, { type: 'DEACTIVATE', at: gw.gw.clock.now().toISOString() });
+    expect((await gw.db.sql`select status from iam_credentials where id = ${credential.id}`)[0].status).toBe('INACTIVE');
     for (let i = 0; i < 5; i++) expect((await gw.http.get('/iam/v1/whoami', { headers: svcHeaders(credential) })).status).toBe(200);
     await gw.services.iam.cache.invalidate([`cred:${credential.access_key_id}`], { wait: true });
     expect(expectProblem(await gw.http.get('/iam/v1/whoami', { headers: svcHeaders(credential) }), 401).detail).toMatch(/inactive/);

@@ -9,8 +9,12 @@ export interface RouteAuth {
   roles: readonly string[];
   capability?: string;
 }
+/** A route admitted by a named route scheme instead of the role check (e.g. IAM's STS: idc-* JWTs only). */
+export interface SchemeAccess {
+  scheme: string;
+}
 /** `public`: no authentication by the hook (the route may authenticate itself, e.g. devices). */
-export type RouteAccess = RouteAuth | 'public';
+export type RouteAccess = RouteAuth | SchemeAccess | 'public';
 
 declare module 'fastify' {
   interface FastifyContextConfig {
@@ -23,6 +27,8 @@ declare module 'fastify' {
 
 /** `Authorization: <scheme> <credentials>` handler, e.g. IAM's `SVC`. Throws 401 problems. */
 export type SchemeHandler = (credentials: string, request: FastifyRequest) => Promise<Principal>;
+/** Authenticates a request for routes declaring `{ scheme }`; throws 4xx problems. Their handlers authorize. */
+export type RouteScheme = (request: FastifyRequest) => Promise<Principal>;
 /** Runs after authentication: completes or checks the principal (account existence, idc assignment). */
 export type PrincipalResolver = (principal: Principal, request: FastifyRequest) => Promise<Principal>;
 /** An authorization layer after the role check (SCP deny, capability); throws a 403 problem. */
@@ -37,6 +43,7 @@ export interface AuthzLayer {
  */
 export class Auth {
   private readonly schemes = new Map<string, SchemeHandler>();
+  private readonly routeSchemes = new Map<string, RouteScheme>();
   private readonly resolvers: PrincipalResolver[] = [];
   private readonly layers: AuthzLayer[] = [];
 
@@ -46,6 +53,9 @@ export class Auth {
 
   registerScheme(name: string, handler: SchemeHandler): void {
     this.schemes.set(name.toLowerCase(), handler);
+  }
+  registerRouteScheme(name: string, scheme: RouteScheme): void {
+    this.routeSchemes.set(name, scheme);
   }
   addResolver(resolver: PrincipalResolver): void {
     this.resolvers.push(resolver);
@@ -85,11 +95,17 @@ export class Auth {
     app.addHook('onRoute', (route) => {
       const url = route.url ?? route.path;
       if (url.startsWith('/docs')) return;
-      if (!route.config?.auth) throw new Error(`route ${route.method} ${url} declares no config.auth (RouteAuth or 'public')`);
+      const auth = route.config?.auth;
+      if (!auth) throw new Error(`route ${route.method} ${url} declares no config.auth (RouteAuth, { scheme } or 'public')`);
+      if (typeof auth === 'object' && 'scheme' in auth && !this.routeSchemes.has(auth.scheme)) throw new Error(`route ${route.method} ${url}: no route scheme ${auth.scheme} is registered`);
     });
     app.addHook('onRequest', async (request) => {
       const access = request.routeOptions.config?.auth;
       if (!access || access === 'public') return;
+      if ('scheme' in access) {
+        request.principal = await this.routeSchemes.get(access.scheme)!(request);
+        return;
+      }
       const principal = await this.authenticate(request);
       if (!principal) throw unauthorized('missing Authorization header (Bearer <JWT> or SVC <base64 access_key_id:secret_key>)');
       request.principal = principal;

@@ -6,6 +6,7 @@ import type { Principal } from '../http/auth/principal.js';
 import type { Logger } from '../log.js';
 import { iso } from '../lib/encoding.js';
 import { conflict, invalid, notFound, refused, unprocessable } from '../lib/errors.js';
+import { findRefusedText } from '../lib/text.js';
 import type { IamCache } from './cache.js';
 import { evaluateScps, normalizeScpDocument, type AttachedScp, type ScpDocument } from './policy.js';
 import * as repo from './repo.js';
@@ -44,6 +45,9 @@ export class Scps {
       } catch (err) {
         throw invalid(`document is not valid JSON: ${(err as Error).message}`);
       }
+      // the body guard saw only a string: its escapes may decode to text Postgres cannot store
+      const refused = findRefusedText(raw, 'body.document');
+      if (refused) throw invalid(refused);
     }
     const parsed = scpDocumentSchema.safeParse(normalizeScpDocument(raw));
     if (!parsed.success) throw invalid(`document is not a valid SCP: ${formatIssues(parsed.error)}`, { type: 'invalid-scp' });

@@ -114,6 +114,10 @@ describe('SCP administration (platform admins)', () => {
     expect(await bad({ Version: '2012-10-17', Statement: [{ Effect: 'Maybe', Action: ['a:b:c'], Resource: '*' }] })).toMatch(/Effect/);
     expect(await bad({ Version: '2012-10-17', Statement: [{ Effect: 'Deny', Action: ['no spaces'], Resource: '*' }] })).toMatch(/Action/);
     expect(await bad(42)).toMatch(/document/);
+    // a document sent as JSON text: its escapes decode to text Postgres cannot store (was a 500)
+    const sid = (text: string) => `{"Version":"2012-10-17","Statement":[{"Sid":"${text}","Effect":"Deny","Action":"a:b:c","Resource":"*"}]}`;
+    expect(await bad(sid('\\u0000'))).toMatch(/body\.document\.Statement\.0\.Sid: contains a NUL character/);
+    expect(await bad(sid('\\ud800'))).toMatch(/body\.document\.Statement\.0\.Sid: .*surrogate/);
     expectProblem(await gw.http.post('/platform/v1/scps', { document: denyDoc('a:b:c') }, { token: platform }), 400);
   });
 

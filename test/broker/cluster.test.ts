@@ -1,7 +1,6 @@
 import type { ChildProcess } from 'node:child_process';
 import crypto from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Redis } from 'ioredis';
 import WebSocket from 'ws';
 import { freePort } from '../../src/db/embedded.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
@@ -11,21 +10,11 @@ import { enrollDevice, createClaimGroup, revokeDevice } from '../helpers/devices
 import { waitFor } from '../helpers/wait.js';
 import { spawnGateway } from '../helpers/process.js';
 import { closed, connectDevice, tlsOutcome } from './fixtures.js';
+import { REDIS_URL, redisReachable } from '../helpers/redis.js';
 
 // Two gateway processes on one Postgres and one Redis (cluster mode).
-const REDIS = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+const REDIS = REDIS_URL;
 
-async function redisReachable(): Promise<boolean> {
-  const r = new Redis(REDIS, { lazyConnect: true, connectTimeout: 1000, maxRetriesPerRequest: 0, retryStrategy: () => null });
-  try {
-    await r.connect();
-    return (await r.ping()) === 'PONG';
-  } catch {
-    return false;
-  } finally {
-    r.disconnect();
-  }
-}
 
 const reachable = await redisReachable();
 if (!reachable) console.warn(`cluster test skipped: Redis at ${REDIS} is not reachable`);

@@ -3,7 +3,6 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Redis } from 'ioredis';
 import { freePort } from '../../src/db/embedded.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 import { expectProblem, HttpClient, type TestGateway } from '../helpers/gateway.js';
@@ -12,26 +11,16 @@ import { createClaimGroup, enrollDevice, revokeDevice } from '../helpers/devices
 import { spawnGateway } from '../helpers/process.js';
 import { waitFor } from '../helpers/wait.js';
 import { closed, connectDevice, tlsOutcome } from '../broker/fixtures.js';
+import { REDIS_URL, redisReachable } from '../helpers/redis.js';
 
 // The compose topology without Docker: Debian's haproxy running docs/haproxy.cfg (its addresses
 // set through the same environment variables compose leaves at their defaults) in front of two
 // gateway processes sharing one Postgres database, one Redis and one PKI folder.
-const REDIS = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+const REDIS = REDIS_URL;
 const HAPROXY = [...(process.env.PATH ?? '').split(':'), '/usr/sbin', '/usr/local/sbin']
   .map((dir) => path.join(dir, 'haproxy'))
   .find((file) => fs.existsSync(file));
 
-async function redisReachable(): Promise<boolean> {
-  const r = new Redis(REDIS, { lazyConnect: true, connectTimeout: 1000, maxRetriesPerRequest: 0, retryStrategy: () => null });
-  try {
-    await r.connect();
-    return (await r.ping()) === 'PONG';
-  } catch {
-    return false;
-  } finally {
-    r.disconnect();
-  }
-}
 
 const skipReason = !HAPROXY ? 'haproxy is not installed (apt-get install haproxy)' : !(await redisReachable()) ? `Redis at ${REDIS} is not reachable` : undefined;
 if (skipReason) console.warn(`deploy topology test skipped: ${skipReason}`);

@@ -1,5 +1,4 @@
 import crypto from 'node:crypto';
-import { Redis } from 'ioredis';
 import { SignJWT, generateKeyPair } from 'jose';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { expectProblem, startTestGateway, type HttpResponse, type TestGateway } from '../helpers/gateway.js';
@@ -7,26 +6,16 @@ import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { createClaimGroup } from '../helpers/devices.js';
 import { svc, userWithCredential } from '../iam/helpers.js';
 import { waitFor } from '../helpers/wait.js';
+import { REDIS_URL, redisReachable } from '../helpers/redis.js';
 
 // Limits on failed authentications (AUTH_FAILURE_LIMIT=10 per 60 s). Nodes a and b form a cluster
 // on one Redis behind a trusted proxy (127.0.0.1), so each test speaks from addresses of its own
 // through X-Forwarded-For; node c trusts no proxy and counts in memory. Failures alternate between
 // a and b: only counting shared in Redis reaches the limit. The node that counts the limit-th
 // failure blocks at once; the other learns of the block by cluster broadcast (so: waitFor).
-const REDIS = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+const REDIS = REDIS_URL;
 const LIMIT = 10;
 
-async function redisReachable(): Promise<boolean> {
-  const r = new Redis(REDIS, { lazyConnect: true, connectTimeout: 1000, maxRetriesPerRequest: 0, retryStrategy: () => null });
-  try {
-    await r.connect();
-    return (await r.ping()) === 'PONG';
-  } catch {
-    return false;
-  } finally {
-    r.disconnect();
-  }
-}
 const reachable = await redisReachable();
 if (!reachable) console.warn(`authentication-failure cluster tests skipped: Redis at ${REDIS} is not reachable`);
 

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import path from 'node:path';
+import { isAddressOrCidr } from './http/trustedProxies.js';
 
 const bool = z
   .enum(['true', 'false', '1', '0', 'yes', 'no', 'on', 'off'])
@@ -19,6 +20,7 @@ export const configSchema = z.object({
   NODE_ID: z.string().min(1).optional().describe('Name of this gateway node (default: hostname-pid)'),
   HTTP_HOST: z.string().default('0.0.0.0'),
   HTTP_PORT: port.default(8080),
+  HTTPS_PORT: port.optional().describe('mutual-TLS listener for devices (/ddi with their certificates); unset = off'),
   MQTT_HOST: z.string().default('0.0.0.0'),
   MQTT_PORT: port.default(8883),
   MQTT_PUBLIC_HOST: z.string().default('localhost'),
@@ -34,6 +36,10 @@ export const configSchema = z.object({
   OIDC_ISSUERS: csv.default([]),
   OIDC_AUDIENCE: z.string().optional(),
   DEV_ISSUER: bool.optional(),
+  TRUSTED_PROXIES: csv
+    .default([])
+    .refine((list) => list.every(isAddressOrCidr), 'each entry must be an IP address or a CIDR (10.0.0.5, 10.0.0.0/8, fd00::/8)')
+    .describe('reverse proxies whose X-Forwarded-* headers are believed'),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   LOG_PRETTY: bool.optional(),
   BODY_LIMIT_BYTES: positiveInt.default(1024 * 1024),
@@ -41,7 +47,7 @@ export const configSchema = z.object({
   ENROLLMENT_TOKEN_TTL: positiveInt.default(24 * 3600).describe('seconds'),
   DEVICE_CERT_DAYS: positiveInt.default(365),
   CRL_REFRESH_SECONDS: positiveInt.default(60),
-  INTERNAL_CIDRS: csv.default(['127.0.0.0/8', '::1/128', '10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16', 'fc00::/7']),
+  INTERNAL_API_SECRET: z.string().min(32, 'at least 32 characters').optional().describe('shared secret of internal endpoints (X-Internal-Secret); unset = they answer only this gateway'),
   NOTIFY_AUTHZ_URL: url.optional(),
   SMTP_URL: z.string().optional(),
   MAIL_FROM: z.string().default('Device Gateway <gateway@localhost>'),

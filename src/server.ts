@@ -14,6 +14,7 @@ import { JwtVerifier } from './http/auth/jwt.js';
 import { Auth } from './http/auth/plugin.js';
 import { createMetrics } from './http/metrics.js';
 import { buildHttp } from './http/app.js';
+import { startHttpsListener, type HttpsListener } from './http/httpsListener.js';
 import type { DomainModule, Gateway, Services, ZodApp } from './gateway.js';
 import { systemClock, type Clock } from './lib/clock.js';
 import type { FaultHook } from './lib/faults.js';
@@ -26,6 +27,8 @@ export interface RunningGateway {
   services: Services;
   app: ZodApp;
   httpUrl: string;
+  /** the devices' mutual-TLS listener (HTTPS_PORT set) */
+  httpsPort?: number;
   mqttPort?: number;
   databaseUrl: string;
   stop(): Promise<void>;
@@ -79,7 +82,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       crlUrl: `${config.PUBLIC_BASE_URL}/api/v1/certificates/crl`,
     });
     const devIssuer = config.DEV_ISSUER ? await DevIssuer.load(sql, config.PUBLIC_BASE_URL) : undefined;
-    const auth = new Auth(new JwtVerifier(config.OIDC_ISSUERS, devIssuer, config.OIDC_AUDIENCE));
+    const auth = new Auth(new JwtVerifier(config.OIDC_ISSUERS, devIssuer, config.OIDC_AUDIENCE), { internalSecret: config.INTERNAL_API_SECRET });
     const jobs = new Jobs(databaseUrl, log.child({ component: 'jobs' }));
     const gw: Gateway = { config, log, sql, databaseUrl, cluster, bus, actors, clock: options.clock ?? systemClock, faults: options.faults, jobs, pki, auth, devIssuer, metrics: createMetrics() };
 
@@ -89,7 +92,9 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     // (broker) in reverse, then the jobs, then cluster, database and embedded Postgres.
     const started: DomainModule[] = [];
     let jobsStarted = false;
+    let httpsListener: HttpsListener | undefined;
     cleanups.push(async () => {
+      await httpsListener?.close();
       await app.close();
       for (const d of started.reverse()) await d.stop!(gw, servicesOf(d, services)).catch((err) => log.error({ err, domain: d.name }, 'domain stop failed'));
       if (jobsStarted) await jobs.stop();
@@ -97,6 +102,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     await app.listen({ host: config.HTTP_HOST, port: config.HTTP_PORT });
     const { port } = app.server.address() as AddressInfo;
     gw.httpUrl = `http://127.0.0.1:${port}`;
+    if (config.HTTPS_PORT !== undefined) httpsListener = await startHttpsListener(gw, app, services.crl);
     if (config.JOBS) {
       await jobs.start();
       jobsStarted = true;
@@ -106,7 +112,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       await d.start(gw, servicesOf(d, services));
       if (d.stop) started.push(d);
     }
-    return { gw, services, app, httpUrl: gw.httpUrl, mqttPort: services.mqttEndpoint.port, databaseUrl, stop: stopAll };
+    return { gw, services, app, httpUrl: gw.httpUrl, httpsPort: httpsListener?.port, mqttPort: services.mqttEndpoint.port, databaseUrl, stop: stopAll };
   } catch (err) {
     await stopAll();
     throw err;

@@ -10,6 +10,7 @@ import { claimGroupStatus, thingKind } from './kinds.js';
 import type { ClaimGroupContext } from '../../machines/claimGroup.js';
 import { parseDescriptor, type ModelService } from './models.js';
 import { safeEqual, sha256 } from '../lib/encoding.js';
+import { isoNow } from '../lib/clock.js';
 import type { Sealer } from './secrets.js';
 import type { EnrollBody, EnrollmentResponse } from './schemas.js';
 import { ClaimBatcher } from './claimBatch.js';
@@ -68,8 +69,10 @@ export class EnrollmentService {
     const issued = await this.issue(thing.id, csr);
     return this.gw.actors.run(async (uow) => {
       if (!(await repo.consumeToken(uow.sql, thing.id))) throw refused('enrollment token was already used or has expired');
+      // the REGISTERED thing enrolls; its machine refuses a revoked one
+      const enrolled = await uow.trySend(thingKind, thing.id, { type: 'ENROLL', at: isoNow(this.gw.clock), method: 'enrollment_token' });
+      if ('refused' in enrolled) throw refused('this thing was revoked');
       await repo.insertCertificate(uow.sql, { thingId: thing.id, ...this.certificateRow(issued) });
-      await this.birth(uow, thing, 'enrollment_token');
       return this.response(thing.id, issued);
     });
   }

@@ -65,7 +65,7 @@ function peerCertificate(request: FastifyRequest): Buffer | undefined {
   const peer = socket.getPeerCertificate();
   if (!peer?.raw) return undefined;
   if (!socket.authorized) {
-    if (socket.authorizationError?.toString() === 'CERT_REVOKED') throw refused('client certificate is revoked');
+    if (socket.authorizationError?.toString() === 'CERT_REVOKED') throw refused('client certificate is revoked (on the device CA CRL)');
     throw unauthenticated(`client certificate refused: ${socket.authorizationError}`);
   }
   return peer.raw;

@@ -1,4 +1,4 @@
-import { createActor } from 'xstate';
+import { createActor, type AnyMachineSnapshot, type AnyStateMachine } from 'xstate';
 import { describe, expect, it } from 'vitest';
 import { thingMachine, type ThingInput } from '../../machines/thing.js';
 import { licenseMachine, type LicenseInput } from '../../machines/license.js';
@@ -6,12 +6,13 @@ import { licenseMachine, type LicenseInput } from '../../machines/license.js';
 const T0 = '2026-11-23T10:00:00.000Z';
 const later = (ms: number) => new Date(Date.parse(T0) + ms).toISOString();
 
-function run<M extends typeof thingMachine | typeof licenseMachine>(machine: M, input: M extends typeof thingMachine ? ThingInput : LicenseInput) {
+/** Starts an actor of the machine, collecting what it emits. */
+function run(machine: AnyStateMachine, input: ThingInput | LicenseInput) {
   const emitted: { type: string }[] = [];
-  const actor = createActor(machine as typeof thingMachine, { input: input as ThingInput });
-  actor.on('*', (e) => emitted.push(e));
+  const actor = createActor(machine, { input });
+  actor.on('*', (e: { type: string }) => emitted.push(e));
   actor.start();
-  return { actor, emitted };
+  return { actor: actor as unknown as { getSnapshot(): AnyMachineSnapshot; send(e: { type: string; [k: string]: unknown }): void }, emitted };
 }
 
 describe('thing machine', () => {

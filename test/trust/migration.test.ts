@@ -2,7 +2,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { createActor, type AnyMachineSnapshot } from 'xstate';
+import { createActor, type AnyMachineSnapshot, type AnyStateMachine } from 'xstate';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { migrate } from '../../src/db/migrate.js';
 import { thingMachine } from '../../machines/thing.js';
@@ -26,8 +26,8 @@ afterAll(async () => {
 const copy = (filter: (f: string) => boolean) => {
   for (const f of fs.readdirSync(SOURCE).filter(filter)) fs.copyFileSync(path.join(SOURCE, f), path.join(dir, f));
 };
-const restore = (machine: typeof thingMachine | typeof licenseMachine, snapshot: unknown) =>
-  createActor(machine as typeof thingMachine, { snapshot: snapshot as AnyMachineSnapshot }).getSnapshot();
+const restore = (machine: AnyStateMachine, snapshot: unknown): AnyMachineSnapshot =>
+  createActor(machine, { snapshot: snapshot as AnyMachineSnapshot }).getSnapshot() as AnyMachineSnapshot;
 
 describe('migration 0104_trust_actors', () => {
   it('creates the missing thing and license actors from their rows; existing actors are left alone', async () => {

@@ -9,10 +9,10 @@ import { isoNow } from '../lib/clock.js';
 import { repo, type LicenseRow, type LicenseStatus, type ThingRow } from './repo.js';
 import { licenseKind, thingKind } from './kinds.js';
 import { sha256 } from '../lib/encoding.js';
+import { isUuid } from '../http/auth/principal.js';
 import type { LicenseInput } from '../../machines/license.js';
 
 const LICENSE_AUDIENCE = 'device-license';
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 export interface GrantedLicense { licenseId: string; license: string; expiresAt: string }
 export interface PendingLicense { licenseId: string; status: 'pending' }
@@ -64,7 +64,7 @@ export class DdiService {
     if (!ok) throw unauthenticated('client certificate is not issued by the device CA or is not valid now');
     const thingId = cert.subject.startsWith('CN=') ? cert.subject.slice(3) : '';
     const stored = await repo.certificate(this.gw.sql, cert.serialNumber.toLowerCase());
-    if (!UUID.test(thingId) || !stored || stored.thing_id !== thingId.toLowerCase()) throw unauthenticated('client certificate is not known');
+    if (!isUuid(thingId) || !stored || stored.thing_id !== thingId.toLowerCase()) throw unauthenticated('client certificate is not known');
     if (stored.revoked) throw refused('client certificate is revoked');
     return stored.thing_id;
   }

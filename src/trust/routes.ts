@@ -33,6 +33,7 @@ export function deviceAuthenticators(gw: Gateway, ddi: DdiService): Record<'devi
   return {
     'device-token': {
       describe: 'Authorization: TargetToken <enrollment token>',
+      openapi: { type: 'apiKey', in: 'header', name: 'Authorization', description: 'TargetToken <enrollment token> (token flow, until the token expires)' },
       async authenticate(request) {
         const [scheme, token] = (request.headers.authorization ?? '').split(/\s+/, 2);
         if (scheme?.toLowerCase() !== 'targettoken') return undefined;
@@ -42,6 +43,7 @@ export function deviceAuthenticators(gw: Gateway, ddi: DdiService): Record<'devi
     },
     'device-cert': {
       describe: `mutual TLS with the device certificate${gw.config.HTTPS_PORT !== undefined ? ` (port ${gw.config.HTTPS_PORT})` : ''}`,
+      openapi: { type: 'mutualTLS', description: 'the device certificate: on the HTTPS_PORT listener, or forwarded by a TRUSTED_PROXIES proxy as X-SSL-Client-Cert' },
       async authenticate(request) {
         const peer = peerCertificate(request);
         if (peer) return devicePrincipal(await ddi.thingOfCertificate(peer), 'client-certificate');
@@ -73,8 +75,6 @@ function peerCertificate(request: FastifyRequest): Buffer | undefined {
 
 /** Device trust routes: tenant plane (/api/v1), device plane (/ddi/v1), public PKI endpoints. */
 export async function trustRoutes(app: ZodApp, gw: Gateway, s: TrustServices): Promise<void> {
-  for (const [name, authenticator] of Object.entries(deviceAuthenticators(gw, s.ddi))) gw.auth.registerAuthenticator(name, authenticator);
-
   // --- models (provisioning part)
   app.post('/api/v1/models', {
     config: { auth: { action: 'factory:Model:Create', roles: WRITE } },

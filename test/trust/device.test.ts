@@ -150,6 +150,17 @@ describe('device plane', () => {
 
 });
 
+describe('OpenAPI', () => {
+  it('documents the device and internal routes with their own credentials', async () => {
+    const doc = (await gw.http.get('/docs/json')).body;
+    expect(doc.paths['/ddi/v1/{thingId}/device/status'].get.security).toEqual([{ 'device-token': [] }, { 'device-cert': [] }]);
+    expect(doc.paths['/ddi/v1/authn/emqx'].post.security).toEqual([{ internal: [] }]);
+    expect(doc.paths['/internal/notifications/authorize'].post.security).toEqual([{ internal: [] }]);
+    expect(doc.components.securitySchemes).toMatchObject({ 'device-cert': { type: 'mutualTLS' }, internal: { type: 'apiKey', name: 'X-Internal-Secret' } });
+    expect(doc.paths['/api/v1/things'].post.security).toBeUndefined();
+  });
+});
+
 describe('internal endpoints: the shared secret, not the caller\'s address', () => {
   const ids = { clientid: 'a', username: 'a', cert_cn: 'a' };
   const authz = { action: 'notifications:Send', publisher: { sub: 'x', realm: 'platform', realmKind: 'platform', accountId: null, roles: ['notification-publisher'] }, scope: 'user', subscriberId: 'u', template: 't/t', categoryId: 'general', severity: 'info', channel: ['in_app'] };

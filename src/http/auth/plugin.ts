@@ -41,6 +41,8 @@ export type SchemeHandler = (credentials: string, request: FastifyRequest) => Pr
 export interface RequestAuthenticator {
   /** how to present the credential, for the 401 detail */
   describe: string;
+  /** its OpenAPI security scheme (components.securitySchemes, under the authenticator's name) */
+  openapi: Record<string, unknown>;
   authenticate(request: FastifyRequest): Promise<Principal | undefined>;
 }
 /** Runs after authentication: completes or checks the principal (account existence, idc assignment). */
@@ -75,6 +77,7 @@ export class Auth {
     const configured = options.internalSecret !== undefined;
     this.registerAuthenticator('internal', {
       describe: 'X-Internal-Secret: <INTERNAL_API_SECRET>',
+      openapi: { type: 'apiKey', in: 'header', name: 'X-Internal-Secret', description: 'INTERNAL_API_SECRET (internal callers: the broker, the notification authorization call)' },
       authenticate: async (request) => {
         const presented = request.headers['x-internal-secret'];
         const ok = typeof presented === 'string' && hashMatches(presented, this.internalSecretHash);
@@ -89,6 +92,11 @@ export class Auth {
   /** A request authenticator that routes name in `{ schemes: [...] }` (e.g. the trust domain's device credentials). */
   registerAuthenticator(name: string, authenticator: RequestAuthenticator): void {
     this.authenticators.set(name, authenticator);
+  }
+
+  /** The request authenticators as OpenAPI security schemes (register them before the app is built). */
+  securitySchemes(): Record<string, Record<string, unknown>> {
+    return Object.fromEntries([...this.authenticators].map(([name, a]) => [name, a.openapi]));
   }
 
   /** The first scheme that recognises the caller; 401 naming every scheme when none does. */
@@ -145,6 +153,8 @@ export class Auth {
       if (!access) throw new Error(`route ${route.method} ${url} declares no config.auth (RouteAuth, { schemes } or 'public')`);
       const unknown = typeof access === 'object' && 'schemes' in access ? access.schemes.filter((s) => !this.authenticators.has(s)) : [];
       if (unknown.length) throw new Error(`route ${route.method} ${url} names unregistered authentication schemes: ${unknown.join(', ')}`);
+      // the OpenAPI document shows these routes' own credentials instead of the default bearer/SVC
+      if (typeof access === 'object' && 'schemes' in access) route.schema = { ...route.schema, security: access.schemes.map((s) => ({ [s]: [] })) };
     });
     app.addHook('onRequest', async (request) => {
       const access = request.routeOptions.config?.auth;

@@ -14,7 +14,8 @@ export interface HttpsListener {
  * Fastify app's router). Server certificate: the broker's, from the PKI. A client certificate is
  * optional (enrollment and the token flow need none) and checked against the device CA and the
  * CRL, but never rejected at the handshake: the auth hook answers a bad one with a problem
- * (401/403) instead of a TLS alert. The CRL is reloaded on every `pki.crl-changed`, as the broker's.
+ * (401/403) instead of a TLS alert. The CRL is reloaded on every `pki.crl-changed` and every
+ * CRL_REFRESH_SECONDS (the root's CRL is re-signed daily), as the broker's.
  */
 export async function startHttpsListener(gw: Gateway, app: ZodApp, crl: CrlSource): Promise<HttpsListener> {
   const { config, pki, log } = gw;
@@ -34,6 +35,7 @@ export async function startHttpsListener(gw: Gateway, app: ZodApp, crl: CrlSourc
     }
   };
   const unsubscribe = rootCrl ? gw.cluster.on(crl.changedTopic, () => reload()) : () => {};
+  const timer = rootCrl ? setInterval(() => void reload(), config.CRL_REFRESH_SECONDS * 1000).unref() : undefined;
   if (!rootCrl) log.warn('no root CA key in CERTS_DIR: the HTTPS listener checks revocation in the auth hook only');
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
@@ -43,6 +45,7 @@ export async function startHttpsListener(gw: Gateway, app: ZodApp, crl: CrlSourc
     port: (server.address() as AddressInfo).port,
     async close() {
       unsubscribe();
+      clearInterval(timer);
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
         server.closeIdleConnections();

@@ -1,10 +1,12 @@
 import { setup, assign, emit } from 'xstate';
 
 /**
- * Thing lifecycle (spec document 2, "States and transitions"). Born ROLLEDOFF by an enrollment.
- * Revocation (DELETE thing) is orthogonal to the lifecycle state: it marks the thing revoked
- * (its certificate is on the CRL) in whatever state it is, once. Time comes in events (`at`).
- * The factory surface adds its own transitions here (provision saga, handover).
+ * Thing lifecycle (spec document 2, "States and transitions"). A thing registered by the tenant
+ * (POST /api/v1/things) waits in REGISTERED (the spec's "none") until its enrollment token is
+ * used; an enrollment births it in ROLLEDOFF. Revocation (DELETE thing) is orthogonal to the
+ * lifecycle state: it marks the thing revoked (its certificate is on the CRL) in whatever state
+ * it is, once: a second REVOKE is not accepted, which is how callers learn nothing changed.
+ * Time comes in events (`at`). The factory surface adds its own transitions here.
  */
 export interface ThingContext {
   id: string;
@@ -12,14 +14,17 @@ export interface ThingContext {
   manufacturer: string;
   model: string;
   serial: string;
-  enrolledBy: string;
-  enrolledAt: string;
+  /** how it enrolled; absent while REGISTERED */
+  enrolledBy?: string;
+  enrolledAt?: string;
   revokedAt?: string;
 }
 
+/** With `enrolledBy` the thing is born enrolled (ROLLEDOFF); without, REGISTERED. */
 export type ThingInput = Omit<ThingContext, 'revokedAt'>;
 
 export type ThingEvent =
+  | { type: 'ENROLL'; at: string; method: string }
   | { type: 'PROVISION'; at: string }
   | { type: 'FACTORY_HANDOVER'; at: string }
   | { type: 'REVOKE'; at: string; serial: string | null; by: string }
@@ -39,15 +44,11 @@ export const thingMachine = setup({
       | { type: 'thing.revoked'; thingId: string; serial: string | null; by: string }
       | { type: 'thing.joined'; thingId: string; from: string; to: string; at: string },
   },
-  guards: { notRevoked },
+  guards: { notRevoked, enrolled: ({ context }) => context.enrolledBy !== undefined },
 }).createMachine({
   id: 'thing',
   context: ({ input }) => ({ ...input }),
-  initial: 'ROLLEDOFF',
-  entry: emit(({ context }) => ({
-    type: 'thing.enrolled' as const, thingId: context.id, method: context.enrolledBy,
-    manufacturer: context.manufacturer, model: context.model, serial: context.serial,
-  })),
+  initial: 'REGISTERED',
   on: {
     TRANSFER: {
       guard: 'notRevoked',
@@ -65,7 +66,21 @@ export const thingMachine = setup({
     },
   },
   states: {
+    REGISTERED: {
+      always: { guard: 'enrolled', target: 'ROLLEDOFF' },
+      on: {
+        ENROLL: {
+          guard: 'notRevoked',
+          target: 'ROLLEDOFF',
+          actions: assign({ enrolledBy: ({ event }) => event.method, enrolledAt: ({ event }) => event.at }),
+        },
+      },
+    },
     ROLLEDOFF: {
+      entry: emit(({ context }) => ({
+        type: 'thing.enrolled' as const, thingId: context.id, method: context.enrolledBy!,
+        manufacturer: context.manufacturer, model: context.model, serial: context.serial,
+      })),
       on: {
         PROVISION: {
           guard: 'notRevoked',

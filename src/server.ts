@@ -15,6 +15,7 @@ import { JwtVerifier } from './http/auth/jwt.js';
 import { Auth } from './http/auth/plugin.js';
 import { createMetrics } from './http/metrics.js';
 import { buildHttp } from './http/app.js';
+import { startHttpsListener, type HttpsListener } from './http/httpsListener.js';
 import type { DomainModule, Gateway, Services, ZodApp } from './gateway.js';
 import { systemClock, type Clock } from './lib/clock.js';
 import type { FaultHook } from './lib/faults.js';
@@ -27,6 +28,8 @@ export interface RunningGateway {
   services: Services;
   app: ZodApp;
   httpUrl: string;
+  /** the devices' mutual-TLS listener (HTTPS_PORT set) */
+  httpsPort?: number;
   mqttPort?: number;
   databaseUrl: string;
   stop(): Promise<void>;
@@ -99,7 +102,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       rootCrlUrl: `${config.PUBLIC_BASE_URL}/api/v1/certificates/root-crl`,
     });
     const devIssuer = config.DEV_ISSUER ? await DevIssuer.load(sql, config.PUBLIC_BASE_URL) : undefined;
-    const auth = new Auth(new JwtVerifier(config.OIDC_ISSUERS, devIssuer, config.OIDC_AUDIENCE));
+    const auth = new Auth(new JwtVerifier(config.OIDC_ISSUERS, devIssuer, config.OIDC_AUDIENCE), { internalSecret: config.INTERNAL_API_SECRET });
     const jobs = new Jobs(databaseUrl, log.child({ component: 'jobs' }));
     const gw: Gateway = { config, log, sql, databaseUrl, cluster, bus, actors, clock: options.clock ?? systemClock, faults: options.faults, jobs, pki, auth, devIssuer, metrics: createMetrics() };
 
@@ -109,14 +112,16 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     // (broker) in reverse, then the jobs, then cluster, database and embedded Postgres.
     const started: DomainModule[] = [];
     let jobsStarted = false;
+    let httpsListener: HttpsListener | undefined;
     cleanups.push(async () => {
-      await closeHttp(app, config.SHUTDOWN_TIMEOUT_MS, log);
+      await Promise.all([httpsListener?.close(config.SHUTDOWN_TIMEOUT_MS), closeHttp(app, config.SHUTDOWN_TIMEOUT_MS, log)]);
       for (const d of started.reverse()) await d.stop!(gw, servicesOf(d, services)).catch((err) => log.error({ err, domain: d.name }, 'domain stop failed'));
       if (jobsStarted) await jobs.stop();
     });
     await app.listen({ host: config.HTTP_HOST, port: config.HTTP_PORT });
     const { port } = app.server.address() as AddressInfo;
     gw.httpUrl = `http://127.0.0.1:${port}`;
+    if (config.HTTPS_PORT !== undefined) httpsListener = await startHttpsListener(gw, app, services.crl);
     if (config.JOBS) {
       await jobs.start();
       jobsStarted = true;
@@ -126,7 +131,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       await d.start(gw, servicesOf(d, services));
       if (d.stop) started.push(d);
     }
-    return { gw, services, app, httpUrl: gw.httpUrl, mqttPort: services.mqttEndpoint.port, databaseUrl, stop: stopAll };
+    return { gw, services, app, httpUrl: gw.httpUrl, httpsPort: httpsListener?.port, mqttPort: services.mqttEndpoint.port, databaseUrl, stop: stopAll };
   } catch (err) {
     await stopAll();
     throw err;

@@ -89,6 +89,8 @@ export async function buildHttp(gw: Gateway, domains: DomainModule[], services: 
         securitySchemes: {
           bearer: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT', description: 'OIDC access token (Keycloak realm acc-<accountId>, idc-<name> or platform)' },
           svc: { type: 'apiKey', in: 'header', name: 'Authorization', description: 'SVC base64(access_key_id:secret_key); plus X-Session-Token for ASIA keys' },
+          // devices' and internal callers' credentials (routes with `config.auth.schemes`)
+          ...gw.auth.securitySchemes(),
         },
       },
       security: [{ bearer: [] }, { svc: [] }],

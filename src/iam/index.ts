@@ -65,11 +65,15 @@ export const iamDomain = defineDomain({
       return iam.svc.authenticate(credentials, typeof token === 'string' ? token : undefined);
     });
 
-    gw.auth.registerRouteScheme(STS_SCHEME, async (request) => {
-      const principal = await gw.auth.authenticate(request);
-      if (!principal) throw unauthenticated('missing Authorization header (Bearer <JWT> of an idc-* realm)');
-      iam.sessions.requireIdcJwt(principal);
-      return principal;
+    // STS routes: an identity-center user's JWT only (anything else is the spec's 400, before roles)
+    gw.auth.registerAuthenticator(STS_SCHEME, {
+      describe: 'Authorization: Bearer <JWT of an idc-* realm>',
+      openapi: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT', description: 'OIDC access token of an identity-center (idc-*) user' },
+      authenticate: async (request) => {
+        const principal = await gw.auth.authenticate(request);
+        if (principal) iam.sessions.requireIdcJwt(principal);
+        return principal;
+      },
     });
 
     gw.auth.addResolver(async (principal, request) => {

@@ -69,7 +69,7 @@ export async function iamRoutes(app: ZodApp, gw: Gateway, iam: IamServices): Pro
 
   // --- STS: the route scheme admits idc-* bearer JWTs only (others 400) before the body is parsed;
   // the handlers authorize against the account named in the call (roles of its assignment).
-  const sts = { auth: { scheme: s.STS_SCHEME } };
+  const sts = { auth: { schemes: [s.STS_SCHEME] } };
   const stsSecurity = [{ bearer: [] }];
   const authorize = (request: FastifyRequest, p: Principal, action: string) => gw.auth.authorize(p, { action, roles: ACCOUNT_ROLES }, request);
   /** The STS caller, checked against `X-Account-Id` and the account the call names (by default the header itself). */

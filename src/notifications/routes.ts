@@ -1,5 +1,4 @@
 import fs from 'node:fs';
-import net from 'node:net';
 import { z } from 'zod';
 import type { FastifyRequest } from 'fastify';
 import type { Gateway, ZodApp } from '../gateway.js';
@@ -222,18 +221,6 @@ export function feedRoutes(svc: NotificationsService, prefix: string) {
 
 /** Publish, catalogue administration and the default authorization service (under /api/notifications and /internal). */
 export function apiRoutes(svc: NotificationsService, gw: Gateway) {
-  const internal = new net.BlockList();
-  for (const cidr of gw.config.INTERNAL_CIDRS) {
-    const [addr, bits] = cidr.split('/');
-    const type = net.isIPv6(addr) ? 'ipv6' : 'ipv4';
-    if (net.isIP(addr)) internal.addSubnet(addr, Number(bits ?? (type === 'ipv6' ? 128 : 32)), type);
-  }
-  const isInternal = (ip: string | undefined) => {
-    if (!ip) return false;
-    const v4 = ip.startsWith('::ffff:') ? ip.slice(7) : ip;
-    return net.isIPv4(v4) ? internal.check(v4, 'ipv4') : internal.check(ip, 'ipv6');
-  };
-
   return async (app: ZodApp) => {
     const tags = ['notifications'];
     app.post('/api/notifications/publish', {
@@ -281,9 +268,10 @@ export function apiRoutes(svc: NotificationsService, gw: Gateway) {
     });
 
     app.post('/internal/notifications/authorize', {
-      config: { auth: 'public' },
+      // the caller proves itself with the shared secret, not by its address (behind a load balancer every peer is private)
+      config: { auth: { schemes: ['internal'] } },
       schema: {
-        tags: ['internal'], summary: 'Default authorization service for notification sends (NOTIFY_AUTHZ_URL unset); internal networks only',
+        tags: ['internal'], summary: 'Default authorization service for notification sends (NOTIFY_AUTHZ_URL unset); X-Internal-Secret required',
         body: z.object({
           action: z.literal('notifications:Send'),
           publisher: z.object({ sub: z.string(), realm: z.string(), realmKind: z.string(), accountId: z.string().nullable(), roles: z.array(z.string()) }),
@@ -297,7 +285,6 @@ export function apiRoutes(svc: NotificationsService, gw: Gateway) {
         response: { 200: z.object({ allow: z.boolean(), reason: z.string().optional() }) },
       },
     }, async (request) => {
-      if (!isInternal(request.socket.remoteAddress)) throw refused('the authorization endpoint serves internal networks only');
       return svc.defaultDecision(request.body as AuthzRequest);
     });
   };

@@ -163,10 +163,13 @@ export class NotificationsService {
 
   /** The authorization decision over HTTP; unreachable or unusable -> 502, denied -> 403 (fail closed). */
   private async authorize(body: AuthzRequest): Promise<void> {
-    const url = this.gw.config.NOTIFY_AUTHZ_URL ?? `${this.gw.httpUrl}/internal/notifications/authorize`;
+    const external = this.gw.config.NOTIFY_AUTHZ_URL;
+    const url = external ?? `${this.gw.httpUrl}/internal/notifications/authorize`;
+    // our own endpoint wants the internal secret; an external service never sees it
+    const headers: Record<string, string> = { 'content-type': 'application/json', ...(external ? {} : { 'x-internal-secret': this.gw.auth.internalSecret }) };
     let res: Response;
     try {
-      res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal: AbortSignal.timeout(AUTHZ_TIMEOUT_MS) });
+      res = await fetch(url, { method: 'POST', headers, body: JSON.stringify(body), signal: AbortSignal.timeout(AUTHZ_TIMEOUT_MS) });
     } catch (err) {
       this.gw.log.warn({ err: (err as Error).message }, 'notification authorization service unreachable');
       throw upstreamFailed('the authorization service could not be reached; the send is denied (fail closed)');

@@ -1,22 +1,21 @@
 import crypto from 'node:crypto';
-import net from 'node:net';
 import 'reflect-metadata';
 import * as x509 from '@peculiar/x509';
 import { SignJWT, jwtVerify } from 'jose';
-import type { FastifyRequest } from 'fastify';
 import type { Gateway } from '../gateway.js';
+import type { UnitOfWork } from '../actors/store.js';
 import { conflict, notFound, refused, unauthenticated } from '../lib/errors.js';
-import { repo, type LicenseRow, type LicenseStatus } from './repo.js';
-import { thingKind } from './kinds.js';
-import { safeEqual, sha256 } from '../lib/encoding.js';
+import { isoNow } from '../lib/clock.js';
+import { repo, type LicenseRow, type LicenseStatus, type ThingRow } from './repo.js';
+import { licenseKind, thingKind } from './kinds.js';
+import { sha256 } from '../lib/encoding.js';
+import { isUuid } from '../http/auth/principal.js';
+import type { LicenseInput } from '../../machines/license.js';
 
-const LICENSE_DAYS = 30;
 const LICENSE_AUDIENCE = 'device-license';
 
 export interface GrantedLicense { licenseId: string; license: string; expiresAt: string }
 export interface PendingLicense { licenseId: string; status: 'pending' }
-
-const licenseExpiry = (from: Date) => new Date(from.getTime() + LICENSE_DAYS * 86_400_000);
 
 /** A decision as the tenant plane shows it. */
 export function presentLicense(row: LicenseRow) {
@@ -27,62 +26,47 @@ export function presentLicense(row: LicenseRow) {
   };
 }
 
-/** `INTERNAL_CIDRS` as a BlockList (IPv4-mapped IPv6 peers are checked as IPv4). */
-export function internalNetworks(cidrs: string[]): (address: string | undefined) => boolean {
-  const list = new net.BlockList();
-  for (const cidr of cidrs) {
-    const [addr, bits] = cidr.split('/');
-    const type = net.isIPv6(addr) ? 'ipv6' : 'ipv4';
-    list.addSubnet(addr, Number(bits ?? (type === 'ipv6' ? 128 : 32)), type);
-  }
-  return (address) => {
-    if (!address) return false;
-    const v4 = address.startsWith('::ffff:') && net.isIPv4(address.slice(7)) ? address.slice(7) : address;
-    return list.check(v4, net.isIPv6(v4) ? 'ipv6' : 'ipv4');
-  };
+/** Revocation answers the thing's open license request: denied, by whoever revoked it (same unit of work, thing locked first). */
+export async function denyOpenLicenseRequest(uow: UnitOfWork, thingId: string, by: string, at: string): Promise<void> {
+  const pending = await repo.pendingLicenseOf(uow.sql, thingId);
+  if (pending) await uow.trySend(licenseKind, pending, { type: 'DENY', at, by, reason: 'thing revoked' });
 }
 
 /**
- * Device plane after enrollment: who the caller is (enrollment token, or the client certificate
- * a TLS-terminating proxy on the internal network forwards), status, licenses, and the broker's
+ * Device plane after enrollment: who the caller is (enrollment token or client certificate, as
+ * plain values: the HTTP adapter in routes.ts extracts them), status, licenses, and the broker's
  * authentication callback.
  */
 export class DdiService {
-  readonly isInternal: (address: string | undefined) => boolean;
+  constructor(private readonly gw: Gateway) {}
 
-  constructor(private readonly gw: Gateway) {
-    this.isInternal = internalNetworks(gw.config.INTERNAL_CIDRS);
+  /** The thing an enrollment token authenticates (valid until the token's expiry, used or not). */
+  async thingOfToken(token: string): Promise<string> {
+    const thing = await repo.thingByToken(this.gw.sql, sha256(token));
+    if (!thing) throw unauthenticated('enrollment token is not valid');
+    if (!thing.enrollment_token_expires_at || thing.enrollment_token_expires_at.getTime() <= this.gw.clock.now().getTime()) {
+      throw unauthenticated('enrollment token has expired; use mutual TLS');
+    }
+    if (thing.revoked_at) throw refused('this thing was revoked');
+    return thing.id;
   }
 
   /**
-   * `Authorization: TargetToken <enrollment token>` (valid until the token's expiry, used or not),
-   * or `X-SSL-Client-Cert` (URL-encoded PEM, as nginx's `$ssl_client_escaped_cert`) from a proxy
-   * on the internal network: issued by the device CA, CN = thingId, not revoked.
+   * The thing a client certificate (DER, or PEM) authenticates: issued by the device CA, valid now,
+   * CN = thingId, known and not revoked. Checked here even when the TLS layer verified it, so
+   * the direct (mTLS listener) and forwarded (trusted proxy) paths answer the same.
    */
-  async authenticate(request: FastifyRequest, thingId: string): Promise<void> {
-    const header = request.headers.authorization;
-    if (header) {
-      const [scheme, token] = header.split(/\s+/, 2);
-      if (scheme?.toLowerCase() !== 'targettoken' || !token) throw unauthenticated('use Authorization: TargetToken <enrollment token> or mutual TLS');
-      const thing = await repo.thingByToken(this.gw.sql, sha256(token));
-      if (!thing || !safeEqual(Buffer.from(thing.id), Buffer.from(thingId))) throw unauthenticated('enrollment token is not valid for this thing');
-      if (!thing.enrollment_token_expires_at || thing.enrollment_token_expires_at.getTime() <= Date.now()) throw unauthenticated('enrollment token has expired; use mutual TLS');
-      if (thing.revoked_at) throw refused('this thing was revoked');
-      return;
-    }
-    const forwarded = request.headers['x-ssl-client-cert'];
-    if (typeof forwarded === 'string' && this.isInternal(request.socket.remoteAddress)) {
-      let cert: x509.X509Certificate;
-      try { cert = new x509.X509Certificate(decodeURIComponent(forwarded)); } catch { throw unauthenticated('client certificate could not be parsed'); }
-      const ok = cert.issuer === this.gw.pki.deviceCaCert.subject
-        && (await cert.verify({ publicKey: this.gw.pki.deviceCaCert, date: new Date() }).catch(() => false));
-      if (!ok) throw unauthenticated('client certificate is not issued by the device CA');
-      if (cert.subject !== `CN=${thingId}`) throw refused('client certificate belongs to another thing');
-      const stored = await repo.certificate(this.gw.sql, cert.serialNumber.toLowerCase());
-      if (!stored || stored.revoked) throw refused('client certificate is revoked');
-      return;
-    }
-    throw unauthenticated('device authentication required: Authorization: TargetToken <enrollment token>, or mutual TLS');
+  async thingOfCertificate(certificate: Uint8Array | string): Promise<string> {
+    let cert: x509.X509Certificate;
+    try { cert = new x509.X509Certificate(certificate); } catch { throw unauthenticated('client certificate could not be parsed'); }
+    const ok = cert.issuer === this.gw.pki.deviceCaCert.subject
+      && (await cert.verify({ publicKey: this.gw.pki.deviceCaCert, date: this.gw.clock.now() }).catch(() => false));
+    if (!ok) throw unauthenticated('client certificate is not issued by the device CA or is not valid now');
+    const thingId = cert.subject.startsWith('CN=') ? cert.subject.slice(3) : '';
+    const stored = await repo.certificate(this.gw.sql, cert.serialNumber.toLowerCase());
+    if (!isUuid(thingId) || !stored || stored.thing_id !== thingId.toLowerCase()) throw unauthenticated('client certificate is not known');
+    if (stored.revoked) throw refused('client certificate is revoked');
+    return stored.thing_id;
   }
 
   async status(thingId: string) {
@@ -91,21 +75,23 @@ export class DdiService {
     const actor = await this.gw.actors.get(thingKind, thingId);
     const cert = await repo.currentCertificate(this.gw.sql, thingId);
     return {
-      thingId, state: actor?.state ?? null, revoked: !!thing.revoked_at, enrolledAt: thing.enrolled_at?.toISOString() ?? null,
+      // REGISTERED is the spec's "none": no lifecycle state before enrollment
+      thingId, state: !actor || actor.state === 'REGISTERED' ? null : actor.state, revoked: !!thing.revoked_at,
+      enrolledAt: thing.enrolled_at?.toISOString() ?? null,
       certificate: cert ? { serial: cert.serial, notAfter: cert.not_after.toISOString(), revoked: cert.revoked } : null,
     };
   }
 
-  // --- licenses: a JWT (ES256, license key) naming the thing, expiring; every decision is a row
+  // --- licenses: a JWT (ES256, license key) naming the thing, expiring; every decision is a license actor and its row
 
   /**
    * A model with licenseApproval 'manual' makes a request wait for the tenant: one pending row per
    * thing, answered 202 with its id; otherwise the license is granted at once (200).
    */
   async requestLicense(thingId: string, features: string[] = []): Promise<GrantedLicense | PendingLicense> {
-    const thing = await this.licensable(thingId, 'request');
+    const thing = await this.licensable(thingId, 'request', features);
     if (thing.license_approval === 'manual') return { licenseId: await this.pendingRequest(thing, features), status: 'pending' };
-    return this.grant(thingId, 'request', features);
+    return this.grant(thing, 'request', features);
   }
 
   /** Renew stays automatic under 'manual' too: it needs a granted license, so the tenant approved once already. */
@@ -116,13 +102,16 @@ export class DdiService {
         issuer: this.gw.config.PUBLIC_BASE_URL, audience: LICENSE_AUDIENCE, subject: thingId, algorithms: ['ES256', 'RS256'],
       }));
     } catch {
-      await repo.recordLicense(this.gw.sql, { id: crypto.randomUUID(), thingId, kind: 'renew', decision: 'denied', reason: 'license invalid or expired' });
+      const thing = await repo.thing(this.gw.sql, thingId);
+      if (thing) await this.decide(thing, 'renew', [], { decision: 'denied', reason: 'license invalid or expired' });
       throw refused('license is not a valid, unexpired license of this thing; request a new one');
     }
     const previous = await repo.license(this.gw.sql, String(claims.jti));
-    if (!previous || previous.decision !== 'granted' || previous.thing_id !== thingId) throw refused('license is not known');
-    await this.licensable(thingId, 'renew');
-    return this.grant(thingId, 'renew', (claims.features as string[] | undefined) ?? []);
+    // the previous license's machine says whether it is granted and unexpired
+    const renewable = previous && previous.thing_id === thingId && (await this.gw.actors.can(licenseKind, previous.id, { type: 'RENEW', at: isoNow(this.gw.clock) }));
+    if (!renewable) throw refused('license is not known');
+    const thing = await this.licensable(thingId, 'renew', []);
+    return this.grant(thing, 'renew', (claims.features as string[] | undefined) ?? []);
   }
 
   /** GET /ddi/v1/{thingId}/license/{licenseId}: how a device learns the tenant's decision. */
@@ -136,16 +125,30 @@ export class DdiService {
   }
 
   /** The thing, when a license may be issued to it; otherwise the refusal is recorded and 403. */
-  private async licensable(thingId: string, kind: 'request' | 'renew') {
+  private async licensable(thingId: string, kind: 'request' | 'renew', features: string[]) {
     const thing = await repo.thingWithApproval(this.gw.sql, thingId);
     if (!thing) throw notFound(`thing ${thingId} not found`);
     const cert = await repo.currentCertificate(this.gw.sql, thingId);
     const refusal = thing.revoked_at || cert?.revoked ? 'thing revoked' : !cert ? 'thing not enrolled' : undefined;
     if (refusal) {
-      await repo.recordLicense(this.gw.sql, { id: crypto.randomUUID(), thingId, kind, decision: 'denied', reason: refusal });
+      await this.decide(thing, kind, features, { decision: 'denied', reason: refusal });
       throw refused(`license refused: ${refusal}`);
     }
     return thing;
+  }
+
+  /** An automatic decision: its row, and its actor born decided (granted: valid from now). */
+  private async decide(thing: ThingRow, kind: 'request' | 'renew', features: string[], decided: NonNullable<LicenseInput['decided']>) {
+    const id = crypto.randomUUID();
+    const created = await this.gw.actors.run(async (uow) => {
+      await repo.insertDecidedLicense(uow.sql, { id, thingId: thing.id, kind, decision: decided.decision, features });
+      return uow.create(licenseKind, id, this.licenseInput(id, thing, kind, features, decided));
+    });
+    return created.snapshot.context;
+  }
+
+  private licenseInput(id: string, thing: ThingRow, kind: 'request' | 'renew', features: string[], decided?: LicenseInput['decided']): LicenseInput {
+    return { id, thingId: thing.id, accountId: thing.account_id, serial: thing.serial, kind, features, requestedAt: isoNow(this.gw.clock), ...(decided ? { decided } : {}) };
   }
 
   /**
@@ -153,29 +156,26 @@ export class DdiService {
    * same id. A conflicting insert waits for the other inserter; if the row it met was decided
    * before we read it, a new request is due, so insert again.
    */
-  private async pendingRequest(thing: { id: string; account_id: string; serial: string }, features: string[]): Promise<string> {
-    const thingId = thing.id;
+  private async pendingRequest(thing: ThingRow, features: string[]): Promise<string> {
     for (let attempt = 0; attempt < 3; attempt++) {
-      // a new request is announced (event license.requested -> the account's approvers are notified) in its own commit
+      // a new request is announced by its machine (license.requested -> the account's approvers are notified) in its own commit
       const inserted = await this.gw.actors.run(async (uow) => {
-        const id = await repo.insertPendingLicense(uow.sql, { id: crypto.randomUUID(), thingId, features });
-        if (id) await uow.emit('license', id, { type: 'license.requested', licenseId: id, thingId, serial: thing.serial, features }, thing.account_id);
+        const id = await repo.insertPendingLicense(uow.sql, { id: crypto.randomUUID(), thingId: thing.id, features });
+        if (id) await uow.create(licenseKind, id, this.licenseInput(id, thing, 'request', features));
         return id;
       });
       if (inserted) return inserted;
-      const existing = await repo.pendingLicenseOf(this.gw.sql, thingId);
+      const existing = await repo.pendingLicenseOf(this.gw.sql, thing.id);
       if (existing) return existing;
     }
     throw conflict('the license request was decided while it was being repeated; send it again');
   }
 
-  private async grant(thingId: string, kind: 'request' | 'renew', features: string[]): Promise<GrantedLicense> {
-    const id = crypto.randomUUID();
-    const decidedAt = new Date();
-    const expiresAt = licenseExpiry(decidedAt);
-    const license = await this.sign({ id, thing_id: thingId, features, decided_at: decidedAt, expires_at: expiresAt });
-    await repo.recordLicense(this.gw.sql, { id, thingId, kind, decision: 'granted', features, decidedAt, expiresAt });
-    return { licenseId: id, license, expiresAt: expiresAt.toISOString() };
+  private async grant(thing: ThingRow, kind: 'request' | 'renew', features: string[]): Promise<GrantedLicense> {
+    const c = await this.decide(thing, kind, features, { decision: 'granted' });
+    const expiresAt = new Date(c.expiresAt!);
+    const license = await this.sign({ id: c.id, thing_id: thing.id, features, decided_at: new Date(c.decidedAt!), expires_at: expiresAt });
+    return { licenseId: c.id, license, expiresAt: expiresAt.toISOString() };
   }
 
   /**
@@ -200,36 +200,38 @@ export class DdiService {
     return { items, next_cursor: rows.length > q.limit ? items[items.length - 1].licenseId : null };
   }
 
-  /** Grants a pending request; the license's validity counts from this moment. */
+  /**
+   * Grants a pending request; the license's validity counts from this moment. The thing's actor is
+   * locked first (the order revocation takes), so a concurrent revocation is never overtaken.
+   */
   async approveLicense(accountId: string, licenseId: string, by: string) {
-    const current = await this.pendingOfAccount(accountId, licenseId, 'approve');
-    if (current.thing_revoked) throw conflict(`thing ${current.thing_id} is revoked: its license request can only be denied`);
-    const at = new Date();
-    const row = await repo.decideLicense(this.gw.sql, { id: licenseId, decision: 'granted', by, at, expiresAt: licenseExpiry(at) });
-    if (!row) throw await this.decidedMeanwhile(licenseId, 'approve');
-    return presentLicense(row);
+    return this.gw.actors.run(async (uow) => {
+      const row = await this.ofAccount(uow, accountId, licenseId);
+      const thing = await uow.load(thingKind, row.thing_id);
+      const thingRevoked = !thing || thing.snapshot.context.revokedAt !== undefined;
+      const sent = await uow.trySend(licenseKind, licenseId, { type: 'GRANT', at: isoNow(this.gw.clock), by, thingRevoked });
+      if ('refused' in sent) {
+        if (sent.state === 'pending') throw conflict(`thing ${row.thing_id} is revoked: its license request can only be denied`);
+        throw notPending(licenseId, 'approve', sent.state);
+      }
+      return presentLicense((await repo.license(uow.sql, licenseId))!);
+    });
   }
 
   async denyLicense(accountId: string, licenseId: string, by: string, reason?: string) {
-    await this.pendingOfAccount(accountId, licenseId, 'deny');
-    const row = await repo.decideLicense(this.gw.sql, { id: licenseId, decision: 'denied', by, at: new Date(), reason: reason ?? 'denied by the tenant' });
-    if (!row) throw await this.decidedMeanwhile(licenseId, 'deny');
-    return presentLicense(row);
+    return this.gw.actors.run(async (uow) => {
+      await this.ofAccount(uow, accountId, licenseId);
+      const sent = await uow.trySend(licenseKind, licenseId, { type: 'DENY', at: isoNow(this.gw.clock), by, reason: reason ?? 'denied by the tenant' });
+      if ('refused' in sent) throw notPending(licenseId, 'deny', sent.state);
+      return presentLicense((await repo.license(uow.sql, licenseId))!);
+    });
   }
 
-  /** 404 for unknown ids and other accounts' licenses (no existence leak); 409 when already decided. */
-  private async pendingOfAccount(accountId: string, licenseId: string, verb: 'approve' | 'deny') {
-    const row = await repo.licenseWithThing(this.gw.sql, licenseId);
+  /** 404 for unknown ids and other accounts' licenses (no existence leak). */
+  private async ofAccount(uow: UnitOfWork, accountId: string, licenseId: string) {
+    const row = await repo.licenseWithAccount(uow.sql, licenseId);
     if (!row || row.account_id !== accountId) throw notFound(`license ${licenseId} not found`);
-    if (row.decision !== 'pending') throw conflict(`cannot ${verb} license ${licenseId}: it is already ${row.decision}; only pending requests are decided`);
     return row;
-  }
-
-  /** The conditional update matched nothing: another decision won the race, or the thing was revoked meanwhile. */
-  private async decidedMeanwhile(licenseId: string, verb: 'approve' | 'deny') {
-    const row = await repo.license(this.gw.sql, licenseId);
-    if (row && row.decision !== 'pending') return conflict(`cannot ${verb} license ${licenseId}: it is already ${row.decision}; only pending requests are decided`);
-    return conflict(`cannot ${verb} license ${licenseId}: its thing was revoked meanwhile`);
   }
 
   /** The broker's authentication callback: allow when CN = client id = username and its certificate is valid and not revoked. */
@@ -241,3 +243,6 @@ export class DdiService {
     return 'allow';
   }
 }
+
+const notPending = (licenseId: string, verb: 'approve' | 'deny', state: string) =>
+  conflict(`cannot ${verb} license ${licenseId}: it is already ${state}; only pending requests are decided`);

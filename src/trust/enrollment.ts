@@ -86,9 +86,11 @@ export class EnrollmentService {
       }
       // the machine accepted USE meanwhile (it refused a moment ago): sign on the next try
       if (!issued) return conflict('enrollment token changed meanwhile; retry');
+      // the REGISTERED thing enrolls; its machine refuses a revoked one (thrown: nothing commits)
+      const enrolled = await uow.trySend(thingKind, thing.id, { type: 'ENROLL', at, method: 'enrollment_token' });
+      if ('refused' in enrolled) throw refused('this thing was revoked');
       await repo.markEnrolled(uow.sql, thing.id, 'enrollment_token', at);
       await repo.insertCertificate(uow.sql, { thingId: thing.id, ...this.certificateRow(issued) });
-      await this.birth(uow, thing, 'enrollment_token', at);
       return this.response(thing.id, issued);
     });
     if (outcome instanceof Error) throw outcome;

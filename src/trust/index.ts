@@ -3,7 +3,7 @@ import { CrlService } from './crl.js';
 import { DdiService } from './ddi.js';
 import { EnrollmentService } from './enrollment.js';
 import { ModelService } from './models.js';
-import { trustRoutes } from './routes.js';
+import { deviceAuthenticators, trustRoutes } from './routes.js';
 import { resealAll, Sealer } from './secrets.js';
 import { TrustService } from './service.js';
 import { claimGroupKind, enrollmentTokenKind, thingKind } from './kinds.js';
@@ -41,6 +41,8 @@ export const trustDomain = defineDomain({
     const services: TrustServices = { trust, models, crl, enrollment: new EnrollmentService(gw, models, sealer, mqttEndpoint), ddi: new DdiService(gw) };
     byGateway.set(gw, services);
     sealers.set(gw, sealer);
+    // devices authenticate through the auth hook (routes declare { schemes: ['device-token', 'device-cert'] })
+    for (const [name, authenticator] of Object.entries(deviceAuthenticators(gw, services.ddi))) gw.auth.registerAuthenticator(name, authenticator);
     gw.jobs.define('trust.crl-refresh', () => crl.refreshIfOld(), { schedule: '17 * * * *' });
     gw.jobs.define('trust.claim-group-expiry', async () => { await trust.expireClaimGroups(); }, { schedule: '7 * * * *' });
     return { trust, models, enrollment: services.enrollment, crl, thingDirectory: trust };

@@ -3,6 +3,7 @@ import { refused, type DomainError } from '../lib/errors.js';
 import { claimGroupMachine } from '../../machines/claimGroup.js';
 import { enrollmentTokenMachine } from '../../machines/enrollmentToken.js';
 import { thingMachine } from '../../machines/thing.js';
+import { licenseMachine } from '../../machines/license.js';
 
 /** Claim groups: state, consumed count and expiry shown on the `claim_groups` row (the claim query and the TTL sweep read them). */
 export const claimGroupKind: ActorKind<typeof claimGroupMachine> = {
@@ -24,8 +25,27 @@ export const enrollmentTokenKind: ActorKind<typeof enrollmentTokenMachine> = {
   },
 };
 
+/** The thing's owner and revocation are its machine's; the store writes them onto `things`. */
 export const thingKind: ActorKind<typeof thingMachine> = {
   type: 'thing', machine: thingMachine, accountOf: (c) => c.accountId,
+  projection: {
+    table: 'things',
+    columns: ['account_id', 'revoked_at'],
+    project: ({ context }) => ({ account_id: context.accountId, revoked_at: context.revokedAt ?? null }),
+  },
+};
+
+/** A license decision's outcome columns on `device_licenses` (the queue filters on `decision`). */
+export const licenseKind: ActorKind<typeof licenseMachine> = {
+  type: 'license', machine: licenseMachine, accountOf: (c) => c.accountId,
+  projection: {
+    table: 'device_licenses',
+    columns: ['decision', 'decided_at', 'decided_by', 'expires_at', 'reason'],
+    project: ({ context }, state) => ({
+      decision: state, decided_at: context.decidedAt ?? null, decided_by: context.decidedBy ?? null,
+      expires_at: context.expiresAt ?? null, reason: context.reason ?? null,
+    }),
+  },
 };
 
 /** A claim group's status is its machine state: active, capped, expired or revoked. */

@@ -148,12 +148,6 @@ export const repo = {
   async markEnrolled(db: Db, thingId: string, method: string, at: string): Promise<void> {
     await db`update things set enrolled_by = ${method}, enrolled_at = ${at} where id = ${thingId}`;
   },
-  async markThingRevoked(db: Db, thingId: string): Promise<void> {
-    await db`update things set revoked_at = coalesce(revoked_at, now()) where id = ${thingId}`;
-  },
-  async moveThing(db: Db, thingId: string, accountId: string): Promise<void> {
-    await db`update things set account_id = ${accountId} where id = ${thingId}`;
-  },
 
   // --- certificates
   async insertCertificate(db: Db, c: { serial: string; thingId: string; pem: string; sealedKey: Buffer | null; notAfter: Date }): Promise<void> {
@@ -268,14 +262,12 @@ export const repo = {
     return rows.map((r) => r.id);
   },
 
-  // --- licenses
-  /** An automatic decision (decided_by stays null). */
-  async recordLicense(db: Db, l: { id: string; thingId: string; kind: 'request' | 'renew'; decision: 'granted' | 'denied'; reason?: string;
-    features?: string[]; decidedAt?: Date; expiresAt?: Date }): Promise<void> {
+  // --- licenses: the row is inserted with the decision its actor is born in (the store projects the rest)
+  /** An automatic decision's row; its license actor is created next, born decided. */
+  async insertDecidedLicense(db: Db, l: { id: string; thingId: string; kind: 'request' | 'renew'; decision: 'granted' | 'denied'; features: string[] }): Promise<void> {
     await db`
-      insert into device_licenses (id, thing_id, kind, decision, reason, features, decided_at, expires_at)
-      values (${l.id}, ${l.thingId}, ${l.kind}, ${l.decision}, ${l.reason ?? null}, ${db.json((l.features ?? []) as never)},
-        ${l.decidedAt ?? new Date()}, ${l.expiresAt ?? null})`;
+      insert into device_licenses (id, thing_id, kind, decision, features)
+      values (${l.id}, ${l.thingId}, ${l.kind}, ${l.decision}, ${db.json(l.features as never)})`;
   },
   async license(db: Db, id: string): Promise<LicenseRow | undefined> {
     const [row] = await db<LicenseRow[]>`select * from device_licenses where id = ${id}`;
@@ -294,37 +286,11 @@ export const repo = {
     const [row] = await db<{ id: string }[]>`select id from device_licenses where thing_id = ${thingId} and decision = 'pending'`;
     return row?.id;
   },
-  /** A license with its thing's account and whether the thing is revoked (flag or current certificate). */
-  async licenseWithThing(db: Db, id: string): Promise<(LicenseRow & { account_id: string; thing_revoked: boolean }) | undefined> {
-    const [row] = await db<(LicenseRow & { account_id: string; thing_revoked: boolean })[]>`
-      select l.*, t.account_id, (t.revoked_at is not null or coalesce(c.revoked, false)) as thing_revoked
-      from device_licenses l join things t on t.id = l.thing_id
-        left join lateral (select revoked from device_certificates where thing_id = t.id order by created_at desc limit 1) c on true
-      where l.id = ${id}`;
+  /** The license's account is its thing's (a license follows its thing to another account). */
+  async licenseWithAccount(db: Db, id: string): Promise<(LicenseRow & { account_id: string }) | undefined> {
+    const [row] = await db<(LicenseRow & { account_id: string })[]>`
+      select l.*, t.account_id from device_licenses l join things t on t.id = l.thing_id where l.id = ${id}`;
     return row;
-  },
-  /**
-   * Decides a pending request, once: the WHERE makes concurrent deciders serialize on the row and
-   * all but the first update nothing. A grant also needs the thing to be unrevoked at that moment.
-   */
-  async decideLicense(db: Db, d: { id: string; decision: 'granted' | 'denied'; by: string; at: Date; expiresAt?: Date; reason?: string }): Promise<LicenseRow | undefined> {
-    const live = d.decision === 'granted'
-      ? db`exists (select 1 from things t where t.id = device_licenses.thing_id and t.revoked_at is null)`
-      : db`true`;
-    const [row] = await db<LicenseRow[]>`
-      update device_licenses set decision = ${d.decision}, decided_by = ${d.by}, decided_at = ${d.at},
-        expires_at = ${d.expiresAt ?? null}, reason = ${d.reason ?? null}
-      where id = ${d.id} and decision = 'pending' and ${live}
-      returning *`;
-    return row;
-  },
-  /** Revocation answers the thing's open license request: denied, by whoever revoked it. */
-  async denyPendingLicenses(db: Db, thingId: string, by: string): Promise<number> {
-    const rows = await db`
-      update device_licenses set decision = 'denied', decided_by = ${by}, decided_at = now(), reason = 'thing revoked'
-      where thing_id = ${thingId} and decision = 'pending'
-      returning id`;
-    return rows.length;
   },
   /** Keyset page (by id) of the licenses of the account's things; one row more than `limit` says there is a next page. */
   async listLicenses(db: Db, accountId: string, q: { status?: LicenseStatus; limit: number; after?: string }): Promise<LicenseRow[]> {

@@ -1,7 +1,12 @@
+import { TLSSocket } from 'node:tls';
 import { z } from 'zod';
+import type { FastifyRequest } from 'fastify';
 import type { Gateway, ZodApp } from '../gateway.js';
-import { accountOf, principalOf } from '../http/auth/plugin.js';
-import { notFound, refused } from '../lib/errors.js';
+import { accountOf, principalOf, type RequestAuthenticator } from '../http/auth/plugin.js';
+import { devicePrincipal } from '../http/auth/principal.js';
+import { isTrustedProxy } from '../http/trustedProxies.js';
+import { notFound, refused, unauthenticated } from '../lib/errors.js';
+import type { DdiService } from './ddi.js';
 import type { TrustServices } from './index.js';
 import {
   accessCodeSchema, claimGroupCreateSchema, claimGroupCreatedSchema, claimGroupSchema, deviceStatusSchema, emqxAuthnSchema,
@@ -16,6 +21,60 @@ const licenseIdParams = z.object({ licenseId: z.uuid() });
 const licenseJwksSchema = z.object({
   keys: z.array(z.object({ kty: z.literal('EC'), crv: z.literal('P-256'), x: z.string(), y: z.string(), kid: z.string(), alg: z.literal('ES256'), use: z.literal('sig') })),
 });
+
+/** The device routes' access: the enrollment token or the client certificate (the hook checks `{thingId}`). */
+const DEVICE = { schemes: ['device-token', 'device-cert'] } as const;
+
+/**
+ * How a device proves itself over HTTP, as auth schemes of the hook (services get plain values):
+ * `Authorization: TargetToken <enrollment token>`, or its client certificate: the TLS peer
+ * certificate on the mutual-TLS listener (HTTPS_PORT), or `X-SSL-Client-Cert` (URL-encoded PEM,
+ * nginx's `$ssl_client_escaped_cert`) but only from a TRUSTED_PROXIES peer: anyone else could
+ * paste a device's certificate, which is public.
+ */
+export function deviceAuthenticators(gw: Gateway, ddi: DdiService): Record<'device-token' | 'device-cert', RequestAuthenticator> {
+  return {
+    'device-token': {
+      describe: 'Authorization: TargetToken <enrollment token>',
+      openapi: { type: 'apiKey', in: 'header', name: 'Authorization', description: 'TargetToken <enrollment token> (token flow, until the token expires)' },
+      async authenticate(request) {
+        const [scheme, token] = (request.headers.authorization ?? '').split(/\s+/, 2);
+        if (scheme?.toLowerCase() !== 'targettoken') return undefined;
+        if (!token) throw unauthenticated('Authorization: TargetToken has no enrollment token');
+        return devicePrincipal(await ddi.thingOfToken(token), 'enrollment-token');
+      },
+    },
+    'device-cert': {
+      describe: `mutual TLS with the device certificate${gw.config.HTTPS_PORT !== undefined ? ` (port ${gw.config.HTTPS_PORT})` : ''}`,
+      openapi: { type: 'mutualTLS', description: 'the device certificate: on the HTTPS_PORT listener, or forwarded by a TRUSTED_PROXIES proxy as X-SSL-Client-Cert' },
+      async authenticate(request) {
+        const peer = peerCertificate(request);
+        if (peer) return devicePrincipal(await ddi.thingOfCertificate(peer), 'client-certificate');
+        const forwarded = request.headers['x-ssl-client-cert'];
+        if (typeof forwarded !== 'string') return undefined;
+        if (!isTrustedProxy(request.socket.remoteAddress, gw.config.TRUSTED_PROXIES)) {
+          throw unauthenticated('X-SSL-Client-Cert is honoured only from a proxy in TRUSTED_PROXIES; use mutual TLS or the enrollment token');
+        }
+        let pem: string;
+        try { pem = decodeURIComponent(forwarded); } catch { throw unauthenticated('X-SSL-Client-Cert is not a URL-encoded PEM certificate'); }
+        return devicePrincipal(await ddi.thingOfCertificate(pem), 'client-certificate');
+      },
+    },
+  };
+}
+
+/** The DER of a client certificate the TLS layer verified (chain to the device CA, CRL); undefined when none was sent. */
+function peerCertificate(request: FastifyRequest): Buffer | undefined {
+  const socket = request.raw.socket;
+  if (!(socket instanceof TLSSocket)) return undefined;
+  const peer = socket.getPeerCertificate();
+  if (!peer?.raw) return undefined;
+  if (!socket.authorized) {
+    if (socket.authorizationError?.toString() === 'CERT_REVOKED') throw refused('client certificate is revoked (on the device CA CRL)');
+    throw unauthenticated(`client certificate refused: ${socket.authorizationError}`);
+  }
+  return peer.raw;
+}
 
 /** Device trust routes: tenant plane (/api/v1), device plane (/ddi/v1), public PKI endpoints. */
 export async function trustRoutes(app: ZodApp, gw: Gateway, s: TrustServices): Promise<void> {
@@ -122,45 +181,33 @@ export async function trustRoutes(app: ZodApp, gw: Gateway, s: TrustServices): P
     schema: { tags: ['devices'], summary: 'Enroll a device (every provisioning method)', body: enrollSchema, response: { 200: enrollmentResponseSchema } },
   }, async (request) => s.enrollment.enroll(request.body));
   app.get('/ddi/v1/:thingId/device/status', {
-    config: { auth: 'public' },
+    config: { auth: DEVICE },
     schema: { tags: ['devices'], summary: 'Device status (enrollment token or mutual TLS)', params: thingIdParams, response: { 200: deviceStatusSchema } },
-  }, async (request) => {
-    await s.ddi.authenticate(request, request.params.thingId);
-    return s.ddi.status(request.params.thingId);
-  });
+  }, async (request) => s.ddi.status(request.params.thingId));
   app.post('/ddi/v1/:thingId/license/request', {
-    config: { auth: 'public' },
+    config: { auth: DEVICE },
     schema: {
       tags: ['devices'], summary: 'Request a license token (202 pending when the model needs tenant approval)',
       params: thingIdParams, body: licenseRequestSchema.nullish(), response: { 200: licenseSchema, 202: licensePendingSchema },
     },
   }, async (request, reply) => {
-    await s.ddi.authenticate(request, request.params.thingId);
     const result = await s.ddi.requestLicense(request.params.thingId, request.body?.features);
     return 'license' in result ? reply.code(200).send(result) : reply.code(202).send(result);
   });
   app.get('/ddi/v1/:thingId/license/:licenseId', {
-    config: { auth: 'public' },
+    config: { auth: DEVICE },
     schema: {
       tags: ['devices'], summary: 'Outcome of a license request: pending, granted (with the license) or denied (with the reason)',
       params: licenseParams, response: { 200: licenseStatusSchema },
     },
-  }, async (request) => {
-    await s.ddi.authenticate(request, request.params.thingId);
-    return s.ddi.licenseStatus(request.params.thingId, request.params.licenseId);
-  });
+  }, async (request) => s.ddi.licenseStatus(request.params.thingId, request.params.licenseId));
   app.post('/ddi/v1/:thingId/license/renew', {
-    config: { auth: 'public' },
+    config: { auth: DEVICE },
     schema: { tags: ['devices'], summary: 'Renew a license token', params: thingIdParams, body: licenseRenewSchema, response: { 200: licenseSchema } },
-  }, async (request) => {
-    await s.ddi.authenticate(request, request.params.thingId);
-    return s.ddi.renewLicense(request.params.thingId, request.body.license);
-  });
+  }, async (request) => s.ddi.renewLicense(request.params.thingId, request.body.license));
   app.post('/ddi/v1/authn/emqx', {
-    config: { auth: 'public' },
-    schema: { tags: ['devices'], summary: 'Broker authentication callback (internal networks only)', body: emqxAuthnSchema, response: { 200: emqxResultSchema } },
-  }, async (request) => {
-    if (!s.ddi.isInternal(request.socket.remoteAddress)) throw refused('this endpoint answers internal networks only');
-    return { result: await s.ddi.authnEmqx(request.body) };
-  });
+    // the broker proves itself with the shared secret, not by its address
+    config: { auth: { schemes: ['internal'] } },
+    schema: { tags: ['devices'], summary: 'Broker authentication callback (X-Internal-Secret required)', body: emqxAuthnSchema, response: { 200: emqxResultSchema } },
+  }, async (request) => ({ result: await s.ddi.authnEmqx(request.body) }));
 }

@@ -8,6 +8,7 @@ import type { ModelService } from './models.js';
 import { newSecret, sha256 } from '../lib/encoding.js';
 import { isoNow } from '../lib/clock.js';
 import { isUuid } from '../http/auth/principal.js';
+import { denyOpenLicenseRequest } from './ddi.js';
 
 const ACCESS_CODE_TTL_MS = 7 * 86_400_000;
 
@@ -32,43 +33,51 @@ export class TrustService implements ThingDirectory {
     const enrollmentToken = newSecret('et_');
     const issuedAt = this.gw.clock.now();
     const expiresAt = new Date(issuedAt.getTime() + this.gw.config.ENROLLMENT_TOKEN_TTL * 1000).toISOString();
+    const modelName = modelRef ? `${modelRef.vid}:${modelRef.pid}` : input.model;
     await this.gw.actors.run(async (uow) => {
       const inserted = await repo.insertThing(uow.sql, {
         id, accountId, modelId: modelRef?.id ?? null, manufacturer: input.manufacturer,
-        model: modelRef ? `${modelRef.vid}:${modelRef.pid}` : input.model, serial: input.serial,
+        model: modelName, serial: input.serial,
         metadata: input.metadata, tokenHash: sha256(enrollmentToken),
       });
       if (!inserted) throw conflict(`serial ${input.serial} of ${input.manufacturer} ${input.model} is already registered in this account`);
       // the token's lifecycle (its expiry and use are projected onto the row)
       await uow.create(enrollmentTokenKind, id, { thingId: id, accountId, issuedAt: issuedAt.toISOString(), expiresAt });
+      // REGISTERED until the token is used: every thing has its actor from its first row on
+      await uow.create(thingKind, id, { id, accountId, manufacturer: input.manufacturer, model: modelName, serial: input.serial });
     });
     return { thingId: id, enrollmentToken, expiresAt };
   }
 
   /**
    * DELETE /api/v1/things/{id}, in the spec's order: (1) the certificates' revoked flag and (2)
-   * the regenerated CRL commit in one transaction; then every node loads the CRL; (3) the
-   * broker disconnects the device's session wherever it is (not connected counts as success).
-   * Revoking again repeats steps 2 and 3 harmlessly.
+   * the regenerated CRL commit in one transaction with the thing's REVOKE; then every node loads
+   * the CRL; (3) the broker disconnects the device's session wherever it is (not connected counts
+   * as success). The machine decides whether this is a change: revoking again is accepted as a
+   * no-op (same CRL number, no broadcast, `revokedSerials: []`) that only repeats step 3.
    */
   async revokeThing(accountId: string, thingId: string, by: string) {
-    const { serials, number } = await this.gw.actors.run(async (uow) => {
-      const [thing] = await uow.sql<{ account_id: string; revoked_at: Date | null }[]>`
-        select account_id, revoked_at from things where id = ${thingId} for update`;
-      if (!thing || thing.account_id !== accountId) throw notFound(`thing ${thingId} not found`);
-      const revokedNow = await repo.revokeCertificates(uow.sql, thingId);
-      await repo.markThingRevoked(uow.sql, thingId);
-      await repo.denyPendingLicenses(uow.sql, thingId, by);
-      if (!thing.revoked_at) {
-        const serial = revokedNow[0] ?? null;
-        const actor = await uow.load(thingKind, thingId);
-        if (actor) await uow.send(thingKind, thingId, { type: 'REVOKE', at: new Date().toISOString(), serial, by });
-        else await uow.emit('thing', thingId, { type: 'thing.revoked', thingId, serial, by }, accountId);
-      }
+    const outcome = await this.gw.actors.run(async (uow) => {
+      const thing = await uow.load(thingKind, thingId);
+      if (!thing || thing.snapshot.context.accountId !== accountId) throw notFound(`thing ${thingId} not found`);
+      const at = isoNow(this.gw.clock);
+      const current = await repo.currentCertificate(uow.sql, thingId);
+      const serial = current && !current.revoked ? current.serial : null;
+      const sent = await uow.trySend(thingKind, thingId, { type: 'REVOKE', at, serial, by });
+      if ('refused' in sent) return { changed: false as const };
+      const serials = await repo.revokeCertificates(uow.sql, thingId);
+      await denyOpenLicenseRequest(uow, thingId, by, at);
       const crl = await this.crl.regenerate(uow.sql);
-      return { serials: revokedNow, number: crl.number };
+      return { changed: true as const, serials, number: crl.number };
     });
-    await this.crl.announce(number);
+    let serials: string[] = [];
+    let number: number;
+    if (outcome.changed) {
+      ({ serials, number } = outcome);
+      await this.crl.announce(number);
+    } else {
+      ({ number } = await this.crl.current());
+    }
     const { disconnected } = await this.sessions.disconnect(thingId);
     return { thingId, revoked: true as const, revokedSerials: serials, crlNumber: number, disconnected };
   }
@@ -133,18 +142,16 @@ export class TrustService implements ThingDirectory {
     return { accessCode, expiresAt: expiresAt.toISOString() };
   }
 
-  /** The thing moves to the caller's account if the code is valid, unused and still owned by its issuer. */
+  /** The thing moves to the caller's account if the code is valid, unused and still owned by its issuer; its machine refuses a revoked thing. */
   async join(accountId: string, accessCode: string) {
     return this.gw.actors.run(async (uow) => {
       const used = await repo.useAccessCode(uow.sql, sha256(accessCode), accountId);
       if (!used) throw refused('access_code is not valid, was already used or has expired');
-      const thing = await repo.thing(uow.sql, used.thing_id);
-      if (!thing || thing.account_id !== used.issued_by_account || thing.revoked_at) throw refused('access_code is no longer valid for this thing');
-      await repo.moveThing(uow.sql, thing.id, accountId);
-      const at = new Date().toISOString();
-      if (await uow.load(thingKind, thing.id)) await uow.send(thingKind, thing.id, { type: 'TRANSFER', at, accountId });
-      else await uow.emit('thing', thing.id, { type: 'thing.joined', thingId: thing.id, from: thing.account_id, to: accountId, at }, accountId);
-      return { thingId: thing.id, accountId };
+      const thing = await uow.load(thingKind, used.thing_id);
+      if (!thing || thing.snapshot.context.accountId !== used.issued_by_account) throw refused('access_code is no longer valid for this thing');
+      const moved = await uow.trySend(thingKind, used.thing_id, { type: 'TRANSFER', at: isoNow(this.gw.clock), accountId });
+      if ('refused' in moved) throw refused('access_code is no longer valid for this thing: it was revoked');
+      return { thingId: used.thing_id, accountId };
     });
   }
 }

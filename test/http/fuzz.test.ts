@@ -32,7 +32,8 @@ interface Case {
 interface Sent { status: number; contentType: string; text: string }
 
 let gw: TestGateway;
-let tokens: string[];
+/** credential headers, tried in order: users of each realm kind, the device, internal callers */
+let tokens: Record<string, string>[];
 let known: Record<string, unknown>;
 const statuses = new Map<number, number>();
 const failures: string[] = [];
@@ -40,12 +41,15 @@ const failures: string[] = [];
 beforeAll(async () => {
   gw = await startTestGateway();
   const account = await createAccount(gw, { capabilities: [...CAPABILITIES] });
-  const thing = await enrollDevice(gw, account);
+  const thing = await enrollDevice(gw, account, { via: 'token' });
   known = { accountId: account.id, thingId: thing.thingId };
+  const bearer = async (input: Parameters<TestGateway['token']>[0]) => ({ authorization: `Bearer ${await gw.token(input)}` });
   tokens = [
-    await gw.token({ realm: `acc-${account.id}`, sub: 'fuzz-admin', roles: ['admin', 'operator'] }),
-    await gw.token({ realm: 'platform', sub: 'fuzz-root', roles: ['platform-admin', 'notification-publisher'] }),
-    await gw.token({ realm: 'idc-fuzz', sub: 'fuzz-user', roles: ['admin'] }),
+    await bearer({ realm: `acc-${account.id}`, sub: 'fuzz-admin', roles: ['admin', 'operator'] }),
+    await bearer({ realm: 'platform', sub: 'fuzz-root', roles: ['platform-admin', 'notification-publisher'] }),
+    await bearer({ realm: 'idc-fuzz', sub: 'fuzz-user', roles: ['admin'] }),
+    { authorization: `TargetToken ${thing.enrollmentToken}` },
+    { 'x-internal-secret': gw.gw.auth.internalSecret },
   ];
 });
 afterAll(() => gw?.close());
@@ -193,8 +197,8 @@ function casesFor(op: Op, gen: ValueGen, params: Record<string, string>, query: 
   return cases;
 }
 
-async function send(method: string, url: string, token: string, body?: Buffer, contentType?: string | null): Promise<Sent> {
-  const headers: Record<string, string> = { authorization: `Bearer ${token}` };
+async function send(method: string, url: string, credentials: Record<string, string>, body?: Buffer, contentType?: string | null): Promise<Sent> {
+  const headers: Record<string, string> = { ...credentials };
   if (body !== undefined && contentType !== null) headers['content-type'] = contentType ?? 'application/json';
   const res = await fetch(gw.httpUrl + url, { method, headers, body });
   return { status: res.status, contentType: res.headers.get('content-type') ?? '', text: await res.text() };

@@ -9,18 +9,23 @@ import type { Principal } from '../../src/http/auth/principal.js';
 
 const caller: Principal = { via: 'jwt', sub: 'u', realm: 'idc-corp', realmKind: 'idc', roles: [] };
 
-describe('route schemes (config.auth { scheme })', () => {
+describe('request authenticators (config.auth { schemes })', () => {
   it('the named scheme authenticates the route (no role check); an unregistered scheme fails at start-up', async () => {
     const auth = new Auth(new JwtVerifier([], undefined));
-    auth.registerRouteScheme('test-scheme', async (request) => {
-      if (request.headers['x-caller'] !== 'yes') throw invalid('not our caller');
-      return caller;
+    auth.registerAuthenticator('test-scheme', {
+      describe: 'X-Caller: yes',
+      openapi: { type: 'apiKey', in: 'header', name: 'X-Caller' },
+      authenticate: async (request) => {
+        if (request.headers['x-caller'] === undefined) return undefined;
+        if (request.headers['x-caller'] !== 'yes') throw invalid('not our caller');
+        return caller;
+      },
     });
     const app = Fastify();
     registerErrorHandling(app, 'http://localhost', 1024);
     auth.install(app);
-    app.get('/scheme', { config: { auth: { scheme: 'test-scheme' } } }, async (request) => ({ sub: request.principal?.sub, roles: request.principal?.roles }));
-    expect(() => app.get('/unknown', { config: { auth: { scheme: 'nope' } } }, async () => ({}))).toThrow(/no route scheme nope/);
+    app.get('/scheme', { config: { auth: { schemes: ['test-scheme'] } } }, async (request) => ({ sub: request.principal?.sub, roles: request.principal?.roles }));
+    expect(() => app.get('/unknown', { config: { auth: { schemes: ['nope'] } } }, async () => ({}))).toThrow(/unregistered authentication schemes: nope/);
     await app.listen({ port: 0, host: '127.0.0.1' });
     try {
       const { port } = app.server.address() as { port: number };
@@ -28,7 +33,10 @@ describe('route schemes (config.auth { scheme })', () => {
       expect(ok.status).toBe(200);
       // a principal with no roles passes: the handler authorizes, not the hook
       expect(await ok.json()).toEqual({ sub: 'u', roles: [] });
-      const refused = await fetch(`http://127.0.0.1:${port}/scheme`);
+      const missing = await fetch(`http://127.0.0.1:${port}/scheme`);
+      expect(missing.status).toBe(401);
+      expect(((await missing.json()) as { detail: string }).detail).toBe('authentication required: X-Caller: yes');
+      const refused = await fetch(`http://127.0.0.1:${port}/scheme`, { headers: { 'x-caller': 'no' } });
       expect(refused.status).toBe(400);
       expect(refused.headers.get('content-type')).toMatch(/^application\/problem\+json/);
       expect(((await refused.json()) as { detail: string }).detail).toBe('not our caller');

@@ -98,7 +98,7 @@ describe('claim groups', () => {
     expect((await gw.http.delete(`/api/v1/things/claim-groups/${g.id}`, { token: account.operator })).status).toBe(200);
     const cert = await gw.db.sql<{ revoked: boolean }[]>`select revoked from device_certificates where thing_id = ${device.thingId}`;
     expect(cert).toEqual([{ revoked: false }]);
-    const authn = await gw.http.post('/ddi/v1/authn/emqx', { clientid: device.thingId, username: device.thingId, cert_cn: device.thingId });
+    const authn = await gw.http.post('/ddi/v1/authn/emqx', { clientid: device.thingId, username: device.thingId, cert_cn: device.thingId }, { headers: { 'x-internal-secret': gw.gw.auth.internalSecret } });
     expect(authn.body).toEqual({ result: 'allow' });
   });
 

@@ -51,6 +51,19 @@ async function pendingRequest(d: EnrolledDevice, features?: string[]): Promise<s
   return res.body.licenseId;
 }
 
+/** The license's actor and its row: the row's decision columns are the store's projection of the snapshot. */
+async function actorAndRow(licenseId: string) {
+  const [actor] = await gw.db.sql<{ state: string; snapshot: any }[]>`select state, snapshot from actors where type = 'license' and id = ${licenseId}`;
+  const [row] = await gw.db.sql<{ decision: string; decided_at: Date | null; decided_by: string | null; expires_at: Date | null; reason: string | null }[]>`
+    select decision, decided_at, decided_by, expires_at, reason from device_licenses where id = ${licenseId}`;
+  const c = actor.snapshot.context;
+  expect(row).toEqual({
+    decision: actor.state, decided_at: c.decidedAt ? new Date(c.decidedAt) : null, decided_by: c.decidedBy ?? null,
+    expires_at: c.expiresAt ? new Date(c.expiresAt) : null, reason: c.reason ?? null,
+  });
+  return { state: actor.state, context: c };
+}
+
 /** The published license keys (JWKS), as a device would fetch them. */
 async function licenseKeys() {
   const res = await gw.http.get('/api/v1/certificates/license-jwks');
@@ -72,6 +85,10 @@ describe('model setting licenseApproval', () => {
     expect(read.body).toEqual({ licenseId: res.body.licenseId, status: 'granted', license: expect.any(String), expiresAt: res.body.expiresAt });
     // the same license (ES256 signatures differ each time, so compare what it says)
     expect(decodeJwt(read.body.license)).toEqual(decodeJwt(res.body.license));
+    // born granted: its actor holds the decision, and no approval request was announced
+    expect(await actorAndRow(res.body.licenseId)).toMatchObject({ state: 'granted', context: { kind: 'request', features: ['ota'] } });
+    const [{ n }] = await gw.db.sql<{ n: number }[]>`select count(*)::int as n from domain_events where actor_id = ${res.body.licenseId}`;
+    expect(n).toBe(0);
   });
 
   it('is documented in the OpenAPI description', async () => {
@@ -134,6 +151,7 @@ describe('manual approval', () => {
     expect(payload.iat! * 1000).toBeGreaterThanOrEqual(before - 1000);
     // fetched again: the same claims (an ECDSA signature differs each time)
     expect(decodeJwt((await outcome(d, licenseId)).body.license)).toEqual(payload);
+    expect(await actorAndRow(licenseId)).toMatchObject({ state: 'granted', context: { expiresAt: approved.body.expiresAt } });
 
     // decided once: approving or denying again is a conflict
     expect(expectProblem(await approve(approver.admin, licenseId), 409).detail).toMatch(/already granted/);
@@ -153,6 +171,7 @@ describe('manual approval', () => {
     const denied = await deny(approver.operator, licenseId, { reason: 'not paid' });
     expect(denied.status).toBe(200);
     expect(denied.body).toMatchObject({ licenseId, status: 'denied', reason: 'not paid', expiresAt: null });
+    expect(await actorAndRow(licenseId)).toMatchObject({ state: 'denied', context: { reason: 'not paid', decidedBy: `operator-${approver.id.slice(0, 8)}` } });
     expect((await outcome(d, licenseId)).body).toEqual({ licenseId, status: 'denied', reason: 'not paid' });
     expectProblem(await approve(approver.operator, licenseId), 409);
     const again = await pendingRequest(d);
@@ -222,6 +241,7 @@ describe('manual approval', () => {
       select decision, reason, decided_by from device_licenses where id = ${licenseId}`;
     expect(row).toMatchObject({ decision: 'denied', reason: 'thing revoked' });
     expect(row.decided_by).toBeTruthy();
+    expect(await actorAndRow(licenseId)).toMatchObject({ state: 'denied', context: { reason: 'thing revoked', decidedBy: row.decided_by } });
     expect(expectProblem(await approve(approver.operator, licenseId), 409).detail).toMatch(/already denied/);
     expect(expectProblem(await deny(approver.operator, licenseId), 409).detail).toMatch(/already denied/);
     const pending = await gw.http.get('/api/v1/licenses?status=pending&limit=100', { token: approver.viewer });

@@ -5,12 +5,15 @@ import { startTestGateway, expectProblem, type TestGateway } from '../helpers/ga
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { enrollDevice, revokeDevice } from '../helpers/devices.js';
 import type { StoredEvent } from '../../src/actors/store.js';
+import { ManualClock } from '../../src/lib/clock.js';
 
 let gw: TestGateway;
 let account: TestAccount;
+const clock = new ManualClock();
+const internal = () => ({ headers: { 'x-internal-secret': gw.gw.auth.internalSecret } });
 
 beforeAll(async () => {
-  gw = await startTestGateway();
+  gw = await startTestGateway({}, { clock });
   account = await createAccount(gw, { capabilities: ['enroll_things'] });
 });
 afterAll(async () => gw?.close());
@@ -21,7 +24,7 @@ async function crlSerials(base = gw.httpUrl): Promise<string[]> {
 }
 
 describe('revocation', () => {
-  it('sets the flag, regenerates the CRL, then disconnects; emits thing.revoked; twice is fine', async () => {
+  it('sets the flag, regenerates the CRL, then disconnects; emits thing.revoked; a repeat changes nothing but asks the broker again', async () => {
     const device = await enrollDevice(gw, account);
     const services = gw.services;
     const sessions = services.deviceSessions;
@@ -47,8 +50,11 @@ describe('revocation', () => {
       expect(await crlSerials()).toContain(device.serial);
       expect(crlChanges).toEqual([first.crlNumber]);
       const second = await revokeDevice(gw, account, device.thingId);
-      expect(second).toMatchObject({ revokedSerials: [], disconnected: false });
-      expect(second.crlNumber).toBeGreaterThan(first.crlNumber);
+      expect(second).toMatchObject({ thingId: device.thingId, revoked: true, revokedSerials: [], disconnected: false });
+      // the machine refused the second REVOKE: no new CRL, no broadcast
+      expect(second.crlNumber).toBe(first.crlNumber);
+      expect((await services.crl.current()).number).toBe(first.crlNumber);
+      expect(crlChanges).toEqual([first.crlNumber]);
       expect(seen).toHaveLength(2);
       expect(events.filter((e) => e.actorId === device.thingId)).toHaveLength(1);
       expect(events[0]).toMatchObject({ accountId: account.id, payload: { thingId: device.thingId, serial: device.serial } });
@@ -64,14 +70,45 @@ describe('revocation', () => {
     const secret = (await gw.http.post('/api/v1/things/claim-groups', { name: 'g', maxDevices: 5, ttlDays: 1 }, { token: account.operator })).body.sharedSecret;
     const device = await enrollDevice(gw, account, { claimSecret: secret, serial: 'REVOKED-1' });
     const ids = { clientid: device.thingId, username: device.thingId, cert_cn: device.thingId };
-    expect((await gw.http.post('/ddi/v1/authn/emqx', ids)).body.result).toBe('allow');
+    expect((await gw.http.post('/ddi/v1/authn/emqx', ids, internal())).body.result).toBe('allow');
     await revokeDevice(gw, account, device.thingId);
-    expect((await gw.http.post('/ddi/v1/authn/emqx', ids)).body.result).toBe('deny');
+    expect((await gw.http.post('/ddi/v1/authn/emqx', ids, internal())).body.result).toBe('deny');
     const again = await gw.http.post('/ddi/v1/enroll', { provisioningMethod: 'claim_token', claimSecret: secret, manufacturer: 'Acme', model: 'sensor-1', serial: 'REVOKED-1' });
     expect(expectProblem(again, 403).detail).toContain('revoked');
     const [actor] = await gw.db.sql<{ state: string; snapshot: any }[]>`select state, snapshot from actors where type = 'thing' and id = ${device.thingId}`;
     expect(actor.state).toBe('ROLLEDOFF');
     expect(actor.snapshot.context.revokedAt).toBeTruthy();
+  });
+
+  it('the thing row shows its machine: revoked_at is the REVOKE instant of the clock, account_id follows a transfer', async () => {
+    const device = await enrollDevice(gw, account);
+    const at = new Date(clock.now().getTime() + 3_600_000);
+    clock.set(at);
+    await revokeDevice(gw, account, device.thingId);
+    clock.advance(60_000);
+    await revokeDevice(gw, account, device.thingId);
+    const [row] = await gw.db.sql<{ revoked_at: Date; account_id: string }[]>`select revoked_at, account_id from things where id = ${device.thingId}`;
+    const [actor] = await gw.db.sql<{ snapshot: any }[]>`select snapshot from actors where type = 'thing' and id = ${device.thingId}`;
+    expect(row.revoked_at.toISOString()).toBe(at.toISOString());
+    expect(actor.snapshot.context.revokedAt).toBe(at.toISOString());
+    const [{ n }] = await gw.db.sql<{ n: number }[]>`select count(*)::int as n from domain_events where actor_id = ${device.thingId} and type = 'thing.revoked'`;
+    expect(n).toBe(1);
+  });
+
+  it('a thing registered for the token flow has its actor from the start and can be revoked before enrolling', async () => {
+    const res = await gw.http.post('/api/v1/things', { manufacturer: 'Acme', model: 'sensor-1', serial: `REG-${crypto.randomUUID().slice(0, 8)}` }, { token: account.operator });
+    expect(res.status).toBe(201);
+    const { thingId, enrollmentToken } = res.body;
+    const [actor] = await gw.db.sql<{ state: string }[]>`select state from actors where type = 'thing' and id = ${thingId}`;
+    expect(actor.state).toBe('REGISTERED');
+    const revoked = await revokeDevice(gw, account, thingId);
+    expect(revoked).toMatchObject({ revoked: true, revokedSerials: [] });
+    // the machine refuses ENROLL for a revoked thing
+    const enroll = await gw.http.post('/ddi/v1/enroll', { enrollmentToken });
+    expect(expectProblem(enroll, 403).detail).toContain('revoked');
+    const [after] = await gw.db.sql<{ state: string; n: number }[]>`
+      select a.state, (select count(*)::int from device_certificates where thing_id = ${thingId}) as n from actors a where a.type = 'thing' and a.id = ${thingId}`;
+    expect(after).toEqual({ state: 'REGISTERED', n: 0 });
   });
 
   it('other accounts get 404; viewers 403; unknown ids 404; bad ids 400', async () => {

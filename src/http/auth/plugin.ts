@@ -1,7 +1,9 @@
+import crypto from 'node:crypto';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { forbidden, unauthorized } from '../problem.js';
 import type { Principal } from './principal.js';
 import type { JwtVerifier } from './jwt.js';
+import { hashMatches, sha256 } from '../../lib/encoding.js';
 
 /** What a route declares: its authorization action, the roles that may call it, its capability. */
 export interface RouteAuth {
@@ -9,11 +11,15 @@ export interface RouteAuth {
   roles: readonly string[];
   capability?: string;
 }
-/** A route admitted by a named route scheme instead of the role check (e.g. IAM's STS: idc-* JWTs only). */
+/**
+ * Callers that are not users (devices, internal services): one of the named request
+ * authenticators must recognise the caller; no roles. A principal bound to a thing must match the
+ * route's `{thingId}` parameter.
+ */
 export interface SchemeAccess {
-  scheme: string;
+  schemes: readonly string[];
 }
-/** `public`: no authentication by the hook (the route may authenticate itself, e.g. devices). */
+/** `public`: no authentication by the hook. */
 export type RouteAccess = RouteAuth | SchemeAccess | 'public';
 
 declare module 'fastify' {
@@ -27,8 +33,18 @@ declare module 'fastify' {
 
 /** `Authorization: <scheme> <credentials>` handler, e.g. IAM's `SVC`. Throws 401 problems. */
 export type SchemeHandler = (credentials: string, request: FastifyRequest) => Promise<Principal>;
-/** Authenticates a request for routes declaring `{ scheme }`; throws 4xx problems. Their handlers authorize. */
-export type RouteScheme = (request: FastifyRequest) => Promise<Principal>;
+/**
+ * Recognises a caller from the request itself (a TLS client certificate, a header other than a
+ * user scheme): undefined when the request carries no such credential; throws 401/403 problems
+ * (or domain errors) when it carries a bad one.
+ */
+export interface RequestAuthenticator {
+  /** how to present the credential, for the 401 detail */
+  describe: string;
+  /** its OpenAPI security scheme (components.securitySchemes, under the authenticator's name) */
+  openapi: Record<string, unknown>;
+  authenticate(request: FastifyRequest): Promise<Principal | undefined>;
+}
 /** Runs after authentication: completes or checks the principal (account existence, idc assignment). */
 export type PrincipalResolver = (principal: Principal, request: FastifyRequest) => Promise<Principal>;
 /** An authorization layer after the role check (SCP deny, capability); throws a 403 problem. */
@@ -43,19 +59,57 @@ export interface AuthzLayer {
  */
 export class Auth {
   private readonly schemes = new Map<string, SchemeHandler>();
-  private readonly routeSchemes = new Map<string, RouteScheme>();
   private readonly resolvers: PrincipalResolver[] = [];
   private readonly layers: AuthzLayer[] = [];
+  private readonly authenticators = new Map<string, RequestAuthenticator>();
+  /**
+   * What internal endpoints expect in `X-Internal-Secret`: INTERNAL_API_SECRET, or without it a
+   * random secret of this process, so only the gateway's own calls (the default notification
+   * authorization) get through.
+   */
+  readonly internalSecret: string;
+  private readonly internalSecretHash: Buffer;
 
-  constructor(private readonly jwt: JwtVerifier) {
+  constructor(private readonly jwt: JwtVerifier, options: { internalSecret?: string } = {}) {
     this.registerScheme('bearer', (token) => this.jwt.verify(token));
+    this.internalSecret = options.internalSecret ?? crypto.randomBytes(32).toString('base64url');
+    this.internalSecretHash = sha256(this.internalSecret);
+    const configured = options.internalSecret !== undefined;
+    this.registerAuthenticator('internal', {
+      describe: 'X-Internal-Secret: <INTERNAL_API_SECRET>',
+      openapi: { type: 'apiKey', in: 'header', name: 'X-Internal-Secret', description: 'INTERNAL_API_SECRET (internal callers: the broker, the notification authorization call)' },
+      authenticate: async (request) => {
+        const presented = request.headers['x-internal-secret'];
+        const ok = typeof presented === 'string' && hashMatches(presented, this.internalSecretHash);
+        if (ok) return { via: 'internal', sub: 'internal', realm: 'internal', realmKind: 'internal', roles: [] };
+        if (!configured) throw forbidden('internal endpoints are closed: INTERNAL_API_SECRET is not set; set it on every node and send it as X-Internal-Secret');
+        if (presented !== undefined) throw unauthorized('X-Internal-Secret does not match INTERNAL_API_SECRET');
+        return undefined;
+      },
+    });
+  }
+
+  /** A request authenticator that routes name in `{ schemes: [...] }` (e.g. the trust domain's device credentials). */
+  registerAuthenticator(name: string, authenticator: RequestAuthenticator): void {
+    this.authenticators.set(name, authenticator);
+  }
+
+  /** The request authenticators as OpenAPI security schemes (register them before the app is built). */
+  securitySchemes(): Record<string, Record<string, unknown>> {
+    return Object.fromEntries([...this.authenticators].map(([name, a]) => [name, a.openapi]));
+  }
+
+  /** The first scheme that recognises the caller; 401 naming every scheme when none does. */
+  private async authenticateBy(schemes: readonly string[], request: FastifyRequest): Promise<Principal> {
+    for (const name of schemes) {
+      const principal = await this.authenticators.get(name)!.authenticate(request);
+      if (principal) return principal;
+    }
+    throw unauthorized(`authentication required: ${schemes.map((n) => this.authenticators.get(n)!.describe).join(', or ')}`);
   }
 
   registerScheme(name: string, handler: SchemeHandler): void {
     this.schemes.set(name.toLowerCase(), handler);
-  }
-  registerRouteScheme(name: string, scheme: RouteScheme): void {
-    this.routeSchemes.set(name, scheme);
   }
   addResolver(resolver: PrincipalResolver): void {
     this.resolvers.push(resolver);
@@ -95,15 +149,23 @@ export class Auth {
     app.addHook('onRoute', (route) => {
       const url = route.url ?? route.path;
       if (url.startsWith('/docs')) return;
-      const auth = route.config?.auth;
-      if (!auth) throw new Error(`route ${route.method} ${url} declares no config.auth (RouteAuth, { scheme } or 'public')`);
-      if (typeof auth === 'object' && 'scheme' in auth && !this.routeSchemes.has(auth.scheme)) throw new Error(`route ${route.method} ${url}: no route scheme ${auth.scheme} is registered`);
+      const access = route.config?.auth;
+      if (!access) throw new Error(`route ${route.method} ${url} declares no config.auth (RouteAuth, { schemes } or 'public')`);
+      const unknown = typeof access === 'object' && 'schemes' in access ? access.schemes.filter((s) => !this.authenticators.has(s)) : [];
+      if (unknown.length) throw new Error(`route ${route.method} ${url} names unregistered authentication schemes: ${unknown.join(', ')}`);
+      // the OpenAPI document shows these routes' own credentials instead of the default bearer/SVC
+      if (typeof access === 'object' && 'schemes' in access) route.schema = { ...route.schema, security: access.schemes.map((s) => ({ [s]: [] })) };
     });
     app.addHook('onRequest', async (request) => {
       const access = request.routeOptions.config?.auth;
       if (!access || access === 'public') return;
-      if ('scheme' in access) {
-        request.principal = await this.routeSchemes.get(access.scheme)!(request);
+      if ('schemes' in access) {
+        const principal = await this.authenticateBy(access.schemes, request);
+        const thingId = (request.params as { thingId?: string } | undefined)?.thingId;
+        if (principal.device && thingId !== undefined && principal.device.thingId !== thingId.toLowerCase()) {
+          throw forbidden(`this credential belongs to thing ${principal.device.thingId}, not ${thingId}`);
+        }
+        request.principal = principal;
         return;
       }
       const principal = await this.authenticate(request);

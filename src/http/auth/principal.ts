@@ -3,12 +3,12 @@ export const PLATFORM_ROLES = ['platform-admin', 'platform-operator'] as const;
 export type AccountRole = (typeof ACCOUNT_ROLES)[number];
 export type PlatformRole = (typeof PLATFORM_ROLES)[number];
 
-export type RealmKind = 'acc' | 'idc' | 'platform' | 'service';
+export type RealmKind = 'acc' | 'idc' | 'platform' | 'service' | 'device' | 'internal';
 
 /** Who is calling: set on `request.principal` by authentication, read by every route. */
 export interface Principal {
-  /** JWT bearer or SVC access-key credential */
-  via: 'jwt' | 'credential';
+  /** JWT bearer or SVC access-key credential; a device (enrollment token or client certificate); an internal caller (shared secret) */
+  via: 'jwt' | 'credential' | 'device' | 'internal';
   /** identity-provider user id (`sub`), or the credential's principal_id */
   sub: string;
   realm: string;
@@ -19,6 +19,8 @@ export interface Principal {
   email?: string;
   /** set when authenticated by an access key */
   credential?: { id: string; accessKeyId: string; temporary: boolean };
+  /** set when a device authenticated (`via: 'device'`): the thing it is, and how it proved it */
+  device?: { thingId: string; credential: 'enrollment-token' | 'client-certificate' };
   /** the raw verified JWT claims (jwt only) */
   claims?: Record<string, unknown>;
 }
@@ -32,4 +34,9 @@ export function parseRealm(realm: string): { kind: RealmKind; accountId?: string
   if (realm.startsWith('acc-') && isUuid(realm.slice(4))) return { kind: 'acc', accountId: realm.slice(4).toLowerCase() };
   if (/^idc-[A-Za-z0-9._-]{1,64}$/.test(realm)) return { kind: 'idc' };
   return undefined;
+}
+
+/** A device's principal: no realm, no roles; routes reach it only through `{ schemes: [...] }` access. */
+export function devicePrincipal(thingId: string, credential: 'enrollment-token' | 'client-certificate'): Principal {
+  return { via: 'device', sub: thingId, realm: 'device', realmKind: 'device', roles: [], device: { thingId, credential } };
 }

@@ -1,0 +1,87 @@
+import { createActor, type AnyMachineSnapshot, type AnyStateMachine } from 'xstate';
+import { describe, expect, it } from 'vitest';
+import { thingMachine, type ThingInput } from '../../machines/thing.js';
+import { licenseMachine, type LicenseInput } from '../../machines/license.js';
+
+const T0 = '2026-11-23T10:00:00.000Z';
+const later = (ms: number) => new Date(Date.parse(T0) + ms).toISOString();
+
+/** Starts an actor of the machine, collecting what it emits. */
+function run(machine: AnyStateMachine, input: ThingInput | LicenseInput) {
+  const emitted: { type: string }[] = [];
+  const actor = createActor(machine, { input });
+  actor.on('*', (e: { type: string }) => emitted.push(e));
+  actor.start();
+  return { actor: actor as unknown as { getSnapshot(): AnyMachineSnapshot; send(e: { type: string; [k: string]: unknown }): void }, emitted };
+}
+
+describe('thing machine', () => {
+  const identity = { id: 't1', accountId: 'a1', manufacturer: 'Acme', model: 'FFF1:8001', serial: 'S1' };
+
+  it('a registered thing waits in REGISTERED and enrolls once; an enrolled one is born ROLLEDOFF', () => {
+    const registered = run(thingMachine, identity);
+    expect(registered.actor.getSnapshot().value).toBe('REGISTERED');
+    expect(registered.emitted).toEqual([]);
+    registered.actor.send({ type: 'ENROLL', at: T0, method: 'enrollment_token' });
+    expect(registered.actor.getSnapshot().value).toBe('ROLLEDOFF');
+    expect(registered.actor.getSnapshot().context).toMatchObject({ enrolledBy: 'enrollment_token', enrolledAt: T0 });
+    expect(registered.emitted.map((e) => e.type)).toEqual(['thing.enrolled']);
+    expect(registered.actor.getSnapshot().can({ type: 'ENROLL', at: T0, method: 'x' })).toBe(false);
+
+    const born = run(thingMachine, { ...identity, enrolledBy: 'claim_token', enrolledAt: T0 });
+    expect(born.actor.getSnapshot().value).toBe('ROLLEDOFF');
+    expect(born.emitted.map((e) => e.type)).toEqual(['thing.enrolled']);
+  });
+
+  it('REVOKE is accepted once, in any state; a revoked thing neither enrolls nor transfers', () => {
+    const { actor, emitted } = run(thingMachine, identity);
+    const revoke = { type: 'REVOKE' as const, at: T0, serial: null, by: 'op' };
+    expect(actor.getSnapshot().can(revoke)).toBe(true);
+    actor.send(revoke);
+    expect(actor.getSnapshot().context.revokedAt).toBe(T0);
+    expect(actor.getSnapshot().can({ ...revoke, at: later(1000) })).toBe(false);
+    expect(actor.getSnapshot().can({ type: 'ENROLL', at: T0, method: 'enrollment_token' })).toBe(false);
+    expect(actor.getSnapshot().can({ type: 'TRANSFER', at: T0, accountId: 'a2' })).toBe(false);
+    expect(emitted.map((e) => e.type)).toEqual(['thing.revoked']);
+  });
+
+  it('TRANSFER moves the owner and tells the new one', () => {
+    const { actor, emitted } = run(thingMachine, { ...identity, enrolledBy: 'claim_token', enrolledAt: T0 });
+    actor.send({ type: 'TRANSFER', at: T0, accountId: 'a2' });
+    expect(actor.getSnapshot().context.accountId).toBe('a2');
+    expect(emitted.at(-1)).toEqual({ type: 'thing.joined', thingId: 't1', from: 'a1', to: 'a2', at: T0 });
+  });
+});
+
+describe('license machine', () => {
+  const request = { id: 'l1', thingId: 't1', accountId: 'a1', serial: 'S1', kind: 'request' as const, features: ['ota'], requestedAt: T0 };
+  const DAY = 86_400_000;
+
+  it('automatic decisions are born decided and announce nothing; a grant runs 30 days', () => {
+    const granted = run(licenseMachine, { ...request, decided: { decision: 'granted' } });
+    expect(granted.actor.getSnapshot().value).toBe('granted');
+    expect(granted.actor.getSnapshot().context).toMatchObject({ decidedAt: T0, expiresAt: later(30 * DAY) });
+    const denied = run(licenseMachine, { ...request, decided: { decision: 'denied', reason: 'thing revoked' } });
+    expect(denied.actor.getSnapshot().value).toBe('denied');
+    expect(denied.actor.getSnapshot().status).toBe('done');
+    expect([...granted.emitted, ...denied.emitted]).toEqual([]);
+  });
+
+  it('a pending request is announced and decided once; a revoked thing\'s request can only be denied', () => {
+    const { actor, emitted } = run(licenseMachine, request);
+    expect(actor.getSnapshot().value).toBe('pending');
+    expect(emitted).toEqual([{ type: 'license.requested', licenseId: 'l1', thingId: 't1', serial: 'S1', features: ['ota'] }]);
+    expect(actor.getSnapshot().can({ type: 'GRANT', at: T0, by: 'op', thingRevoked: true })).toBe(false);
+    actor.send({ type: 'GRANT', at: later(DAY), by: 'op', thingRevoked: false });
+    expect(actor.getSnapshot().context).toMatchObject({ decidedAt: later(DAY), decidedBy: 'op', expiresAt: later(31 * DAY) });
+    expect(actor.getSnapshot().can({ type: 'DENY', at: T0, by: 'op', reason: 'late' })).toBe(false);
+  });
+
+  it('RENEW is possible while the granted license has not expired', () => {
+    const { actor } = run(licenseMachine, { ...request, decided: { decision: 'granted' } });
+    expect(actor.getSnapshot().can({ type: 'RENEW', at: later(30 * DAY - 1) })).toBe(true);
+    expect(actor.getSnapshot().can({ type: 'RENEW', at: later(30 * DAY) })).toBe(false);
+    const denied = run(licenseMachine, { ...request, decided: { decision: 'denied', reason: 'x' } });
+    expect(denied.actor.getSnapshot().can({ type: 'RENEW', at: T0 })).toBe(false);
+  });
+});

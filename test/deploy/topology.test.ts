@@ -152,7 +152,7 @@ describe.skipIf(!!skipReason)('compose topology without Docker: haproxy (docs/ha
     // ...but through the LB it never arrives, whichever node answers
     for (let i = 0; i < 2; i++) {
       const problem = expectProblem(await lb.http.get(url, { headers }), 401);
-      expect(problem.detail).toMatch(/device authentication required/);
+      expect(problem.detail).toMatch(/^authentication required: .*TargetToken.*mutual TLS/);
     }
   });
 

@@ -89,8 +89,9 @@ export class ClaimBatcher {
     const at = isoNow(this.gw.clock);
     // 1. lock the groups (id order: no deadlock between batches)
     const groupIds = [...new Set(claims.map((c) => c.groupId))].sort();
-    const present = new Set<string>();
-    for (const id of groupIds) if (await uow.load(claimGroupKind, id)) present.add(id);
+    // pipelined on the transaction's connection: the locks are still taken in this order
+    const loaded = await Promise.all(groupIds.map((id) => uow.load(claimGroupKind, id)));
+    const present = new Set(groupIds.filter((_, i) => loaded[i]));
     // 2. one identity once per batch (later duplicates share the first one's fate); identities
     //    enrolled already are repeats (committed ones: claimers of the same group wait on its lock)
     const first = new Map<string, number>();
@@ -105,16 +106,19 @@ export class ClaimBatcher {
     });
     const taken = await repo.takenIdentities(uow.sql, candidates.map((i) => claims[i].thing));
     // 3. each group's machine takes the claims that fit, in arrival order
+    //    (the groups are independent: their events go out pipelined)
+    const byGroup = groupIds
+      .map((groupId) => ({ groupId, members: candidates.filter((i) => claims[i].groupId === groupId && !taken.has(identityKey(claims[i].thing))) }))
+      .filter((g) => g.members.length);
+    const decided = await Promise.all(byGroup.map((g) => this.claimMany(uow, g.groupId, g.members.map((i) => claims[i].thing.id), at)));
     const accepted: number[] = [];
-    for (const groupId of groupIds) {
-      const members = candidates.filter((i) => claims[i].groupId === groupId && !taken.has(identityKey(claims[i].thing)));
-      if (!members.length) continue;
-      const { taken: into, refusal } = await this.claimMany(uow, groupId, members.map((i) => claims[i].thing.id), at);
+    byGroup.forEach(({ members }, g) => {
       for (const i of members) {
-        if (into.has(claims[i].thing.id)) accepted.push(i);
-        else outcomes[i] = refusal;
+        if (decided[g].taken.has(claims[i].thing.id)) accepted.push(i);
+        else outcomes[i] = decided[g].refusal;
       }
-    }
+    });
+    accepted.sort((x, y) => x - y);
     for (const i of candidates) if (taken.has(identityKey(claims[i].thing))) outcomes[i] = 'repeat';
     // 4. the accepted things and certificates, in one statement
     const inserted = await repo.insertEnrolledThings(uow.sql, at, accepted.map((i) => ({

@@ -8,8 +8,8 @@ import { sourceKey } from './trustedProxies.js';
 
 declare module 'fastify' {
   interface FastifyRequest {
-    /** set by the onRequest hook: the request presents credentials, and the identifier it names */
-    authAttempt?: { key?: string };
+    /** set by the onRequest hook: the request presents credentials (the identifier it names is read when needed) */
+    authAttempt?: { key?: string | null };
   }
 }
 
@@ -57,8 +57,8 @@ const SECRET_IN_BODY: Record<string, { statuses: number[]; key(body: unknown): s
  * node's memory and broadcast to the other nodes, so the request path does no I/O.
  */
 export class AuthFailures {
-  /** blocks in force on this node: `block()` marks a key, `get()` answers how long it has left */
-  private readonly blocks = new RateLimiterMemory({ points: 0, duration: 1, keyPrefix: 'authblock' });
+  /** blocks in force on this node: key -> end (ms since epoch); read synchronously on every request */
+  private readonly blocks = new Map<string, number>();
   private unsubscribe?: () => void;
 
   private constructor(
@@ -67,7 +67,7 @@ export class AuthFailures {
     private readonly redis?: Redis,
   ) {
     this.unsubscribe = cluster?.on<{ key?: unknown; ms?: unknown }>(BLOCK_TOPIC, ({ key, ms }) => {
-      if (typeof key === 'string' && typeof ms === 'number' && ms > 0) void this.blocks.block(key, ms / 1000);
+      if (typeof key === 'string' && typeof ms === 'number' && ms > 0) this.block(key, ms);
     });
   }
 
@@ -88,14 +88,32 @@ export class AuthFailures {
     return new AuthFailures(counts, o.cluster, redis);
   }
 
-  /** Throws 429 when the source address or the identifier is blocked. */
-  async check(source: string, key?: string): Promise<void> {
-    const [bySource, byKey] = await Promise.all([this.blocks.get(sourceId(source)), key ? this.blocks.get(`key:${key}`) : null]);
-    const held = [bySource, byKey].filter((r): r is RateLimiterRes => r !== null && r.consumedPoints > 0);
-    if (held.length === 0) return;
-    const seconds = Math.max(1, Math.ceil(Math.max(...held.map((r) => r.msBeforeNext)) / 1000));
-    const what = held.includes(bySource!) ? 'from your address' : 'for this credential';
-    throw new Problem(429, `too many failed authentication attempts ${what}; retry after ${seconds} s`, {
+  private block(id: string, ms: number): void {
+    const now = Date.now();
+    // blocks of sources that never come back are dropped here rather than by a timer
+    if (this.blocks.size >= 10_000) for (const [k, until] of this.blocks) if (until <= now) this.blocks.delete(k);
+    this.blocks.set(id, Math.max(this.blocks.get(id) ?? 0, now + ms));
+  }
+
+  /** ms left of a block in force, 0 when none (expired blocks are dropped here). */
+  private blockedFor(id: string, now: number): number {
+    const until = this.blocks.get(id);
+    if (until === undefined) return 0;
+    if (until > now) return until - now;
+    this.blocks.delete(id);
+    return 0;
+  }
+
+  /** The 429 to answer when the source address or the identifier is blocked (synchronous: no I/O). */
+  check(source: string, key?: string): Problem | undefined {
+    if (this.blocks.size === 0) return undefined;
+    const now = Date.now();
+    const bySource = this.blockedFor(sourceId(source), now);
+    const byKey = key ? this.blockedFor(`key:${key}`, now) : 0;
+    if (!bySource && !byKey) return undefined;
+    const seconds = Math.max(1, Math.ceil(Math.max(bySource, byKey) / 1000));
+    const what = bySource ? 'from your address' : 'for this credential';
+    return new Problem(429, `too many failed authentication attempts ${what}; retry after ${seconds} s`, {
       type: 'too-many-authentication-failures',
       headers: { 'retry-after': String(seconds) },
     });
@@ -110,8 +128,8 @@ export class AuthFailures {
         throw r; // a store error the in-memory limiter could not absorb
       });
       if (res.consumedPoints <= this.counts.points) return;
-      const ms = Math.max(res.msBeforeNext, 1000); // 0 would block forever
-      await this.blocks.block(id, ms / 1000);
+      const ms = Math.max(res.msBeforeNext, 1000);
+      this.block(id, ms);
       await this.cluster?.notify(BLOCK_TOPIC, { key: id, ms });
     }));
   }
@@ -123,25 +141,27 @@ export class AuthFailures {
    */
   install(app: FastifyInstance): void {
     const bodyRoute = (request: FastifyRequest) => SECRET_IN_BODY[`${request.method} ${request.routeOptions.url}`];
-    app.addHook('onRequest', async (request) => {
-      if (!presentsCredentials(request) && !bodyRoute(request)) return;
-      request.authAttempt = { key: headerKey(request) };
-      await this.check(request.ip, request.authAttempt.key);
+    // callback hooks: on the hot path (every authenticated request) no promise is made
+    // the identifier is decoded only when a block is in force or a failure is counted
+    const keyOf = (request: FastifyRequest, attempt: { key?: string | null }) => (attempt.key === undefined ? (attempt.key = headerKey(request) ?? null) : attempt.key) ?? undefined;
+    app.addHook('onRequest', (request, _reply, done) => {
+      if (!presentsCredentials(request) && !bodyRoute(request)) return done();
+      const attempt = (request.authAttempt = {});
+      done(this.blocks.size ? this.check(request.ip, keyOf(request, attempt)) : undefined);
     });
-    app.addHook('preHandler', async (request) => {
-      const route = bodyRoute(request);
-      const key = route?.key(request.body);
-      if (!key || !request.authAttempt) return;
-      request.authAttempt.key ??= key;
-      await this.check(request.ip, key);
+    app.addHook('preHandler', (request, _reply, done) => {
+      const key = request.authAttempt && bodyRoute(request)?.key(request.body);
+      if (!key) return done();
+      if (!keyOf(request, request.authAttempt!)) request.authAttempt!.key = key;
+      done(this.check(request.ip, key));
     });
-    app.addHook('onSend', async (request, reply, payload) => {
+    app.addHook('onSend', (request, reply, payload, done) => {
       const attempt = request.authAttempt;
-      if (attempt && (reply.statusCode === 401 || bodyRoute(request)?.statuses.includes(reply.statusCode))) {
-        // the refusal stands whatever happens to the counting
-        await this.fail(request.ip, attempt.key).catch((err) => request.log.error({ err }, 'authentication failure could not be counted'));
-      }
-      return payload;
+      if (!attempt || (reply.statusCode !== 401 && !bodyRoute(request)?.statuses.includes(reply.statusCode))) return done(null, payload);
+      // the refusal stands whatever happens to the counting
+      this.fail(request.ip, keyOf(request, attempt))
+        .catch((err) => request.log.error({ err }, 'authentication failure could not be counted'))
+        .then(() => done(null, payload));
     });
     app.addHook('onClose', async () => {
       this.unsubscribe?.();

@@ -7,8 +7,8 @@ export type RealmKind = 'acc' | 'idc' | 'platform' | 'service';
 
 /** Who is calling: set on `request.principal` by authentication, read by every route. */
 export interface Principal {
-  /** JWT bearer or SVC access-key credential */
-  via: 'jwt' | 'credential';
+  /** JWT bearer, SVC access-key credential, or a factory service's SVC-HMAC-SHA256 signed request */
+  via: 'jwt' | 'credential' | 'factory-service';
   /** identity-provider user id (`sub`), or the credential's principal_id */
   sub: string;
   realm: string;
@@ -19,6 +19,8 @@ export interface Principal {
   email?: string;
   /** set when authenticated by an access key */
   credential?: { id: string; accessKeyId: string; temporary: boolean };
+  /** set for signed requests: the factory service that signed */
+  factoryService?: { id: string; accessKeyId: string; role: string; modelId: string; registrarId: string | null };
   /** the raw verified JWT claims (jwt only) */
   claims?: Record<string, unknown>;
 }

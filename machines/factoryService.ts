@@ -34,14 +34,15 @@ export type FactoryServiceEvent =
 
 type Emitted = { type: `factoryService.${'registered' | 'updated' | 'rotation-started' | 'rotation-confirmed' | 'soft-deleted' | 'drained'}`; factoryServiceId: string; by?: string };
 
-const say = (what: Emitted['type']) => emit(({ context, event }: { context: FactoryServiceContext; event: FactoryServiceEvent }) => ({ type: what, factoryServiceId: context.id, by: event.by }));
-
 export const factoryServiceMachine = setup({
   types: {
     context: {} as FactoryServiceContext,
     input: {} as FactoryServiceInput,
     events: {} as FactoryServiceEvent,
     emitted: {} as Emitted,
+  },
+  actions: {
+    say: emit(({ context, event }, params: { what: Emitted['type'] }) => ({ type: params.what, factoryServiceId: context.id, by: event.by })),
   },
   guards: {
     rotationPending: ({ context }) => context.rotationPending,
@@ -55,17 +56,17 @@ export const factoryServiceMachine = setup({
   states: {
     ACTIVE: {
       on: {
-        UPDATE: { actions: say('factoryService.updated') },
-        ROTATE: { actions: [assign({ rotationPending: true, rotatedAt: ({ event }) => event.at }), say('factoryService.rotation-started')] },
-        CONFIRM_ROTATION: { guard: 'rotationPending', actions: [assign({ rotationPending: false }), say('factoryService.rotation-confirmed')] },
-        DELETE: { target: 'SOFT_DELETED', actions: [assign({ deletedAt: ({ event }) => event.at }), say('factoryService.soft-deleted')] },
+        UPDATE: { actions: { type: 'say', params: { what: 'factoryService.updated' } } },
+        ROTATE: { actions: [assign({ rotationPending: true, rotatedAt: ({ event }) => event.at }), { type: 'say', params: { what: 'factoryService.rotation-started' } }] },
+        CONFIRM_ROTATION: { guard: 'rotationPending', actions: [assign({ rotationPending: false }), { type: 'say', params: { what: 'factoryService.rotation-confirmed' } }] },
+        DELETE: { target: 'SOFT_DELETED', actions: [assign({ deletedAt: ({ event }) => event.at }), { type: 'say', params: { what: 'factoryService.soft-deleted' } }] },
       },
     },
     SOFT_DELETED: {
       on: {
-        ROTATE: { actions: [assign({ rotationPending: true, rotatedAt: ({ event }) => event.at }), say('factoryService.rotation-started')] },
-        CONFIRM_ROTATION: { guard: 'rotationPending', actions: [assign({ rotationPending: false }), say('factoryService.rotation-confirmed')] },
-        DRAIN: { guard: 'noActiveLegs', target: 'HARD_DELETED', actions: [assign({ drainedAt: ({ event }) => event.at }), say('factoryService.drained')] },
+        ROTATE: { actions: [assign({ rotationPending: true, rotatedAt: ({ event }) => event.at }), { type: 'say', params: { what: 'factoryService.rotation-started' } }] },
+        CONFIRM_ROTATION: { guard: 'rotationPending', actions: [assign({ rotationPending: false }), { type: 'say', params: { what: 'factoryService.rotation-confirmed' } }] },
+        DRAIN: { guard: 'noActiveLegs', target: 'HARD_DELETED', actions: [assign({ drainedAt: ({ event }) => event.at }), { type: 'say', params: { what: 'factoryService.drained' } }] },
       },
     },
     HARD_DELETED: { type: 'final' },

@@ -135,7 +135,7 @@ export const attachedScpSchema = scpSchema.extend({ attached_at: z.string(), att
 export const whoamiSchema = z.object({
   sub: z.string(),
   realm: z.string(),
-  via: z.enum(['jwt', 'credential']),
+  via: z.enum(['jwt', 'credential', 'factory-service']),
   account_id: z.string().nullable(),
   roles: z.array(z.string()),
   access_key_id: z.string().nullable(),

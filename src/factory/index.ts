@@ -1,0 +1,45 @@
+import { defineDomain } from '../gateway.js';
+import { factoryRoutes } from './routes.js';
+import { Sealer } from './sealer.js';
+import { COLLECT_JOB, DRAIN_JOB, FactoryServices, SWEEP_JOB, factoryServiceKind } from './service.js';
+import { SignedRequests } from './signing.js';
+
+declare module '../gateway.js' {
+  interface Services {
+    factoryServices: FactoryServices;
+  }
+}
+
+/** Domain module of src/factory/: factory services and SVC-HMAC-SHA256 signed requests. */
+export const factoryDomain = defineDomain({
+  name: 'factory',
+  provides: ['factoryServices'],
+  kinds: [factoryServiceKind],
+  init(gw) {
+    // TODO(lead): switch to the gateway's own sealing key when it lands
+    const sealer = new Sealer(gw.pki.deriveKey('factory-sealed-secrets'));
+    const { sql, actors, clock, jobs, log } = gw;
+    const factoryServices = new FactoryServices({ sql, actors, clock, jobs, log, sealer, allowPrivateTargets: gw.config.ALLOW_PRIVATE_TARGETS });
+    const signed = new SignedRequests({ sql, clock, sealer });
+
+    // signed requests carry no Authorization header; verified once the body bytes are read
+    gw.auth.registerHeaderScheme('SVC-HMAC-SHA256', (request) => SignedRequests.presents(request.headers), (request) => signed.verify({
+      method: request.method,
+      target: request.url,
+      host: request.headers.host,
+      headers: request.headers,
+      body: request.rawBody,
+    }));
+
+    jobs.define<{ id: string }>(DRAIN_JOB, (data) => factoryServices.drainJob(data.id), { retryLimit: 10, retryDelay: 600 });
+    jobs.define<{ id: string }>(COLLECT_JOB, (data) => factoryServices.collect(data.id), { retryLimit: 5 });
+    jobs.define(SWEEP_JOB, async () => {
+      await signed.sweep();
+      await factoryServices.sweep();
+    }, { schedule: '* * * * *', retryLimit: 1 });
+    return { factoryServices };
+  },
+  async routes(app, _gw, { factoryServices }) {
+    await factoryRoutes(app, factoryServices);
+  },
+});

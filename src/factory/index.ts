@@ -33,10 +33,7 @@ export const factoryDomain = defineDomain({
 
     jobs.define<{ id: string }>(DRAIN_JOB, (data) => factoryServices.drainJob(data.id), { retryLimit: 10, retryDelay: 600 });
     jobs.define<{ id: string }>(COLLECT_JOB, (data) => factoryServices.collect(data.id), { retryLimit: 5 });
-    jobs.define(SWEEP_JOB, async () => {
-      await signed.sweep();
-      await factoryServices.sweep();
-    }, { schedule: '* * * * *', retryLimit: 1 });
+    jobs.define(SWEEP_JOB, () => factoryServices.sweep(), { schedule: '* * * * *', retryLimit: 1 });
     return { factoryServices };
   },
   async routes(app, _gw, { factoryServices }) {

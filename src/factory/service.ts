@@ -9,7 +9,7 @@ import { conflict, invalid, notFound, refused } from '../lib/errors.js';
 import { factoryServiceMachine } from '../../machines/factoryService.js';
 import * as repo from './repo.js';
 import type { Sealer } from './sealer.js';
-import { checkLiteralTarget, probe } from './targets.js';
+import { probe } from './targets.js';
 
 export const factoryServiceKind: ActorKind<typeof factoryServiceMachine> = {
   type: 'factoryService',
@@ -87,7 +87,6 @@ export class FactoryServices {
   constructor(private readonly d: { sql: Sql; actors: ActorStore; clock: Clock; jobs: Jobs; log: Logger; sealer: Sealer; allowPrivateTargets: boolean }) {}
 
   async create(caller: Caller, input: CreateInput): Promise<FactoryServiceView & { secret_access_key: string }> {
-    checkLiteralTarget(new URL(input.endpoint_url), this.d.allowPrivateTargets, 'endpoint_url');
     if (!(await repo.modelOfAccount(this.d.sql, caller.accountId, input.model_id))) {
       throw invalid(`model_id ${input.model_id} names no model of your account`);
     }
@@ -128,7 +127,6 @@ export class FactoryServices {
   }
 
   async update(caller: Caller, id: string, endpointUrl: string): Promise<FactoryServiceView> {
-    checkLiteralTarget(new URL(endpointUrl), this.d.allowPrivateTargets, 'endpoint_url');
     await this.get(caller, id);
     await this.d.actors.run(async (uow) => {
       await uow.send(factoryServiceKind, id, { type: 'UPDATE', at: this.d.clock.now().toISOString(), by: caller.sub });
@@ -212,8 +210,12 @@ export class FactoryServices {
     if (await repo.purge(this.d.sql, id)) this.d.log.info({ factoryServiceId: id }, 'factory service collected');
   }
 
-  /** Scheduled: drains due services and collects hard-deleted ones whose jobs a crash lost. */
+  /**
+   * Scheduled: forgets signatures past the skew window, drains due services and collects
+   * hard-deleted ones whose jobs a crash lost.
+   */
   async sweep(): Promise<void> {
+    await repo.sweepSignatures(this.d.sql, this.d.clock.now());
     for (const id of await repo.drainDue(this.d.sql, new Date(this.d.clock.now().getTime() - DRAIN_GRACE_SECONDS * 1000))) await this.drain(id);
     for (const id of await repo.uncollected(this.d.sql)) await this.collect(id);
   }

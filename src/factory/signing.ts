@@ -87,11 +87,6 @@ export class SignedRequests {
       factoryService: { id: identity.id, accessKeyId: identity.access_key_id, role: identity.role, modelId: identity.model_id, registrarId: identity.registrar_id },
     };
   }
-
-  /** Deletes remembered signatures past the skew window. */
-  sweep(): Promise<number> {
-    return repo.sweepSignatures(this.d.sql, this.d.clock.now());
-  }
 }
 
 const canonicalName = (h: string) => h.replace(/(^|-)([a-z])/g, (_m, d: string, c: string) => d + c.toUpperCase()).replace('Svc', 'SVC');

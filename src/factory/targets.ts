@@ -30,14 +30,6 @@ export function nonPublic(address: string): string | undefined {
 
 const hostOf = (url: URL) => url.hostname.replace(/^\[|\]$/g, '');
 
-/** Refuses a URL whose host is a literal non-public address (names are checked when probed). */
-export function checkLiteralTarget(url: URL, allowPrivate: boolean, field: string): void {
-  const host = hostOf(url);
-  if (allowPrivate || !net.isIP(host)) return;
-  const why = nonPublic(host);
-  if (why) throw refusedTarget(field, url, host, why);
-}
-
 const refusedTarget = (field: string, url: URL, address: string, why: string) =>
   invalid(`${field} ${url.origin} resolves to ${address}, ${why}; the gateway does not call loopback, link-local or private targets (ALLOW_PRIVATE_TARGETS=true allows them in development)`, { type: 'target-refused' });
 

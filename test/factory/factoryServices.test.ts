@@ -166,6 +166,8 @@ describe('credential rotation', () => {
     const confirmed = await gw.http.post(`${PATH}/${r.id}/confirm-rotation`, undefined, { token: a.admin });
     expect(confirmed.status, confirmed.text).toBe(200);
     expect(confirmed.body.rotation_pending).toBe(false);
+    // identical requests signed within the same second are the same signature: a replay
+    clock.advance(1000);
     expect(expectProblem(await signed(r.creds, 'GET', `${PATH}/${r.id}`), 401).detail).toMatch(/signature does not match/);
     expect((await signed(fresh, 'GET', `${PATH}/${r.id}`)).status).toBe(200);
 

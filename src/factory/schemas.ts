@@ -6,7 +6,11 @@ const role = z.enum(['identify', 'provision']);
 const endpointUrl = z
   .url({ protocol: /^https?$/, error: 'must be an http:// or https:// URL' })
   .max(2048)
-  .refine((u) => !new URL(u).username && !new URL(u).password, 'must not carry credentials (user:password@)')
+  .refine((u) => {
+    // runs even when an earlier check failed, so the string may not parse
+    const url = URL.parse(u);
+    return url !== null && !url.username && !url.password;
+  }, 'must be a URL without credentials (user:password@)')
   .describe('base URL of the factory backend; the health check probes `<endpoint_url>/healthz`');
 
 export const idParams = z.object({ id: z.uuid() });

@@ -71,6 +71,8 @@ describe('register (POST /api/v1/factory-services)', () => {
       [{ role: 'provision', model_id: m, endpoint_url: 'https://x.example', colour: 'red' }, /unknown field\(s\) colour/],
       [{ role: 'flash', model_id: m, endpoint_url: 'https://x.example' }, /body\.role/],
       [{ role: 'identify', model_id: m, endpoint_url: 'ftp://x.example' }, /body\.endpoint_url/],
+      [{ role: 'identify', model_id: m, endpoint_url: `https://x.example/${'a'.repeat(3000)}` }, /body\.endpoint_url/],
+      [{ role: 'identify', model_id: m, endpoint_url: 'https://user:pw@x.example' }, /without credentials/],
       [{ role: 'identify', model_id: await model(b), endpoint_url: 'https://x.example' }, /names no model of your account/],
     ];
     for (const [body, detail] of cases) expect(expectProblem(await gw.http.post(PATH, body, { token: a.admin }), 400).detail).toMatch(detail);

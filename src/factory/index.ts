@@ -2,7 +2,7 @@ import { defineDomain } from '../gateway.js';
 import { factoryRoutes } from './routes.js';
 import { Sealer } from './sealer.js';
 import { COLLECT_JOB, DRAIN_JOB, FactoryServices, SWEEP_JOB, factoryServiceKind } from './service.js';
-import { SignedRequests } from './signing.js';
+import { SignedRequests, SigningIdentities } from './signing.js';
 
 declare module '../gateway.js' {
   interface Services {
@@ -19,8 +19,11 @@ export const factoryDomain = defineDomain({
     // TODO(lead): switch to the gateway's own sealing key when it lands
     const sealer = new Sealer(gw.pki.deriveKey('factory-sealed-secrets'));
     const { sql, actors, clock, jobs, log } = gw;
-    const factoryServices = new FactoryServices({ sql, actors, clock, jobs, log, sealer, allowPrivateTargets: gw.config.ALLOW_PRIVATE_TARGETS });
-    const signed = new SignedRequests({ sql, clock, sealer });
+    const identities = new SigningIdentities(sql, gw.cluster);
+    const factoryServices = new FactoryServices({
+      sql, actors, clock, jobs, log, sealer, allowPrivateTargets: gw.config.ALLOW_PRIVATE_TARGETS, signingChanged: (key) => identities.changed(key),
+    });
+    const signed = new SignedRequests({ identities, sql, clock, sealer });
 
     // signed requests carry no Authorization header; verified once the body bytes are read
     gw.auth.registerHeaderScheme('SVC-HMAC-SHA256', (request) => SignedRequests.presents(request.headers), (request) => signed.verify({

@@ -84,7 +84,11 @@ export interface CreateInput {
  * lifecycle step; this service holds the secrets (sealed) and the I/O.
  */
 export class FactoryServices {
-  constructor(private readonly d: { sql: Sql; actors: ActorStore; clock: Clock; jobs: Jobs; log: Logger; sealer: Sealer; allowPrivateTargets: boolean }) {}
+  constructor(private readonly d: {
+    sql: Sql; actors: ActorStore; clock: Clock; jobs: Jobs; log: Logger; sealer: Sealer; allowPrivateTargets: boolean;
+    /** tells every node's signature verification that a key's secrets or state changed */
+    signingChanged(accessKeyId: string): Promise<void>;
+  }) {}
 
   async create(caller: Caller, input: CreateInput): Promise<FactoryServiceView & { secret_access_key: string }> {
     if (!(await repo.modelOfAccount(this.d.sql, caller.accountId, input.model_id))) {
@@ -138,24 +142,26 @@ export class FactoryServices {
   /** A new secret, returned once; the old one keeps working until the rotation is confirmed. */
   async rotate(caller: Caller, id: string): Promise<FactoryServiceView & { secret_access_key: string }> {
     this.ownOnly(caller, id, 'rotate');
-    await this.get(caller, id);
+    const current = await this.get(caller, id);
     const secret = newSecretAccessKey();
     await this.d.actors.run(async (uow) => {
       await uow.send(factoryServiceKind, id, { type: 'ROTATE', at: this.d.clock.now().toISOString(), by: caller.sub });
       await repo.setPendingSecret(uow.sql, id, this.d.sealer.seal(secret), this.d.clock.now());
     });
+    await this.d.signingChanged(current.access_key_id);
     this.d.log.info({ factoryServiceId: id, by: caller.sub }, 'factory service credentials rotated');
     return { ...(await this.get(caller, id)), secret_access_key: secret };
   }
 
   async confirmRotation(caller: Caller, id: string): Promise<FactoryServiceView> {
     this.ownOnly(caller, id, 'confirm the rotation of');
-    await this.get(caller, id);
+    const current = await this.get(caller, id);
     await this.d.actors.run(async (uow) => {
       const r = await uow.trySend(factoryServiceKind, id, { type: 'CONFIRM_ROTATION', at: this.d.clock.now().toISOString(), by: caller.sub });
       if ('refused' in r) throw conflict(`factory service ${id} has no rotation pending (state ${r.state}); POST rotate-credentials first`, { extra: { state: r.state } });
       await repo.promotePendingSecret(uow.sql, id, this.d.clock.now());
     });
+    await this.d.signingChanged(current.access_key_id);
     return this.get(caller, id);
   }
 
@@ -169,8 +175,9 @@ export class FactoryServices {
 
   /** Soft delete: its credentials stop working at once; drain and collection follow as jobs. */
   async delete(caller: Caller, id: string): Promise<void> {
-    await this.get(caller, id);
+    const current = await this.get(caller, id);
     await this.d.actors.send(factoryServiceKind, id, { type: 'DELETE', at: this.d.clock.now().toISOString(), by: caller.sub });
+    await this.d.signingChanged(current.access_key_id);
     await this.d.jobs.send(DRAIN_JOB, { id }, { startAfter: DRAIN_GRACE_SECONDS, singletonKey: id });
     this.d.log.info({ factoryServiceId: id, by: caller.sub }, 'factory service soft-deleted');
   }

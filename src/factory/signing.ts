@@ -1,3 +1,4 @@
+import type { Cluster } from '../actors/cluster.js';
 import type { Sql } from '../db/client.js';
 import type { Clock } from '../lib/clock.js';
 import { sha256, safeEqual } from '../lib/encoding.js';
@@ -12,6 +13,49 @@ export const MAX_SKEW_MS = 5 * 60_000;
 export const FACTORY_SERVICE_ROLE = 'factory-service';
 
 const SIGNATURE = /^[0-9a-f]{64}$/;
+export const SIGNING_CHANGED_TOPIC = 'factory.signing-changed';
+/** A safety net only: changes reach every node's cache at once through the cluster. */
+const CACHE_TTL_MS = 30_000;
+const CACHE_MAX = 10_000;
+
+/**
+ * Signing identities by access key id, cached per node: a signed request then costs one database
+ * round trip (the replay insert). Rotation, confirmation and delete broadcast the key, and every
+ * node drops it; a lookup that raced with a change is not cached (generation check). Unknown
+ * keys are never cached, so a new key works at once everywhere.
+ */
+export class SigningIdentities {
+  private readonly cache = new Map<string, { row: repo.SigningRow; at: number }>();
+  private generation = 0;
+
+  constructor(private readonly sql: Sql, private readonly cluster: Cluster) {
+    cluster.on<{ accessKeyId?: unknown }>(SIGNING_CHANGED_TOPIC, ({ accessKeyId }) => {
+      if (typeof accessKeyId === 'string') this.drop(accessKeyId);
+    });
+  }
+
+  async get(accessKeyId: string): Promise<repo.SigningRow | undefined> {
+    const hit = this.cache.get(accessKeyId);
+    if (hit && Date.now() - hit.at < CACHE_TTL_MS) return hit.row;
+    const generation = this.generation;
+    const row = await repo.signingIdentity(this.sql, accessKeyId);
+    if (row && generation === this.generation) {
+      if (this.cache.size >= CACHE_MAX) this.cache.clear();
+      this.cache.set(accessKeyId, { row, at: Date.now() });
+    }
+    return row;
+  }
+
+  /** After a committed change of the key's secrets or state: this node and then every other. */
+  changed(accessKeyId: string): Promise<void> {
+    return this.cluster.broadcast(SIGNING_CHANGED_TOPIC, { accessKeyId });
+  }
+
+  private drop(accessKeyId: string): void {
+    this.generation++;
+    this.cache.delete(accessKeyId);
+  }
+}
 
 /** What verification reads of a request: no Fastify here, routes adapt. */
 export interface SignedRequest {
@@ -33,7 +77,7 @@ const fail = (detail: string, type: string) => unauthenticated(detail, { type, t
  * recorded (an attacker cannot fill the table, nor burn a client's signature in advance).
  */
 export class SignedRequests {
-  constructor(private readonly d: { sql: Sql; clock: Clock; sealer: Sealer }) {}
+  constructor(private readonly d: { identities: SigningIdentities; sql: Sql; clock: Clock; sealer: Sealer }) {}
 
   static presents(headers: SignedRequest['headers']): boolean {
     return headers[HEADER_KEY_ID] !== undefined || headers[HEADER_SIGNATURE] !== undefined || headers[HEADER_TIMESTAMP] !== undefined;
@@ -59,7 +103,7 @@ export class SignedRequests {
       throw fail(`X-SVC-Timestamp ${timestamp} is more than 5 minutes from the gateway's time (${new Date(now).toISOString()}); sign with a synchronized clock`, 'signature-clock-skew');
     }
 
-    const identity = await repo.signingIdentity(this.d.sql, accessKeyId);
+    const identity = await this.d.identities.get(accessKeyId);
     if (!identity) throw fail(`unknown access key id ${JSON.stringify(accessKeyId.slice(0, 32))}: no active factory service holds it`, 'signature-unknown-key');
 
     const presented = SIGNATURE.test(signature) ? Buffer.from(signature, 'hex') : Buffer.alloc(0);

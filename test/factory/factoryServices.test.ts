@@ -6,6 +6,7 @@ import { ManualClock } from '../../src/lib/clock.js';
 import { signedFetch, signedHeaders, signingTimestamp, type Credentials } from '../../src/clients/svcSigner.js';
 import { startTestGateway, expectProblem, type HttpResponse, type TestGateway } from '../helpers/gateway.js';
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
+import { waitFor } from '../helpers/wait.js';
 
 /**
  * Factory services over real HTTP and Postgres: every row of the spec's table for
@@ -330,6 +331,57 @@ describe('signed-request refusals: each a 401 problem with its own detail', () =
     clock.advance(11 * 60_000);
     await gw.services.factoryServices.sweep();
     expect(await count()).toBe(0);
+  });
+});
+
+describe('two nodes on one database (behind one load-balanced host name)', () => {
+  let node2: TestGateway;
+  beforeAll(async () => {
+    node2 = await startTestGateway({ NODE_ID: 'factory-node-2', JOBS: 'false' }, { db: gw.db, clock });
+  });
+  afterAll(async () => {
+    await node2?.close();
+  });
+
+  /** GET with the signed headers and the Host header a load balancer would pass on. */
+  function getVia(node: TestGateway, target: string, headers: Record<string, string>): Promise<number> {
+    return new Promise((resolve, reject) => {
+      const req = http.get(`${node.httpUrl}${target}`, { headers: { ...headers, host: 'factory-gateway.example' } }, (res) => {
+        res.resume();
+        resolve(res.statusCode ?? 0);
+      });
+      req.on('error', reject);
+    });
+  }
+  const sign = (creds: Credentials, target: string) =>
+    signedHeaders(creds, { method: 'GET', target, host: 'factory-gateway.example', timestamp: signingTimestamp(clock.now()) });
+
+  it('a signature accepted by one node is a replay on the other', async () => {
+    const r = await register(a);
+    const headers = sign(r.creds, `${PATH}/${r.id}`);
+    expect(await getVia(gw, `${PATH}/${r.id}`, headers)).toBe(200);
+    expect(await getVia(node2, `${PATH}/${r.id}`, headers)).toBe(401);
+  });
+
+  it('a rotation confirmed or a delete on one node takes the old secret from the other node\'s cache', async () => {
+    const r = await register(a);
+    // node 2 caches the signing identity
+    clock.advance(1000);
+    expect(await getVia(node2, `${PATH}/${r.id}`, sign(r.creds, `${PATH}/${r.id}`))).toBe(200);
+    const rot = await gw.http.post(`${PATH}/${r.id}/rotate-credentials`, undefined, { token: a.admin });
+    await gw.http.post(`${PATH}/${r.id}/confirm-rotation`, undefined, { token: a.admin });
+    const fresh: Credentials = { ...r.creds, secretAccessKey: rot.body.secret_access_key };
+    await waitFor(async () => {
+      clock.advance(1000);
+      return (await getVia(node2, `${PATH}/${r.id}`, sign(r.creds, `${PATH}/${r.id}`))) === 401;
+    }, 10_000, 'node 2 to refuse the retired secret');
+    clock.advance(1000);
+    expect(await getVia(node2, `${PATH}/${r.id}`, sign(fresh, `${PATH}/${r.id}`))).toBe(200);
+    await gw.http.delete(`${PATH}/${r.id}`, { token: a.admin });
+    await waitFor(async () => {
+      clock.advance(1000);
+      return (await getVia(node2, `${PATH}/${r.id}`, sign(fresh, `${PATH}/${r.id}`))) === 401;
+    }, 10_000, 'node 2 to refuse the deleted service');
   });
 });
 

@@ -42,8 +42,10 @@ create table factory_service_leg_refs (
 );
 
 -- Signatures already accepted, kept for the clock-skew window (shared by every node, so a replay
--- to another node is refused too); a scheduled job deletes expired rows.
-create table factory_signature_replays (
+-- to another node is refused too); a scheduled job deletes expired rows. Unlogged: one insert per
+-- signed request without a WAL flush; a Postgres crash empties it, which reopens replays of
+-- requests signed in the 5 minutes before the crash (docs/decisions.md).
+create unlogged table factory_signature_replays (
   signature_hash bytea primary key,
   expires_at timestamptz not null
 );

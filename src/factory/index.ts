@@ -2,7 +2,7 @@ import { defineDomain } from '../gateway.js';
 import { factoryRoutes } from './routes.js';
 import { Sealer } from './sealer.js';
 import { COLLECT_JOB, DRAIN_JOB, FactoryServices, SWEEP_JOB, factoryServiceKind } from './service.js';
-import { SignedRequests, SigningIdentities } from './signing.js';
+import { ReplayGuard, SignedRequests, SigningIdentities } from './signing.js';
 
 declare module '../gateway.js' {
   interface Services {
@@ -23,7 +23,7 @@ export const factoryDomain = defineDomain({
     const factoryServices = new FactoryServices({
       sql, actors, clock, jobs, log, sealer, allowPrivateTargets: gw.config.ALLOW_PRIVATE_TARGETS, signingChanged: (key) => identities.changed(key),
     });
-    const signed = new SignedRequests({ identities, sql, clock, sealer });
+    const signed = new SignedRequests({ identities, replays: new ReplayGuard(sql), clock, sealer });
 
     // signed requests carry no Authorization header; verified once the body bytes are read
     gw.auth.registerHeaderScheme('SVC-HMAC-SHA256', (request) => SignedRequests.presents(request.headers), (request) => signed.verify({

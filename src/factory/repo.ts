@@ -139,10 +139,14 @@ export async function signingIdentity(db: Db, accessKeyId: string): Promise<Sign
   return row;
 }
 
-/** Records a signature; false when it was recorded before (a replay). */
-export async function rememberSignature(db: Db, hash: Buffer, expiresAt: Date): Promise<boolean> {
-  const rows = await db`insert into factory_signature_replays (signature_hash, expires_at) values (${hash}, ${expiresAt}) on conflict do nothing`;
-  return rows.count === 1;
+/** Records signatures (distinct hashes); answers the ones that were new (the others are replays). */
+export async function rememberSignatures(db: Db, hashes: Buffer[], expiresAt: Date[]): Promise<Set<string>> {
+  const rows = await db<{ h: string }[]>`
+    insert into factory_signature_replays (signature_hash, expires_at)
+    select decode(h, 'hex'), e::timestamptz
+    from unnest(${db.array(hashes.map((h) => h.toString('hex')))}::text[], ${db.array(expiresAt.map((d) => d.toISOString()))}::text[]) as t(h, e)
+    on conflict do nothing returning encode(signature_hash, 'hex') as h`;
+  return new Set(rows.map((r) => r.h));
 }
 
 export async function sweepSignatures(db: Db, now: Date): Promise<number> {

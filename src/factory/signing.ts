@@ -71,13 +71,50 @@ export interface SignedRequest {
 const fail = (detail: string, type: string) => unauthenticated(detail, { type, title: 'Signed request refused' });
 
 /**
+ * Remembers accepted signatures in Postgres (shared by every node). Concurrent requests are
+ * batched into one insert per event-loop turn, so the check costs about one round trip per
+ * batch instead of one per request; within a batch the first of two equal signatures wins.
+ */
+export class ReplayGuard {
+  private pending: { hash: Buffer; expiresAt: Date; resolve(fresh: boolean): void; reject(err: unknown): void }[] = [];
+
+  constructor(private readonly sql: Sql) {}
+
+  /** true the first time a signature is seen; false for a replay */
+  remember(hash: Buffer, expiresAt: Date): Promise<boolean> {
+    return new Promise((resolve, reject) => {
+      if (this.pending.length === 0) setImmediate(() => void this.flush());
+      this.pending.push({ hash, expiresAt, resolve, reject });
+    });
+  }
+
+  private async flush(): Promise<void> {
+    const batch = this.pending;
+    this.pending = [];
+    const first = new Map<string, (typeof batch)[number]>();
+    for (const p of batch) {
+      const key = p.hash.toString('hex');
+      if (first.has(key)) p.resolve(false);
+      else first.set(key, p);
+    }
+    const entries = [...first.values()];
+    try {
+      const fresh = await repo.rememberSignatures(this.sql, entries.map((p) => p.hash), entries.map((p) => p.expiresAt));
+      for (const p of entries) p.resolve(fresh.has(p.hash.toString('hex')));
+    } catch (err) {
+      for (const p of entries) p.reject(err);
+    }
+  }
+}
+
+/**
  * Verifies SVC-HMAC-SHA256 signed requests and answers the factory service that signed. Each
  * refusal is a 401 with its own detail and type: missing header, malformed or skewed timestamp,
  * unknown key, bad signature, replay. The replay check runs last, so only a valid signature is
  * recorded (an attacker cannot fill the table, nor burn a client's signature in advance).
  */
 export class SignedRequests {
-  constructor(private readonly d: { identities: SigningIdentities; sql: Sql; clock: Clock; sealer: Sealer }) {}
+  constructor(private readonly d: { identities: SigningIdentities; replays: ReplayGuard; clock: Clock; sealer: Sealer }) {}
 
   static presents(headers: SignedRequest['headers']): boolean {
     return headers[HEADER_KEY_ID] !== undefined || headers[HEADER_SIGNATURE] !== undefined || headers[HEADER_TIMESTAMP] !== undefined;
@@ -118,7 +155,7 @@ export class SignedRequests {
       throw fail('signature does not match: the canonical request (method, path, query, host, X-SVC-* headers, body bytes) signed with the secret of this access key gives another signature', 'signature-mismatch');
     }
 
-    const fresh = await repo.rememberSignature(this.d.sql, sha256(signature), new Date(signedAt + MAX_SKEW_MS));
+    const fresh = await this.d.replays.remember(sha256(signature), new Date(signedAt + MAX_SKEW_MS));
     if (!fresh) throw fail('replayed request: this signature was already used; sign every request anew', 'signature-replayed');
 
     return {

@@ -311,6 +311,14 @@ describe('signed-request refusals: each a 401 problem with its own detail', () =
     expect((await signed(r.creds, 'GET', `${PATH}/${r.id}`)).status).toBe(200);
   });
 
+  it('replay: of the same signed request sent concurrently, exactly one is accepted', async () => {
+    clock.advance(1000);
+    const headers = signedHeaders(r.creds, { method: 'GET', target: `${PATH}/${r.id}`, host: new URL(gw.httpUrl).host, timestamp: signingTimestamp(clock.now()) });
+    const statuses = (await Promise.all(Array.from({ length: 8 }, () => gw.http.get(`${PATH}/${r.id}`, { headers })))).map((res) => res.status);
+    expect(statuses.filter((s) => s === 200)).toHaveLength(1);
+    expect(statuses.filter((s) => s === 401)).toHaveLength(7);
+  });
+
   it('the distinct refusals carry distinct problem types', async () => {
     const types = new Set<string>();
     const add = async (res: Promise<HttpResponse>) => types.add((await res).body.type);

@@ -60,6 +60,7 @@ export const configSchema = z.object({
   SSE_HEARTBEAT_SECONDS: positiveInt.default(25),
   COMMAND_TIMEOUT_MS: positiveInt.default(10_000),
   JOBS: bool.default(true),
+  ALLOW_PRIVATE_TARGETS: bool.default(false).describe('let outbound probes (factory-service health checks) reach loopback, link-local and private addresses (development and tests)'),
 });
 
 export type RawConfig = z.infer<typeof configSchema>;

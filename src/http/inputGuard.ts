@@ -17,6 +17,13 @@ import sjson from 'secure-json-parse';
 import { fieldPath, findRefusedText } from '../lib/text.js';
 import { Problem } from './problem.js';
 
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** the bytes of a JSON body as received */
+    rawBody?: Buffer;
+  }
+}
+
 /** Deepest nesting of arrays/objects a JSON body may have. */
 export const JSON_MAX_DEPTH = 64;
 
@@ -155,7 +162,9 @@ export function installInputGuard(app: FastifyInstance, maxDepth = JSON_MAX_DEPT
   });
   app.removeContentTypeParser('application/json');
   for (const type of ['application/json', PLUS_JSON]) {
-    app.addContentTypeParser(type, { parseAs: 'buffer' }, (_request, body: Buffer | string, done) => {
+    app.addContentTypeParser(type, { parseAs: 'buffer' }, (request, body: Buffer | string, done) => {
+      // kept for signatures over the exact body bytes (SVC-HMAC-SHA256)
+      request.rawBody = body as Buffer;
       try {
         done(null, parseJsonBody(body as Buffer, maxDepth));
       } catch (err) {

@@ -138,7 +138,7 @@ export const attachedScpSchema = scpSchema.extend({ attached_at: z.string(), att
 export const whoamiSchema = z.object({
   sub: z.string(),
   realm: z.string(),
-  via: z.enum(['jwt', 'credential', 'device', 'internal']),
+  via: z.enum(['jwt', 'credential', 'factory-service', 'device', 'internal']),
   account_id: z.string().nullable(),
   roles: z.array(z.string()),
   access_key_id: z.string().nullable(),

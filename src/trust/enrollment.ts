@@ -11,7 +11,7 @@ import { parseDescriptor, type ModelService } from './models.js';
 import { safeEqual, sha256 } from '../lib/encoding.js';
 import { isoNow } from '../lib/clock.js';
 import { unstorableField } from '../lib/text.js';
-import type { Sealer } from './secrets.js';
+import type { Sealer } from '../pki/sealer.js';
 import type { EnrollBody, EnrollmentResponse } from './schemas.js';
 import { ClaimBatcher } from './claimBatch.js';
 

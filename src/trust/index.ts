@@ -4,7 +4,7 @@ import { DdiService } from './ddi.js';
 import { EnrollmentService } from './enrollment.js';
 import { ModelService } from './models.js';
 import { deviceAuthenticators, trustRoutes } from './routes.js';
-import { resealAll, Sealer } from './secrets.js';
+import { resealAll, Sealer, type SealedColumn } from '../pki/sealer.js';
 import { TrustService } from './service.js';
 import { claimGroupKind, enrollmentTokenKind, thingKind } from './kinds.js';
 
@@ -23,6 +23,12 @@ declare module '../gateway.js' {
     enrollment: EnrollmentService;
   }
 }
+
+/** The trust domain's sealed columns (re-sealed at start after a sealing-key rotation). */
+const SEALED_COLUMNS: SealedColumn[] = [
+  { table: 'models', key: 'id', column: 'provisioning_secret' },
+  { table: 'device_certificates', key: 'serial', column: 'sealed_private_key' },
+];
 
 const byGateway = new WeakMap<Gateway, TrustServices>();
 const sealers = new WeakMap<Gateway, Sealer>();
@@ -53,7 +59,7 @@ export const trustDomain = defineDomain({
   async start(gw) {
     await byGateway.get(gw)!.crl.current();
     // values sealed with the legacy or a rotated-out key move to the current one
-    const sealed = await resealAll(gw.sql, sealers.get(gw)!);
+    const sealed = await resealAll(gw.sql, sealers.get(gw)!, SEALED_COLUMNS);
     if (sealed.unreadable) gw.log.warn(sealed, 'some sealed values open with no sealing key');
     else if (sealed.resealed) gw.log.info(sealed, 'sealed values moved to the current sealing key');
   },

@@ -5,7 +5,7 @@ import type { Sql } from '../db/client.js';
 import { conflict, invalid, notFound } from '../lib/errors.js';
 import { isUuid } from '../http/auth/principal.js';
 import { repo, type LicenseApproval, type ModelRow, type ProvisioningMethod } from './repo.js';
-import type { Sealer } from './secrets.js';
+import type { Sealer } from '../pki/sealer.js';
 import type { ModelCreate } from './schemas.js';
 
 export interface ModelView {

@@ -1,6 +1,6 @@
 import crypto from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { Sealer } from '../../src/trust/secrets.js';
+import { Sealer } from '../../src/pki/sealer.js';
 
 const key = () => crypto.randomBytes(32);
 

@@ -45,6 +45,16 @@ export interface RequestAuthenticator {
   openapi: Record<string, unknown>;
   authenticate(request: FastifyRequest): Promise<Principal | undefined>;
 }
+
+/**
+ * A scheme carried by headers other than Authorization (SVC-HMAC-SHA256 signed requests). It
+ * runs after the body is parsed (preValidation), since a signature may cover the body bytes.
+ */
+export interface HeaderScheme {
+  name: string;
+  detect(request: FastifyRequest): boolean;
+  handler(request: FastifyRequest): Promise<Principal>;
+}
 /** Runs after authentication: completes or checks the principal (account existence, idc assignment). */
 export type PrincipalResolver = (principal: Principal, request: FastifyRequest) => Promise<Principal>;
 /** An authorization layer after the role check (SCP deny, capability); throws a 403 problem. */
@@ -69,6 +79,7 @@ export class Auth {
    */
   readonly internalSecret: string;
   private readonly internalSecretHash: Buffer;
+  private readonly headerSchemes: HeaderScheme[] = [];
 
   constructor(private readonly jwt: JwtVerifier, options: { internalSecret?: string } = {}) {
     this.registerScheme('bearer', (token) => this.jwt.verify(token));
@@ -111,6 +122,9 @@ export class Auth {
   registerScheme(name: string, handler: SchemeHandler): void {
     this.schemes.set(name.toLowerCase(), handler);
   }
+  registerHeaderScheme(name: string, detect: HeaderScheme['detect'], handler: HeaderScheme['handler']): void {
+    this.headerSchemes.push({ name, detect, handler });
+  }
   addResolver(resolver: PrincipalResolver): void {
     this.resolvers.push(resolver);
   }
@@ -121,16 +135,28 @@ export class Auth {
   /** The caller, or undefined when the request carries no Authorization header (nor a WebSocket bearer subprotocol). */
   async authenticate(request: FastifyRequest): Promise<Principal | undefined> {
     const header = request.headers.authorization ?? webSocketBearer(request);
-    if (!header) return undefined;
+    if (!header) {
+      const signed = this.headerSchemeOf(request);
+      return signed ? this.resolve(await signed.handler(request), request) : undefined;
+    }
     const space = header.indexOf(' ');
     const scheme = (space > 0 ? header.slice(0, space) : header).toLowerCase();
     const credentials = space > 0 ? header.slice(space + 1).trim() : '';
     const handler = this.schemes.get(scheme);
     if (!handler) throw unauthorized(`unsupported Authorization scheme; use ${[...this.schemes.keys()].map((s) => (s === 'bearer' ? 'Bearer' : s.toUpperCase())).join(' or ')}`);
     if (!credentials) throw unauthorized(`Authorization header has no ${scheme} credentials`);
-    let principal = await handler(credentials, request);
+    return this.resolve(await handler(credentials, request), request);
+  }
+
+  private async resolve(principal: Principal, request: FastifyRequest): Promise<Principal> {
     for (const resolve of this.resolvers) principal = await resolve(principal, request);
     return principal;
+  }
+
+  /** The header scheme a request without an Authorization header uses, if any. */
+  private headerSchemeOf(request: FastifyRequest): HeaderScheme | undefined {
+    if (request.headers.authorization) return undefined;
+    return this.headerSchemes.find((s) => s.detect(request));
   }
 
   /** Role first (403 insufficient role), then each layer in the order added (SCP, capability). */
@@ -156,7 +182,7 @@ export class Auth {
       // the OpenAPI document shows these routes' own credentials instead of the default bearer/SVC
       if (typeof access === 'object' && 'schemes' in access) route.schema = { ...route.schema, security: access.schemes.map((s) => ({ [s]: [] })) };
     });
-    app.addHook('onRequest', async (request) => {
+    const check = async (request: FastifyRequest) => {
       const access = request.routeOptions.config?.auth;
       if (!access || access === 'public') return;
       if ('schemes' in access) {
@@ -172,7 +198,10 @@ export class Auth {
       if (!principal) throw unauthorized('missing Authorization header (Bearer <JWT> or SVC <base64 access_key_id:secret_key>)');
       request.principal = principal;
       await this.authorize(principal, access, request);
-    });
+    };
+    // header schemes wait for the body; the others are checked before it is read
+    app.addHook('onRequest', async (request) => (this.headerSchemeOf(request) ? undefined : check(request)));
+    app.addHook('preValidation', async (request) => (this.headerSchemeOf(request) && !request.principal ? check(request) : undefined));
   }
 }
 

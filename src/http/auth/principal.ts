@@ -7,8 +7,8 @@ export type RealmKind = 'acc' | 'idc' | 'platform' | 'service' | 'device' | 'int
 
 /** Who is calling: set on `request.principal` by authentication, read by every route. */
 export interface Principal {
-  /** JWT bearer or SVC access-key credential; a device (enrollment token or client certificate); an internal caller (shared secret) */
-  via: 'jwt' | 'credential' | 'device' | 'internal';
+  /** JWT bearer or SVC access-key credential; a factory service's SVC-HMAC-SHA256 signed request; a device (enrollment token or client certificate); an internal caller (shared secret) */
+  via: 'jwt' | 'credential' | 'factory-service' | 'device' | 'internal';
   /** identity-provider user id (`sub`), or the credential's principal_id */
   sub: string;
   realm: string;
@@ -21,6 +21,8 @@ export interface Principal {
   credential?: { id: string; accessKeyId: string; temporary: boolean };
   /** set when a device authenticated (`via: 'device'`): the thing it is, and how it proved it */
   device?: { thingId: string; credential: 'enrollment-token' | 'client-certificate' };
+  /** set for signed requests: the factory service that signed */
+  factoryService?: { id: string; accessKeyId: string; role: string; modelId: string; registrarId: string | null };
   /** the raw verified JWT claims (jwt only) */
   claims?: Record<string, unknown>;
 }

@@ -1,6 +1,6 @@
 import crypto from 'node:crypto';
 import type { Sql } from '../db/client.js';
-import type { SealingKeys } from '../pki/keys.js';
+import type { SealingKeys } from './keys.js';
 
 const VERSION = 0x01;
 const PREFIX_LENGTH = 5;
@@ -56,22 +56,23 @@ function decrypt(key: Buffer, body: Buffer): string | undefined {
   }
 }
 
-/** Every sealed column: table, primary key, column. */
-const SEALED_COLUMNS = [
-  { table: 'models', key: 'id', column: 'provisioning_secret' },
-  { table: 'device_certificates', key: 'serial', column: 'sealed_private_key' },
-] as const;
+/** A column of sealed values: its table and primary key. */
+export interface SealedColumn {
+  table: string;
+  key: string;
+  column: string;
+}
 
 /**
  * Re-seals with the current key every value sealed with another one (legacy derived key, or
- * sealing.previous.key after a rotation). Run at start on every node: it finds nothing once done.
+ * sealing.previous.key after a rotation). Each domain runs it at start for its own sealed columns, on every node: it finds nothing once done.
  * Batches by primary key; each update is conditional on the value it read, so a value rewritten
  * meanwhile is left alone. A value no key opens is counted and left as it is.
  */
-export async function resealAll(sql: Sql, sealer: Sealer, batch = 500): Promise<{ resealed: number; unreadable: number }> {
+export async function resealAll(sql: Sql, sealer: Sealer, columns: readonly SealedColumn[], batch = 500): Promise<{ resealed: number; unreadable: number }> {
   let resealed = 0;
   let unreadable = 0;
-  for (const { table, key, column } of SEALED_COLUMNS) {
+  for (const { table, key, column } of columns) {
     let after: string | undefined;
     for (;;) {
       const rows: { id: string; sealed: Buffer }[] = await sql`

@@ -1,0 +1,87 @@
+import { z } from 'zod';
+import type { FastifyRequest } from 'fastify';
+import type { ZodApp } from '../gateway.js';
+import { accountOf, principalOf } from '../http/auth/plugin.js';
+import type { Caller, FactoryServices } from './service.js';
+import { FACTORY_SERVICE_ROLE } from './signing.js';
+import { createBody, factoryServiceSchema, idParams, listQuery, pageSchema, patchBody, withSecretSchema } from './schemas.js';
+
+/**
+ * Who may call what (recorded in docs/decisions.md): a factory service (signed request) reads its
+ * account's services, health-checks them and rotates its own credentials; registering, changing,
+ * deleting and draining a backend need a human admin of the account.
+ */
+const READ = ['admin', 'operator', 'viewer', FACTORY_SERVICE_ROLE];
+const ADMIN = ['admin'];
+const ROTATE = ['admin', FACTORY_SERVICE_ROLE];
+const CHECK = ['admin', 'operator', FACTORY_SERVICE_ROLE];
+
+const auth = (verb: string, roles: string[]) => ({ auth: { action: `factory:FactoryService:${verb}`, roles } });
+const tags = ['factory-services'];
+
+function callerOf(request: FastifyRequest): Caller {
+  const p = principalOf(request);
+  return { sub: p.sub, accountId: accountOf(request), factoryServiceId: p.factoryService?.id };
+}
+
+export async function factoryRoutes(app: ZodApp, services: FactoryServices): Promise<void> {
+  app.get('/api/v1/factory-services', {
+    config: auth('List', READ),
+    schema: { tags, summary: "List the account's factory services (keyset pages; filters role, state, registrar, model)", querystring: listQuery, response: { 200: pageSchema } },
+  }, async (request) => services.list(callerOf(request), request.query));
+
+  app.post('/api/v1/factory-services', {
+    config: auth('Create', ADMIN),
+    schema: {
+      tags, summary: 'Register a factory service: returns its access key id and secret once (409 when the model already has an active service of that role)',
+      body: createBody, response: { 201: withSecretSchema },
+    },
+  }, async (request, reply) => reply.code(201).send(await services.create(callerOf(request), request.body)));
+
+  app.get('/api/v1/factory-services/:id', {
+    config: auth('Read', READ),
+    schema: { tags, summary: 'Read a factory service', params: idParams, response: { 200: factoryServiceSchema } },
+  }, async (request) => services.get(callerOf(request), request.params.id));
+
+  app.patch('/api/v1/factory-services/:id', {
+    config: auth('Update', ADMIN),
+    schema: { tags, summary: 'Change the endpoint_url (the only changeable field)', params: idParams, body: patchBody, response: { 200: factoryServiceSchema } },
+  }, async (request) => services.update(callerOf(request), request.params.id, request.body.endpoint_url));
+
+  app.delete('/api/v1/factory-services/:id', {
+    config: auth('Delete', ADMIN),
+    schema: { tags, summary: 'Soft delete: the credentials stop working; drain and garbage collection follow', params: idParams, response: { 204: z.null().describe('soft-deleted') } },
+  }, async (request, reply) => {
+    await services.delete(callerOf(request), request.params.id);
+    return reply.code(204).send(null);
+  });
+
+  app.post('/api/v1/factory-services/:id/rotate-credentials', {
+    config: auth('RotateCredentials', ROTATE),
+    schema: {
+      tags, summary: 'New secret_access_key, shown once; the old secret keeps working until confirm-rotation (a factory service rotates only its own)',
+      params: idParams, response: { 200: withSecretSchema },
+    },
+  }, async (request) => services.rotate(callerOf(request), request.params.id));
+
+  app.post('/api/v1/factory-services/:id/confirm-rotation', {
+    config: auth('ConfirmRotation', ROTATE),
+    schema: { tags, summary: 'Retire the old secret (409 when no rotation is pending)', params: idParams, response: { 200: factoryServiceSchema } },
+  }, async (request) => services.confirmRotation(callerOf(request), request.params.id));
+
+  app.post('/api/v1/factory-services/:id/health-check', {
+    config: auth('HealthCheck', CHECK),
+    schema: {
+      tags, summary: 'Probe endpoint_url + /healthz now and record last_health_check_* (400 for loopback, link-local and private targets)',
+      params: idParams, response: { 200: factoryServiceSchema },
+    },
+  }, async (request) => services.healthCheck(callerOf(request), request.params.id));
+
+  app.post('/api/v1/factory-services/:id/expedite-drain', {
+    config: auth('Drain', ADMIN),
+    schema: { tags, summary: 'Hard-delete a soft-deleted service now (409 while active saga legs reference it)', params: idParams, response: { 204: z.null().describe('hard-deleted') } },
+  }, async (request, reply) => {
+    await services.expediteDrain(callerOf(request), request.params.id);
+    return reply.code(204).send(null);
+  });
+}

@@ -8,19 +8,14 @@
  * registers `GET /bench/v1/items` (viewer, action `bench:Item:Read`) and `GET /bench/v1/items-public`
  * (no authentication), both answering the same body. Rewrites its section of docs/benchmarks.md.
  */
-import fs from 'node:fs';
 import os from 'node:os';
-import path from 'node:path';
 import { parseArgs } from 'node:util';
 import autocannon from 'autocannon';
 import { z } from 'zod';
-import { loadConfig } from '../src/config.js';
-import { freePort } from '../src/db/embedded.js';
-import { createLogger } from '../src/log.js';
-import { startGateway } from '../src/server.js';
 import { domains } from '../src/domains.js';
 import type { DomainModule, ZodApp } from '../src/gateway.js';
 import { writeBenchmarkSection } from './lib/report.js';
+import { startBenchGateway } from './lib/gateway.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -55,22 +50,7 @@ async function run(url: string, headers: Record<string, string>, seconds: number
 }
 
 async function main() {
-  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-auth-'));
-  const httpPort = await freePort();
-  const config = loadConfig({
-    DATA_DIR: tmp,
-    CERTS_DIR: path.join(tmp, 'certs'),
-    EMBEDDED_PG_PORT: String(await freePort()),
-    HTTP_HOST: '127.0.0.1',
-    HTTP_PORT: String(httpPort),
-    MQTT_HOST: '127.0.0.1',
-    MQTT_PORT: '0',
-    PUBLIC_BASE_URL: `http://127.0.0.1:${httpPort}`,
-    LOG_LEVEL: 'warn',
-    JOBS: 'false',
-  });
-  console.log('starting gateway (embedded PostgreSQL, PKI)...');
-  const gw = await startGateway(config, { domains: [...domains, benchDomain], log: createLogger('warn', false) });
+  const gw = await startBenchGateway('auth', { domains: [...domains, benchDomain] });
   try {
     const services = gw.services;
     const account = await services.accounts.create({ name: 'bench' });
@@ -135,7 +115,6 @@ async function main() {
     if (ratio < 0.7) process.exitCode = 1;
   } finally {
     await gw.stop();
-    fs.rmSync(tmp, { recursive: true, force: true });
   }
 }
 

@@ -11,17 +11,12 @@
  * Starts one gateway (embedded PostgreSQL in a temporary folder). Rewrites its section of
  * docs/benchmarks.md unless --no-write.
  */
-import fs from 'node:fs';
 import os from 'node:os';
-import path from 'node:path';
 import { parseArgs } from 'node:util';
 import autocannon from 'autocannon';
-import { loadConfig } from '../src/config.js';
-import { freePort } from '../src/db/embedded.js';
-import { createLogger } from '../src/log.js';
-import { startGateway } from '../src/server.js';
 import { signedHeaders, signingTimestamp, signedFetch, type Credentials } from '../src/clients/svcSigner.js';
 import { writeBenchmarkSection } from './lib/report.js';
+import { startBenchGateway } from './lib/gateway.js';
 
 const { values: args } = parseArgs({
   options: {
@@ -41,22 +36,7 @@ async function json(res: Response): Promise<Record<string, any>> {
 }
 
 async function main() {
-  const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-factory-'));
-  const httpPort = await freePort();
-  const config = loadConfig({
-    DATA_DIR: tmp,
-    CERTS_DIR: path.join(tmp, 'certs'),
-    EMBEDDED_PG_PORT: String(await freePort()),
-    HTTP_HOST: '127.0.0.1',
-    HTTP_PORT: String(httpPort),
-    MQTT_HOST: '127.0.0.1',
-    MQTT_PORT: '0',
-    PUBLIC_BASE_URL: `http://127.0.0.1:${httpPort}`,
-    LOG_LEVEL: 'warn',
-    JOBS: 'false',
-  });
-  console.log('starting gateway (embedded PostgreSQL, PKI)...');
-  const gw = await startGateway(config, { log: createLogger('warn', false) });
+  const gw = await startBenchGateway('factory');
   try {
     const base = gw.httpUrl;
     const account = await gw.services.accounts.create({ name: 'bench' });
@@ -139,7 +119,6 @@ async function main() {
     if (ratio < 0.8) process.exitCode = 1;
   } finally {
     await gw.stop();
-    fs.rmSync(tmp, { recursive: true, force: true });
   }
 }
 

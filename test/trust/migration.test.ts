@@ -1,38 +1,33 @@
 import crypto from 'node:crypto';
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import { createActor, type AnyMachineSnapshot, type AnyStateMachine } from 'xstate';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { migrate } from '../../src/db/migrate.js';
 import { thingMachine } from '../../machines/thing.js';
 import { licenseMachine } from '../../machines/license.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+import { migrationFolder } from '../helpers/migrations.js';
 
 /** 0104 gives every thing and license row from before it an actor, in the state its row shows. */
-const SOURCE = path.resolve('src/db/migrations');
 let db: TestDatabase;
-let dir: string;
+let folder: ReturnType<typeof migrationFolder>;
 
 beforeAll(async () => {
   db = await createTestDatabase({ migrated: false });
-  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'migrations-'));
+  folder = migrationFolder();
 });
 afterAll(async () => {
   await db?.drop();
-  if (dir) fs.rmSync(dir, { recursive: true, force: true });
+  folder?.remove();
 });
 
-const copy = (filter: (f: string) => boolean) => {
-  for (const f of fs.readdirSync(SOURCE).filter(filter)) fs.copyFileSync(path.join(SOURCE, f), path.join(dir, f));
-};
+const copy = (filter: (f: string) => boolean) => folder.copy(filter);
 const restore = (machine: AnyStateMachine, snapshot: unknown): AnyMachineSnapshot =>
   createActor(machine, { snapshot: snapshot as AnyMachineSnapshot }).getSnapshot() as AnyMachineSnapshot;
 
 describe('migration 0104_trust_actors', () => {
   it('creates the missing thing and license actors from their rows; existing actors are left alone', async () => {
     copy((f) => f < '0104');
-    await migrate(db.sql, dir);
+    await migrate(db.sql, folder.dir);
     const account = crypto.randomUUID();
     const [registered, revoked, enrolled] = [crypto.randomUUID(), crypto.randomUUID(), crypto.randomUUID()];
     const [pending, granted] = [crypto.randomUUID(), crypto.randomUUID()];
@@ -49,7 +44,7 @@ describe('migration 0104_trust_actors', () => {
       (${granted}, ${enrolled}, 'renew', 'granted', '[]', '2026-11-02T10:00:00Z', '2026-11-02T10:00:00Z', '2026-12-02T10:00:00Z')`;
 
     copy((f) => f.startsWith('0104'));
-    expect((await migrate(db.sql, dir)).applied).toEqual(['0104_trust_actors.sql']);
+    expect((await migrate(db.sql, folder.dir)).applied).toEqual(['0104_trust_actors.sql']);
     const actors = new Map((await db.sql<{ id: string; state: string; snapshot: unknown; version: number }[]>`
       select id, state, snapshot, version from actors`).map((a) => [a.id, a]));
 

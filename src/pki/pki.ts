@@ -76,7 +76,7 @@ export class Pki {
     private readonly template: { issuer: Buffer; extensions: Buffer; caKey: nodeCrypto.KeyObject },
     /** signs device licenses (ES256); not the device CA */
     readonly licenseKeys: LicenseKeys,
-    /** seals the secrets the gateway reads back (src/trust/secrets.ts) */
+    /** seals the secrets the gateway reads back (src/pki/sealer.ts) */
     readonly sealingKeys: SealingKeys,
     /** undefined when the root key is kept offline (no root-ca.key in CERTS_DIR) */
     readonly rootCrl: RootCrl | undefined,

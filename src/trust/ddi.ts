@@ -239,7 +239,7 @@ export class DdiService {
     if (!input.cert_cn || input.cert_cn !== input.clientid || input.cert_cn !== input.username) return 'deny';
     if (!/^[0-9a-f-]{36}$/i.test(input.cert_cn)) return 'deny';
     const cert = await repo.currentCertificate(this.gw.sql, input.cert_cn.toLowerCase());
-    if (!cert || cert.revoked || cert.not_after.getTime() <= Date.now()) return 'deny';
+    if (!cert || cert.revoked || cert.not_after.getTime() <= this.gw.clock.now().getTime()) return 'deny';
     return 'allow';
   }
 }

@@ -307,10 +307,11 @@ export const repo = {
     await db`insert into thing_access_codes (code_hash, thing_id, issued_by_account, expires_at)
       values (${c.hash}, ${c.thingId}, ${c.accountId}, ${c.expiresAt})`;
   },
-  async useAccessCode(db: Db, hash: Buffer, accountId: string): Promise<{ thing_id: string; issued_by_account: string } | undefined> {
+  /** Single use, before expiry (`at` from the gateway clock): one statement, so concurrent uses cannot both succeed. */
+  async useAccessCode(db: Db, hash: Buffer, accountId: string, at: Date): Promise<{ thing_id: string; issued_by_account: string } | undefined> {
     const [row] = await db<{ thing_id: string; issued_by_account: string }[]>`
-      update thing_access_codes set used_at = now(), used_by_account = ${accountId}
-      where code_hash = ${hash} and used_at is null and expires_at > now()
+      update thing_access_codes set used_at = ${at}, used_by_account = ${accountId}
+      where code_hash = ${hash} and used_at is null and expires_at > ${at}
       returning thing_id, issued_by_account`;
     return row;
   },

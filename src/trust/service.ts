@@ -137,7 +137,7 @@ export class TrustService implements ThingDirectory {
     const owner = await this.accountOf(thingId);
     if (owner !== accountId) throw notFound(`thing ${thingId} not found`);
     const accessCode = newSecret('ac_');
-    const expiresAt = new Date(Date.now() + ACCESS_CODE_TTL_MS);
+    const expiresAt = new Date(this.gw.clock.now().getTime() + ACCESS_CODE_TTL_MS);
     await repo.insertAccessCode(this.gw.sql, { hash: sha256(accessCode), thingId, accountId, expiresAt });
     return { accessCode, expiresAt: expiresAt.toISOString() };
   }
@@ -145,7 +145,7 @@ export class TrustService implements ThingDirectory {
   /** The thing moves to the caller's account if the code is valid, unused and still owned by its issuer; its machine refuses a revoked thing. */
   async join(accountId: string, accessCode: string) {
     return this.gw.actors.run(async (uow) => {
-      const used = await repo.useAccessCode(uow.sql, sha256(accessCode), accountId);
+      const used = await repo.useAccessCode(uow.sql, sha256(accessCode), accountId, this.gw.clock.now());
       if (!used) throw refused('access_code is not valid, was already used or has expired');
       const thing = await uow.load(thingKind, used.thing_id);
       if (!thing || thing.snapshot.context.accountId !== used.issued_by_account) throw refused('access_code is no longer valid for this thing');

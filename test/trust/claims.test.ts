@@ -237,3 +237,18 @@ describe('claims on two nodes', () => {
     }
   });
 });
+
+describe('access codes on the gateway clock', () => {
+  it('an access code joins until the last instant of its 7 days, not after', async () => {
+    const other = await createAccount(gw, { capabilities: ['enroll_things'] });
+    const [early, late] = [await enrollDevice(gw, account), await enrollDevice(gw, account)];
+    const issue = async (thingId: string) => (await gw.http.post(`/api/v1/things/${thingId}/access-code`, undefined, { token: account.operator })).body;
+    const [a, b] = [await issue(early.thingId), await issue(late.thingId)];
+    expect(Date.parse(a.expiresAt)).toBe(clock.now().getTime() + 7 * DAY);
+    clock.set(Date.parse(a.expiresAt) - 1);
+    expect((await gw.http.post('/api/v1/things/join', { access_code: a.accessCode }, { token: other.operator })).status).toBe(200);
+    clock.set(Date.parse(b.expiresAt));
+    expectProblem(await gw.http.post('/api/v1/things/join', { access_code: b.accessCode }, { token: other.operator }), 403);
+    expect(await gw.services.thingDirectory.accountOf(late.thingId)).toBe(account.id);
+  });
+});

@@ -52,7 +52,8 @@ export function servicesOf(d: DomainModule, services: Services): Services {
   const names = new Set<string>([...(d.provides ?? []), ...(d.requires ?? [])]);
   return new Proxy(services, {
     get(target, name) {
-      if (typeof name === 'string' && !names.has(name)) {
+      // 'then': the view may pass through promise resolution, which probes it
+      if (typeof name === 'string' && name !== 'then' && !names.has(name)) {
         throw new WiringError(`domain '${d.name}' used service '${name}' without declaring it in requires`);
       }
       return Reflect.get(target, name);

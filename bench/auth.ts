@@ -9,25 +9,15 @@
  * (no authentication), both answering the same body. Rewrites its section of docs/benchmarks.md.
  */
 import os from 'node:os';
-import { parseArgs } from 'node:util';
 import autocannon from 'autocannon';
 import { z } from 'zod';
 import { domains } from '../src/domains.js';
 import type { DomainModule, ZodApp } from '../src/gateway.js';
 import { writeBenchmarkSection } from './lib/report.js';
 import { startBenchGateway } from './lib/gateway.js';
+import { roundOptions } from './lib/args.js';
 
-const { values: args } = parseArgs({
-  options: {
-    duration: { type: 'string', default: '5' },
-    connections: { type: 'string', default: '32' },
-    rounds: { type: 'string', default: '4' },
-    'no-write': { type: 'boolean', default: false },
-  },
-});
-const duration = Number(args.duration);
-const connections = Number(args.connections);
-const rounds = Number(args.rounds);
+const { duration, connections, rounds, write } = roundOptions();
 
 const itemSchema = z.object({ items: z.array(z.object({ id: z.string(), name: z.string() })) });
 const body = { items: Array.from({ length: 5 }, (_, i) => ({ id: `item-${i}`, name: `Item ${i}` })) };
@@ -88,7 +78,7 @@ async function main() {
     const ratio = ratios.length % 2 ? ratios[mid] : (ratios[mid - 1] + ratios[mid]) / 2;
     console.log(`no auth: ${mean(noAuth).toFixed(0)} req/s; SVC: ${mean(svc).toFixed(0)} req/s; ratio (median of rounds) ${ratio.toFixed(2)} [${ratios.map((r) => r.toFixed(2)).join(', ')}] (target >= 0.7); errors/non-2xx ${errors}`);
 
-    if (!args['no-write']) {
+    if (write) {
       const section = [
         '## Auth (`npm run bench:auth`)',
         '',

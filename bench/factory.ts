@@ -12,23 +12,13 @@
  * docs/benchmarks.md unless --no-write.
  */
 import os from 'node:os';
-import { parseArgs } from 'node:util';
 import autocannon from 'autocannon';
 import { signedHeaders, signingTimestamp, signedFetch, type Credentials } from '../src/clients/svcSigner.js';
 import { writeBenchmarkSection } from './lib/report.js';
 import { startBenchGateway } from './lib/gateway.js';
+import { roundOptions } from './lib/args.js';
 
-const { values: args } = parseArgs({
-  options: {
-    duration: { type: 'string', default: '5' },
-    connections: { type: 'string', default: '32' },
-    rounds: { type: 'string', default: '4' },
-    'no-write': { type: 'boolean', default: false },
-  },
-});
-const duration = Number(args.duration);
-const connections = Number(args.connections);
-const rounds = Number(args.rounds);
+const { duration, connections, rounds, write } = roundOptions();
 
 async function json(res: Response): Promise<Record<string, any>> {
   if (!res.ok) throw new Error(`${res.status} ${await res.text()}`);
@@ -94,7 +84,7 @@ async function main() {
     const ratio = ratios.length % 2 ? ratios[mid] : (ratios[mid - 1] + ratios[mid]) / 2;
     console.log(`bearer: ${mean(bearer).toFixed(0)} req/s; signed: ${mean(signed).toFixed(0)} req/s; ratio ${ratio.toFixed(2)} [${ratios.map((r) => r.toFixed(2)).join(', ')}] (target >= 0.8); errors/non-2xx ${errors}`);
 
-    if (!args['no-write']) {
+    if (write) {
       writeBenchmarkSection([
         '## Factory signed requests (`npm run bench:factory`)',
         '',

@@ -6,6 +6,7 @@ import { ModelService } from './models.js';
 import { deviceAuthenticators, trustRoutes } from './routes.js';
 import { resealAll, Sealer, type SealedColumn } from '../pki/sealer.js';
 import { TrustService } from './service.js';
+import { ThingLifecycleService } from './lifecycle.js';
 import { claimGroupKind, enrollmentTokenKind, thingKind } from './kinds.js';
 
 export interface TrustServices {
@@ -14,6 +15,7 @@ export interface TrustServices {
   enrollment: EnrollmentService;
   ddi: DdiService;
   crl: CrlService;
+  lifecycle: ThingLifecycleService;
 }
 
 declare module '../gateway.js' {
@@ -44,7 +46,9 @@ export const trustDomain = defineDomain({
     const crl = new CrlService(gw);
     const models = new ModelService(gw.sql, sealer);
     const trust = new TrustService(gw, crl, models, deviceSessions);
-    const services: TrustServices = { trust, models, crl, enrollment: new EnrollmentService(gw, models, sealer, mqttEndpoint), ddi: new DdiService(gw) };
+    const services: TrustServices = {
+      trust, models, crl, enrollment: new EnrollmentService(gw, models, sealer, mqttEndpoint), ddi: new DdiService(gw), lifecycle: new ThingLifecycleService(gw, trust),
+    };
     byGateway.set(gw, services);
     sealers.set(gw, sealer);
     // devices authenticate through the auth hook (routes declare { schemes: ['device-token', 'device-cert'] })

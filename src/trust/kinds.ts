@@ -1,5 +1,6 @@
 import type { ActorKind, ActorStore } from '../actors/store.js';
-import { refused, type DomainError } from '../lib/errors.js';
+import type { SnapshotFrom } from 'xstate';
+import { conflict, refused, type DomainError } from '../lib/errors.js';
 import { claimGroupMachine } from '../../machines/claimGroup.js';
 import { enrollmentTokenMachine } from '../../machines/enrollmentToken.js';
 import { thingMachine } from '../../machines/thing.js';
@@ -25,13 +26,15 @@ export const enrollmentTokenKind: ActorKind<typeof enrollmentTokenMachine> = {
   },
 };
 
-/** The thing's owner and revocation are its machine's; the store writes them onto `things`. */
+/** The thing's owner, revocation and lifecycle state are its machine's; the store writes them onto `things`. */
 export const thingKind: ActorKind<typeof thingMachine> = {
   type: 'thing', machine: thingMachine, accountOf: (c) => c.accountId,
   projection: {
     table: 'things',
-    columns: ['account_id', 'revoked_at'],
-    project: ({ context }) => ({ account_id: context.accountId, revoked_at: context.revokedAt ?? null }),
+    columns: ['account_id', 'revoked_at', 'lifecycle_state', 'lifecycle_updated_at'],
+    project: ({ context }, state) => ({
+      account_id: context.accountId, revoked_at: context.revokedAt ?? null, lifecycle_state: state, lifecycle_updated_at: context.stateAt ?? null,
+    }),
   },
 };
 
@@ -47,6 +50,13 @@ export const licenseKind: ActorKind<typeof licenseMachine> = {
     }),
   },
 };
+
+/** 409 for a lifecycle event the thing's machine refused, naming its state (and why, when revoked). */
+export function thingRefusal(thingId: string, snapshot: SnapshotFrom<typeof thingMachine>, event: string): DomainError {
+  const state = String(snapshot.value);
+  const revoked = snapshot.context.revokedAt ? ' and revoked' : '';
+  return conflict(`thing ${thingId} is ${state}${revoked}: ${event} is not accepted`, { extra: { state, revoked: Boolean(revoked) } });
+}
 
 /** A claim group's status is its machine state: active, capped, expired or revoked. */
 export type ClaimGroupStatus = 'active' | 'capped' | 'expired' | 'revoked';

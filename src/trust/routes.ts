@@ -11,11 +11,12 @@ import type { TrustServices } from './index.js';
 import {
   accessCodeSchema, claimGroupCreateSchema, claimGroupCreatedSchema, claimGroupSchema, deviceStatusSchema, emqxAuthnSchema,
   emqxResultSchema, enrollSchema, enrollmentResponseSchema, joinSchema, joinedSchema, licenseDenySchema, licenseListQuery, licenseParams,
-  licensePendingSchema, licenseRecordSchema, licenseRenewSchema, licenseRequestSchema, licenseSchema, licenseStatusSchema, modelCreateSchema, modelCreatedSchema, modelSchema, revokedSchema, thingCreateSchema, thingCreatedSchema, thingIdParams,
+  licensePendingSchema, licenseRecordSchema, licenseRenewSchema, licenseRequestSchema, licenseSchema, licenseStatusSchema, modelCreateSchema, thingAnnihilatedSchema, thingResolveQuery, thingResolvedSchema, thingStateSchema, modelCreatedSchema, modelSchema, revokedSchema, thingCreateSchema, thingCreatedSchema, thingIdParams,
 } from './schemas.js';
 
 const WRITE = ['admin', 'operator'] as const;
 const READ = ['admin', 'operator', 'viewer'] as const;
+const ADMIN = ['admin'] as const;
 const idParams = z.object({ id: z.uuid() });
 const licenseIdParams = z.object({ licenseId: z.uuid() });
 const licenseJwksSchema = z.object({
@@ -113,6 +114,31 @@ export async function trustRoutes(app: ZodApp, gw: Gateway, s: TrustServices): P
     config: { auth: { action: 'factory:Thing:Join', roles: WRITE } },
     schema: { tags: ['things'], summary: 'Join a thing into the caller\'s account with an access code', body: joinSchema, response: { 200: joinedSchema } },
   }, async (request) => s.trust.join(accountOf(request), request.body.access_code));
+
+  // --- thing lifecycle (the saga's PROVISION and FACTORY_DONE are not routes of their own here)
+  app.get('/api/v1/things/resolve', {
+    config: { auth: { action: 'factory:Thing:List', roles: READ } },
+    schema: { tags: ['things'], summary: 'Find the caller\'s thing by model and serial (manufacturer when several match)', querystring: thingResolveQuery, response: { 200: thingResolvedSchema } },
+  }, async (request) => s.lifecycle.resolve(accountOf(request), request.query));
+  app.get('/api/v1/things/:thingId/state', {
+    config: { auth: { action: 'factory:Thing:ReadState', roles: READ } },
+    schema: { tags: ['things'], summary: 'The thing\'s lifecycle state and when it last changed', params: thingIdParams, response: { 200: thingStateSchema } },
+  }, async (request) => s.lifecycle.state(accountOf(request), request.params.thingId));
+  const steps = [
+    ['factory-handover', 'FACTORY_HANDOVER', 'Handover', 'IN_FACTORY to HANDOVER_PENDING (closes new factory delivery eligibility)'],
+    ['activate', 'ACTIVATE', 'Activate', 'HANDOVER_PENDING or DEACTIVATED to ACTIVATED'],
+    ['deactivate', 'DEACTIVATE', 'Deactivate', 'ACTIVATED to DEACTIVATED'],
+  ] as const;
+  for (const [path, verb, action, summary] of steps) {
+    app.post(`/api/v1/things/:thingId/${path}`, {
+      config: { auth: { action: `factory:Thing:${action}`, roles: WRITE } },
+      schema: { tags: ['things'], summary: `${summary}; 409 naming the current state otherwise`, params: thingIdParams, response: { 200: thingStateSchema } },
+    }, async (request) => s.lifecycle.step(accountOf(request), request.params.thingId, verb));
+  }
+  app.post('/api/v1/things/:thingId/annihilate', {
+    config: { auth: { action: 'factory:Thing:Annihilate', roles: ADMIN } },
+    schema: { tags: ['things'], summary: 'End the thing for good (ANNIHILATED) and revoke it like DELETE; 409 when already annihilated', params: thingIdParams, response: { 200: thingAnnihilatedSchema } },
+  }, async (request) => s.lifecycle.annihilate(accountOf(request), request.params.thingId, principalOf(request).sub));
 
   // --- claim groups
   app.post('/api/v1/things/claim-groups', {

@@ -135,3 +135,14 @@ export const emqxResultSchema = z.object({ result: z.enum(['allow', 'deny']) });
 export const accessCodeSchema = z.object({ accessCode: z.string(), expiresAt: z.string() });
 export const joinSchema = z.strictObject({ access_code: z.string().min(1).max(200) });
 export const joinedSchema = z.object({ thingId: z.uuid(), accountId: z.uuid() });
+
+// --- thing lifecycle
+export const thingStateSchema = z.object({
+  state: z.enum(['REGISTERED', 'ROLLEDOFF', 'PROVISIONED', 'IN_FACTORY', 'HANDOVER_PENDING', 'ACTIVATED', 'DEACTIVATED', 'ANNIHILATED']),
+  updated_at: z.string(),
+});
+export const thingResolveQuery = z.strictObject({ model: text, serial: text, manufacturer: text.optional() });
+export const thingResolvedSchema = thingStateSchema.extend({
+  id: z.uuid(), manufacturer: z.string(), model: z.string(), serial: z.string(), revoked: z.boolean(),
+});
+export const thingAnnihilatedSchema = revokedSchema.extend(thingStateSchema.shape);

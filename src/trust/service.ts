@@ -2,7 +2,7 @@ import crypto from 'node:crypto';
 import type { DeviceSessions, Gateway, ThingDirectory } from '../gateway.js';
 import { conflict, notFound, refused } from '../lib/errors.js';
 import { repo } from './repo.js';
-import { claimGroupKind, enrollmentTokenKind, settleClaimGroup, thingKind, type ClaimGroupStatus } from './kinds.js';
+import { claimGroupKind, enrollmentTokenKind, settleClaimGroup, thingKind, thingRefusal, type ClaimGroupStatus } from './kinds.js';
 import type { CrlService } from './crl.js';
 import type { ModelService } from './models.js';
 import { newSecret, sha256 } from '../lib/encoding.js';
@@ -56,15 +56,17 @@ export class TrustService implements ThingDirectory {
    * as success). The machine decides whether this is a change: revoking again is accepted as a
    * no-op (same CRL number, no broadcast, `revokedSerials: []`) that only repeats step 3.
    */
-  async revokeThing(accountId: string, thingId: string, by: string) {
+  async revokeThing(accountId: string, thingId: string, by: string, how: 'REVOKE' | 'ANNIHILATE' = 'REVOKE') {
     const outcome = await this.gw.actors.run(async (uow) => {
       const thing = await uow.load(thingKind, thingId);
       if (!thing || thing.snapshot.context.accountId !== accountId) throw notFound(`thing ${thingId} not found`);
       const at = isoNow(this.gw.clock);
       const current = await repo.currentCertificate(uow.sql, thingId);
       const serial = current && !current.revoked ? current.serial : null;
-      const sent = await uow.trySend(thingKind, thingId, { type: 'REVOKE', at, serial, by });
-      if ('refused' in sent) return { changed: false as const };
+      // ANNIHILATE (terminal) revokes too, unless the thing already is; a second one is a 409
+      const sent = await uow.trySend(thingKind, thingId, { type: how, at, serial, by });
+      if ('refused' in sent && how === 'ANNIHILATE') throw thingRefusal(thingId, sent.snapshot, how);
+      if ('refused' in sent || thing.snapshot.context.revokedAt) return { changed: false as const };
       const serials = await repo.revokeCertificates(uow.sql, thingId);
       await denyOpenLicenseRequest(uow, thingId, by, at);
       const crl = await this.crl.regenerate(uow.sql);

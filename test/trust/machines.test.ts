@@ -25,12 +25,13 @@ describe('thing machine', () => {
     registered.actor.send({ type: 'ENROLL', at: T0, method: 'enrollment_token' });
     expect(registered.actor.getSnapshot().value).toBe('ROLLEDOFF');
     expect(registered.actor.getSnapshot().context).toMatchObject({ enrolledBy: 'enrollment_token', enrolledAt: T0 });
-    expect(registered.emitted.map((e) => e.type)).toEqual(['thing.enrolled']);
+    expect(registered.emitted.map((e) => e.type)).toEqual(['thing.stateChanged', 'thing.enrolled']);
     expect(registered.actor.getSnapshot().can({ type: 'ENROLL', at: T0, method: 'x' })).toBe(false);
 
     const born = run(thingMachine, { ...identity, enrolledBy: 'claim_token', enrolledAt: T0 });
     expect(born.actor.getSnapshot().value).toBe('ROLLEDOFF');
-    expect(born.emitted.map((e) => e.type)).toEqual(['thing.enrolled']);
+    expect(born.emitted.map((e) => e.type)).toEqual(['thing.stateChanged', 'thing.enrolled']);
+    expect(born.emitted[0]).toEqual({ type: 'thing.stateChanged', thingId: 't1', from: 'REGISTERED', to: 'ROLLEDOFF', event: 'ENROLL', at: T0 });
   });
 
   it('REVOKE is accepted once, in any state; a revoked thing neither enrolls nor transfers', () => {
@@ -50,6 +51,38 @@ describe('thing machine', () => {
     actor.send({ type: 'TRANSFER', at: T0, accountId: 'a2' });
     expect(actor.getSnapshot().context.accountId).toBe('a2');
     expect(emitted.at(-1)).toEqual({ type: 'thing.joined', thingId: 't1', from: 'a1', to: 'a2', at: T0 });
+  });
+});
+
+describe('thing lifecycle', () => {
+  const enrolled = { id: 't1', accountId: 'a1', manufacturer: 'Acme', model: 'FFF1:8001', serial: 'S1', enrolledBy: 'claim_token', enrolledAt: T0 };
+
+  it('each step is accepted only in its state; ANNIHILATE ends it from any state and revokes once', () => {
+    const { actor, emitted } = run(thingMachine, enrolled);
+    const at = later(1000);
+    expect(actor.getSnapshot().can({ type: 'ACTIVATE', at })).toBe(false);
+    for (const [type, state] of [['PROVISION', 'PROVISIONED'], ['FACTORY_DONE', 'IN_FACTORY'], ['FACTORY_HANDOVER', 'HANDOVER_PENDING'], ['ACTIVATE', 'ACTIVATED'], ['DEACTIVATE', 'DEACTIVATED'], ['ACTIVATE', 'ACTIVATED']]) {
+      actor.send({ type, at });
+      expect(actor.getSnapshot().value).toBe(state);
+      expect(actor.getSnapshot().context.stateAt).toBe(at);
+    }
+    expect(actor.getSnapshot().can({ type: 'FACTORY_HANDOVER', at })).toBe(false);
+    actor.send({ type: 'ANNIHILATE', at, serial: 'ab', by: 'op' });
+    expect(actor.getSnapshot().value).toBe('ANNIHILATED');
+    expect(actor.getSnapshot().context.revokedAt).toBe(at);
+    expect(actor.getSnapshot().can({ type: 'ANNIHILATE', at, serial: null, by: 'op' })).toBe(false);
+    expect(emitted.filter((e) => e.type === 'thing.revoked')).toEqual([{ type: 'thing.revoked', thingId: 't1', serial: 'ab', by: 'op' }]);
+    expect(emitted.filter((e) => e.type === 'thing.stateChanged')).toHaveLength(8);
+  });
+
+  it('a revoked thing makes no step but can be annihilated without a second thing.revoked', () => {
+    const { actor, emitted } = run(thingMachine, enrolled);
+    actor.send({ type: 'REVOKE', at: T0, serial: 'ab', by: 'op' });
+    expect(actor.getSnapshot().can({ type: 'PROVISION', at: T0 })).toBe(false);
+    actor.send({ type: 'ANNIHILATE', at: later(1), serial: null, by: 'op' });
+    expect(actor.getSnapshot().value).toBe('ANNIHILATED');
+    expect(actor.getSnapshot().context.revokedAt).toBe(T0);
+    expect(emitted.filter((e) => e.type === 'thing.revoked')).toHaveLength(1);
   });
 });
 

@@ -61,7 +61,8 @@ export const thingMachine = setup({
     input: {} as ThingInput,
     events: {} as ThingEvent,
     emitted: {} as
-      | { type: 'thing.enrolled'; thingId: string; method: string; manufacturer: string; model: string; serial: string }
+      /** also the log's first row (from, to, event, at): no second event per new thing */
+      | { type: 'thing.enrolled'; thingId: string; method: string; manufacturer: string; model: string; serial: string; from: 'REGISTERED'; to: 'ROLLEDOFF'; event: 'ENROLL'; at: string }
       | { type: 'thing.stateChanged'; thingId: string; from: string; to: string; event: string; at: string }
       | { type: 'thing.revoked'; thingId: string; serial: string | null; by: string }
       | { type: 'thing.joined'; thingId: string; from: string; to: string; at: string },
@@ -73,7 +74,8 @@ export const thingMachine = setup({
       // the birth of a thing born enrolled has no event of its own (the `always` at start)
       const at = 'at' in event ? event.at : context.enrolledAt!;
       enqueue.assign({ stateAt: at });
-      enqueue.emit({ type: 'thing.stateChanged' as const, thingId: context.id, ...params, event: 'at' in event ? event.type : 'ENROLL', at });
+      // entering ROLLEDOFF is recorded by `thing.enrolled` (its entry event), which carries the change
+      if (params.to !== 'ROLLEDOFF') enqueue.emit({ type: 'thing.stateChanged' as const, thingId: context.id, ...params, event: 'at' in event ? event.type : 'ENROLL', at });
     }),
     /** an annihilated thing is revoked; one already revoked stays as it was */
     revokeOnce: enqueueActions(({ context, event, enqueue }) => {
@@ -123,6 +125,7 @@ export const thingMachine = setup({
       entry: emit(({ context }) => ({
         type: 'thing.enrolled' as const, thingId: context.id, method: context.enrolledBy!,
         manufacturer: context.manufacturer, model: context.model, serial: context.serial,
+        from: 'REGISTERED' as const, to: 'ROLLEDOFF' as const, event: 'ENROLL' as const, at: context.stateAt ?? context.enrolledAt!,
       })),
       on: { PROVISION: step('ROLLEDOFF', 'PROVISIONED'), ANNIHILATE: annihilate('ROLLEDOFF') },
     },

@@ -20,4 +20,5 @@ create view thing_state_changes as
     e.payload ->> 'from' as from_state, e.payload ->> 'to' as to_state, e.payload ->> 'event' as event,
     (e.payload ->> 'at')::timestamptz as at
   from domain_events e
-  where e.actor_type = 'thing' and e.type = 'thing.stateChanged';
+  -- entering ROLLEDOFF is the thing.enrolled event (it carries from/to/event/at): one event per new thing
+  where e.actor_type = 'thing' and e.type in ('thing.stateChanged', 'thing.enrolled');

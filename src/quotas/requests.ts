@@ -1,26 +1,17 @@
 import crypto from 'node:crypto';
 import type { UnitOfWork } from '../actors/store.js';
-import type { QuotaRequestKind } from '../../machines/quotaRequest.js';
+import type { QuotaRequestInput } from '../../machines/quotaRequest.js';
 import { requestKind } from './kinds.js';
 import { repo, type RequestRow } from './repo.js';
 
 /** The quota request actor's plumbing, shared by increase requests, organizations and the leave saga. */
 
-export interface NewRequest {
+/** What opening a request takes: the machine's input, with the id optional and the time as `at`. */
+export type NewRequest = Omit<QuotaRequestInput, 'id' | 'createdAt'> & {
   /** given when the caller needs the id before the request exists (the leave saga) */
   id?: string;
-  kind: QuotaRequestKind;
-  accountId: string;
-  organizationId: string | null;
-  leaveRequestAccountId: string | null;
-  leaveId: string | null;
-  serviceCode: string;
-  quotaCode: string;
-  desiredValue: number;
-  reason: string | null;
-  createdBy: string;
   at: string;
-}
+};
 
 /** Opens a pending request: its row first (the store projects the lifecycle onto it), then its actor. */
 export async function openRequest(uow: UnitOfWork, r: NewRequest): Promise<string> {

@@ -60,7 +60,11 @@ export const configSchema = z.object({
   SSE_HEARTBEAT_SECONDS: positiveInt.default(25),
   COMMAND_TIMEOUT_MS: positiveInt.default(10_000),
   JOBS: bool.default(true),
-  ALLOW_PRIVATE_TARGETS: bool.default(false).describe('let outbound probes (factory-service health checks) reach loopback, link-local and private addresses (development and tests)'),
+  ALLOW_PRIVATE_TARGETS: bool.default(false).describe('let outbound calls (factory-service health checks and saga legs) reach loopback, link-local and private addresses (development and tests)'),
+  OUTBOUND_CA_FILE: z.string().min(1).optional().describe('PEM file of extra CA certificates trusted for outbound HTTPS (factory backends), beside the system roots'),
+  PROVISION_LEG_ATTEMPTS: positiveInt.max(20).default(5).describe('attempts per PROVISION saga leg before the run fails'),
+  PROVISION_LEG_RETRY_SECONDS: positiveInt.default(30).describe('wait before the second attempt of a failed leg; doubled for each further one (at most 1 hour)'),
+  PROVISION_LEG_TIMEOUT_SECONDS: positiveInt.default(600).describe('how long a dispatched leg waits for its provisioning-result before the attempt counts as failed'),
 });
 
 export type RawConfig = z.infer<typeof configSchema>;

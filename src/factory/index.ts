@@ -72,7 +72,7 @@ export const factoryDomain = defineDomain({
   },
   async start(gw) {
     // legs whose jobs a crash lost are queued again at once, not only at the next sweep
-    await sagas.get(gw)!.sweep();
+    await sagas.get(gw)!.sweep({ atStart: true });
     const sealed = await resealAll(gw.sql, sealers.get(gw)!, SEALED_COLUMNS);
     if (sealed.unreadable) gw.log.warn(sealed, 'some factory-service secrets open with no sealing key');
     else if (sealed.resealed) gw.log.info(sealed, 'factory-service secrets moved to the current sealing key');

@@ -198,12 +198,14 @@ export class ProvisioningSaga {
    * Scheduled (every minute) and at start-up: due legs whose job a crash lost are queued again,
    * and attempts past their timeout whose timeout job was lost are timed out.
    */
-  async sweep(): Promise<void> {
+  async sweep(opts: { atStart?: boolean } = {}): Promise<void> {
     const now = this.d.clock.now().getTime();
+    // at start-up nothing of this node is in flight: every due leg is queued again (duplicates are refused by the machine)
+    const lostAfterMs = opts.atStart ? 0 : LOST_JOB_SECONDS * 1000;
     for (const row of await runs.running(this.d.sql, 500)) {
       const leg = row.legs.find((l) => l.state === 'PENDING' || l.state === 'RUNNING');
       if (!leg) continue;
-      if (leg.state === 'PENDING' && leg.due && Date.parse(leg.due) <= now - LOST_JOB_SECONDS * 1000) {
+      if (leg.state === 'PENDING' && leg.due && Date.parse(leg.due) <= now - lostAfterMs) {
         await this.d.jobs.send(LEG_JOB, { runId: row.id, leg: leg.name, attempt: leg.attempts + 1 }, { singletonKey: `${row.id}:${leg.name}:${leg.attempts + 1}` });
       }
       const dispatchedAt = leg.history[leg.history.length - 1]?.dispatched_at;

@@ -67,7 +67,7 @@ const detailText = z.string().trim().min(1).max(2000).regex(/^[^\u0000]*$/, 'no 
 export const thingParams = z.object({ thingId: z.uuid() });
 
 /** POST provision takes no options (an empty body or `{}`). */
-export const provisionBody = z.strictObject({}).optional();
+export const provisionBody = z.strictObject({}).nullish();
 
 export const legReportBody = z.strictObject({
   run_id: z.uuid().optional().describe("the run the leg belongs to (default: the thing's running run)"),

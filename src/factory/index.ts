@@ -57,8 +57,9 @@ export const factoryDomain = defineDomain({
       publicBaseUrl: config.PUBLIC_BASE_URL,
     });
     // each leg attempt is one job; a failed call is an answer the machine records, not a job failure
-    jobs.define<LegJob>(LEG_JOB, (job) => provisioningSaga.runLeg(job), { retryLimit: 5, retryDelay: 5 });
-    jobs.define<LegJob>(LEG_TIMEOUT_JOB, (job) => provisioningSaga.timeout(job), { retryLimit: 5, retryDelay: 5 });
+    // legs of many things run side by side (each waits on its backend for up to 10 s)
+    jobs.define<LegJob>(LEG_JOB, (job) => provisioningSaga.runLeg(job), { retryLimit: 5, retryDelay: 5, batchSize: 50 });
+    jobs.define<LegJob>(LEG_TIMEOUT_JOB, (job) => provisioningSaga.timeout(job), { retryLimit: 5, retryDelay: 5, batchSize: 50 });
     jobs.define(SWEEP_JOB, async () => {
       await factoryServices.sweep();
       await provisioningSaga.sweep();

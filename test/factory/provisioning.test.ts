@@ -93,7 +93,7 @@ describe('the PROVISION saga', () => {
     // the reported leg cannot be reported again: 409
     const again = await signedFetch(`${gw.httpUrl}/api/v1/things/${t}/provisioning-result`, m.services.provision!.creds, { method: 'POST', body: { run_id: done.id, leg: 'provision', outcome: 'SUCCEEDED' } });
     expect(again.status).toBe(409);
-    expect((await again.json()).detail).toMatch(/is SUCCEEDED: its legs are finished/);
+    expect((await again.json() as any).detail).toMatch(/is SUCCEEDED: its legs are finished/);
   });
 
   it('retries a leg whose call failed (500), with backoff, and then succeeds', async () => {
@@ -198,7 +198,7 @@ describe('POST /api/v1/things/{id}/provision statuses', () => {
     expect((await signedFetch(`${gw.httpUrl}/api/v1/things/${theirs}/provision`, creds, { method: 'POST' })).status).toBe(404);
     const ok = await signedFetch(`${gw.httpUrl}/api/v1/things/${mine}/provision`, creds, { method: 'POST' });
     expect(ok.status).toBe(202);
-    const body = await ok.json();
+    const body = await ok.json() as any;
     expect(body.started_by).toBe(`factory-service:${m.services.provision!.id}`);
     expect((await finished(a, body.id)).state).toBe('SUCCEEDED');
     expectProblem(await gw.http.post(`/api/v1/things/${theirs}/provision`, undefined, { token: a.viewer }), 403);
@@ -216,7 +216,7 @@ describe('POST /api/v1/things/{id}/provisioning-result statuses', () => {
     expect((await report(crypto.randomUUID(), { leg: 'provision', outcome: 'SUCCEEDED' })).status).toBe(404);
     const none = await report(t, { leg: 'provision', outcome: 'SUCCEEDED' });
     expect(none.status).toBe(404);
-    expect((await none.json()).detail).toMatch(/has no running PROVISION saga/);
+    expect((await none.json() as any).detail).toMatch(/has no running PROVISION saga/);
     expect((await report(t, { run_id: crypto.randomUUID(), leg: 'provision', outcome: 'SUCCEEDED' })).status).toBe(404);
     expect((await report(t, { leg: 'provision', outcome: 'DONE' })).status).toBe(400);
 
@@ -228,7 +228,7 @@ describe('POST /api/v1/things/{id}/provisioning-result statuses', () => {
       // the provision leg is not dispatched yet
       const early = await report(t, { run_id: started.id, leg: 'provision', outcome: 'SUCCEEDED' });
       expect(early.status).toBe(409);
-      expect((await early.json()).detail).toMatch(/not dispatched/);
+      expect((await early.json() as any).detail).toMatch(/not dispatched/);
       // the identify leg belongs to the identify service, not to the provision service
       const wrong = await report(t, { run_id: started.id, leg: 'identify', outcome: 'SUCCEEDED' });
       expect(wrong.status).toBe(403);
@@ -245,7 +245,7 @@ describe('POST /api/v1/things/{id}/provisioning-result statuses', () => {
       await waitFor(async () => (await run(a, started.id)).legs[1].state === 'RUNNING' || undefined, 10_000, 'provision running');
       const last = await report(t, { run_id: started.id, leg: 'provision', outcome: 'SUCCEEDED', attempt: 1 });
       expect(last.status).toBe(200);
-      expect((await last.json()).state).toBe('SUCCEEDED');
+      expect((await last.json() as any).state).toBe('SUCCEEDED');
       expect((await report(t, { run_id: started.id, leg: 'provision', outcome: 'SUCCEEDED' })).status).toBe(409);
       expect(await state(a, t)).toBe('IN_FACTORY');
     } finally {

@@ -104,13 +104,13 @@ describe('POST /api/v1/enrollments', () => {
     const creds = await service(a, m.id);
     const ok = await signedFetch(`${gw.httpUrl}/api/v1/enrollments`, creds, { method: 'POST', body: { model: m.descriptor, serial: 'SIGNED-1' } });
     expect(ok.status).toBe(201);
-    const body = await ok.json();
+    const body = await ok.json() as any;
     expect(body.state).toBe('ROLLEDOFF');
     const refused = await signedFetch(`${gw.httpUrl}/api/v1/enrollments`, creds, { method: 'POST', body: { model: other.descriptor, serial: 'SIGNED-2' } });
     expect(refused.status).toBe(403);
-    expect((await refused.json()).detail).toMatch(/its own model/);
+    expect((await refused.json() as any).detail).toMatch(/its own model/);
     // its reads are scoped to its model too
-    const list = await (await signedFetch(`${gw.httpUrl}/api/v1/enrollments`, creds)).json();
+    const list = await (await signedFetch(`${gw.httpUrl}/api/v1/enrollments`, creds)).json() as any;
     expect(list.items.map((e: any) => e.id)).toEqual([body.id]);
   });
 });

@@ -68,7 +68,8 @@ export const factoryRegistrationMachine = setup({
     },
     APPROVED: {
       on: {
-        USE: {},
+        // a target (itself, not re-entered) so that `can({ type: 'USE' })` answers true
+        USE: { target: 'APPROVED' },
         REVOKE: { target: 'REVOKED', actions: ['decide', { type: 'say', params: { what: 'factoryRegistration.revoked' } }] },
       },
     },

@@ -3,6 +3,7 @@ import { CrlService } from './crl.js';
 import { DdiService } from './ddi.js';
 import { EnrollmentService } from './enrollment.js';
 import { ModelService } from './models.js';
+import { modelRoutes } from './modelRoutes.js';
 import { deviceAuthenticators, trustRoutes } from './routes.js';
 import { resealAll, Sealer, type SealedColumn } from '../pki/sealer.js';
 import { TrustService } from './service.js';
@@ -47,7 +48,7 @@ export const trustDomain = defineDomain({
   init(gw, { deviceSessions, mqttEndpoint }) {
     const sealer = new Sealer(gw.pki.sealingKeys);
     const crl = new CrlService(gw);
-    const models = new ModelService(gw.sql, sealer);
+    const models = new ModelService(gw.sql, sealer, gw.config.PUBLIC_BASE_URL);
     const trust = new TrustService(gw, crl, models, deviceSessions);
     const enrollment = new EnrollmentService(gw, models, sealer, mqttEndpoint);
     const services: TrustServices = {
@@ -63,6 +64,7 @@ export const trustDomain = defineDomain({
   },
   async routes(app, gw) {
     await trustRoutes(app, gw, byGateway.get(gw)!);
+    await modelRoutes(app, byGateway.get(gw)!.models, gw.clock);
   },
   async start(gw) {
     await byGateway.get(gw)!.crl.current();

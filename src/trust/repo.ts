@@ -11,6 +11,8 @@ export interface ModelRow {
   provisioning: Record<string, unknown>;
   provisioning_secret: Buffer | null;
   license_approval: LicenseApproval;
+  description: string;
+  bundles: unknown[];
   created_at: Date;
   updated_at: Date;
 }
@@ -84,10 +86,10 @@ export const identityKey = (i: Identity): string => JSON.stringify([i.accountId,
 /** SQL of the trust domain. Every function takes the pool or the caller's transaction. */
 export const repo = {
   // --- models
-  async insertModel(db: Db, m: Omit<ModelRow, 'created_at' | 'updated_at'>): Promise<ModelRow | undefined> {
+  async insertModel(db: Db, m: Omit<ModelRow, 'created_at' | 'updated_at' | 'bundles'>): Promise<ModelRow | undefined> {
     const [row] = await db<ModelRow[]>`
-      insert into models (id, account_id, vid, pid, name, internal, provisioning_method, provisioning, provisioning_secret, license_approval)
-      values (${m.id}, ${m.account_id}, ${m.vid}, ${m.pid}, ${m.name}, ${m.internal}, ${m.provisioning_method},
+      insert into models (id, account_id, vid, pid, name, description, internal, provisioning_method, provisioning, provisioning_secret, license_approval)
+      values (${m.id}, ${m.account_id}, ${m.vid}, ${m.pid}, ${m.name}, ${m.description}, ${m.internal}, ${m.provisioning_method},
         ${db.json(m.provisioning as never)}, ${m.provisioning_secret}, ${m.license_approval})
       on conflict (vid, pid) do nothing returning *`;
     return row;
@@ -100,11 +102,53 @@ export const repo = {
     const [row] = await db<ModelRow[]>`select * from models where vid = ${vid} and pid = ${pid}`;
     return row;
   },
+  /** Own and imported models, never internal ones, by id (a keyset on a unique key: stable under inserts). */
   async listModels(db: Db, accountId: string, limit: number, after?: string): Promise<ModelRow[]> {
     return db<ModelRow[]>`
-      select * from models where account_id = ${accountId} and not internal
+      select * from models m where not internal
+        and (account_id = ${accountId} or exists (select 1 from model_imports i where i.account_id = ${accountId} and i.model_id = m.id))
         and ${after ? db`id > ${after}` : db`true`}
       order by id limit ${limit + 1}`;
+  },
+  async visibleModel(db: Db, accountId: string, id: string): Promise<ModelRow | undefined> {
+    const [row] = await db<ModelRow[]>`
+      select * from models m where id = ${id} and not internal
+        and (account_id = ${accountId} or exists (select 1 from model_imports i where i.account_id = ${accountId} and i.model_id = m.id))`;
+    return row;
+  },
+  async updateModel(db: Db, accountId: string, id: string, p: { name?: string; description?: string; license_approval?: LicenseApproval; bundles?: unknown[] }): Promise<ModelRow | undefined> {
+    const [row] = await db<ModelRow[]>`
+      update models set name = coalesce(${p.name ?? null}, name), description = coalesce(${p.description ?? null}, description),
+        license_approval = coalesce(${p.license_approval ?? null}, license_approval),
+        bundles = coalesce(${p.bundles ? db.json(p.bundles as never) : null}::jsonb, bundles), updated_at = now()
+      where id = ${id} and account_id = ${accountId} and not internal returning *`;
+    return row;
+  },
+  /** Throws the foreign-key violation (23503) while anything references the model. */
+  async deleteModel(db: Db, accountId: string, id: string): Promise<boolean> {
+    const rows = await db`delete from models where id = ${id} and account_id = ${accountId} and not internal`;
+    return rows.count === 1;
+  },
+  async modelUses(db: Db, id: string): Promise<{ things: number; factoryServices: number; registrars: number }> {
+    const [r] = await db<{ things: number; factory_services: number; registrars: number }[]>`
+      select (select count(*)::int from things where model_id = ${id}) as things,
+        (select count(*)::int from factory_services where model_id = ${id}) as factory_services,
+        (select count(*)::int from registrars where canonical_model_id = ${id}) as registrars`;
+    return { things: r.things, factoryServices: r.factory_services, registrars: r.registrars };
+  },
+  async insertShare(db: Db, s: { id: string; modelId: string; accountId: string; tokenHash: Buffer; expiresAt: Date; by: string }): Promise<void> {
+    await db`insert into model_shares (id, model_id, account_id, token_hash, expires_at, created_by)
+      values (${s.id}, ${s.modelId}, ${s.accountId}, ${s.tokenHash}, ${s.expiresAt}, ${s.by})`;
+  },
+  async shareByHash(db: Db, hash: Buffer): Promise<{ id: string; model_id: string; account_id: string; expires_at: Date } | undefined> {
+    const [row] = await db<{ id: string; model_id: string; account_id: string; expires_at: Date }[]>`
+      select id, model_id, account_id, expires_at from model_shares where token_hash = ${hash}`;
+    return row;
+  },
+  /** false when the account imported the model before (concurrent imports: one wins) */
+  async insertImport(db: Db, accountId: string, modelId: string, shareId: string): Promise<boolean> {
+    const rows = await db`insert into model_imports (account_id, model_id, share_id) values (${accountId}, ${modelId}, ${shareId}) on conflict do nothing`;
+    return rows.count === 1;
   },
 
   // --- things

@@ -7,7 +7,11 @@ const pem = z.string().min(1).max(16_384).regex(/^[^\u0000]*$/, 'no NUL characte
 
 const licenseApproval = z.enum(LICENSE_APPROVALS)
   .describe('automatic (default): license requests are granted at once; manual: they wait for a tenant with capability approve_licenses');
-const modelBase = { vid: hex4, pid: hex4, name: text, licenseApproval: licenseApproval.optional() };
+const modelBase = {
+  vid: hex4.optional().describe("default: the account's vendor VID (POST /api/v1/vendors); another account's VID is refused (409)"),
+  pid: hex4, name: text, licenseApproval: licenseApproval.optional(),
+  description: z.string().max(2000).regex(/^[^\u0000]*$/, 'no NUL characters').optional(),
+};
 export const modelCreateSchema = z.discriminatedUnion('provisioning_method', [
   z.strictObject({ ...modelBase, provisioning_method: z.literal('none'), provisioning: z.strictObject({}).optional() }),
   z.strictObject({ ...modelBase, provisioning_method: z.literal('claim_token'), provisioning: z.strictObject({}).optional() }),
@@ -39,6 +43,9 @@ export type ModelCreate = z.infer<typeof modelCreateSchema>;
 export const modelSchema = z.object({
   id: z.uuid(), vid: z.string(), pid: z.string(), descriptor: z.string(), name: z.string(),
   provisioning_method: z.enum(PROVISIONING_METHODS), provisioning: z.record(z.string(), z.unknown()), licenseApproval, created_at: z.string(),
+  description: z.string(),
+  owner_account_id: z.uuid().describe('the account that owns the model (another account for an imported model)'),
+  imported: z.boolean().describe('true: imported by a share deeplink (public descriptor only: provisioning settings are not shown)'),
 });
 export const modelCreatedSchema = modelSchema.extend({
   secret: z.record(z.string(), z.string()).optional().describe('groupKey (symmetric_key) or webhookSecret (webhook): shown once'),

@@ -1,0 +1,69 @@
+import { defineDomain, type Gateway } from '../gateway.js';
+import type { StoredEvent } from '../actors/store.js';
+import { AccessRequests } from './accessRequests.js';
+import { DeviceDeeplinks } from './deeplinks.js';
+import { Eligibility } from './eligibility.js';
+import { FactoryRegistrations } from './factoryRegistrations.js';
+import { registryKinds } from './kinds.js';
+import { RECONCILE_JOB, References } from './references.js';
+import { Registrars } from './registrars.js';
+import { registryRoutes } from './routes.js';
+import { Vendors } from './vendors.js';
+
+export interface RegistryServices {
+  vendors: Vendors;
+  registrars: Registrars;
+  accessRequests: AccessRequests;
+  factoryRegistrations: FactoryRegistrations;
+  eligibility: Eligibility;
+  references: References;
+  deeplinks: DeviceDeeplinks;
+}
+
+const byGateway = new WeakMap<Gateway, RegistryServices>();
+const unsubscribers = new WeakMap<Gateway, () => void>();
+
+/**
+ * Domain module of src/registry/: vendors, registrars, access requests, factory registrations,
+ * eligibility artifacts and grants, reference requests with their thing references, device deeplinks.
+ */
+export const registryDomain = defineDomain<never, 'models'>({
+  name: 'registry',
+  requires: ['models'],
+  kinds: registryKinds,
+  init(gw, { models }) {
+    const { sql, actors, clock, log } = gw;
+    const publicBaseUrl = gw.config.PUBLIC_BASE_URL;
+    const vendors = new Vendors(sql);
+    // models are trust's; their VIDs live in the vendors' namespaces from now on
+    models.useVendorNamespaces(vendors);
+    const references = new References({ sql, actors, clock, log });
+    const services: RegistryServices = {
+      vendors,
+      registrars: new Registrars({ sql, actors, clock, log }),
+      accessRequests: new AccessRequests({ sql, actors, clock }),
+      factoryRegistrations: new FactoryRegistrations({ sql, actors, clock }),
+      eligibility: new Eligibility({ sql, actors, clock, publicBaseUrl }),
+      references,
+      deeplinks: new DeviceDeeplinks({ sql, clock, publicBaseUrl }),
+    };
+    byGateway.set(gw, services);
+    gw.jobs.define(RECONCILE_JOB, async () => { await references.sweep(); }, { schedule: '* * * * *', retryLimit: 1 });
+  },
+  async routes(app, gw) {
+    await registryRoutes(app, byGateway.get(gw)!);
+  },
+  async start(gw) {
+    const { references } = byGateway.get(gw)!;
+    // every node hears every thing.enrolled; the reconcile is idempotent, the sweep catches what is missed
+    const handler = (ev: StoredEvent) => {
+      references.thingsEnrolled([ev.actorId]).catch((err) => gw.log.error({ err, thingId: ev.actorId }, 'thing references of an enrolled thing failed; the sweep retries'));
+    };
+    gw.bus.on('thing.enrolled', handler);
+    unsubscribers.set(gw, () => gw.bus.off('thing.enrolled', handler));
+    references.sweep().catch((err) => gw.log.error({ err }, 'reference sweep at start failed'));
+  },
+  async stop(gw) {
+    unsubscribers.get(gw)?.();
+  },
+});

@@ -1,6 +1,8 @@
+import type { FastifyRequest } from 'fastify';
 import type { ZodApp } from '../gateway.js';
+import { accountOf, principalOf } from '../http/auth/plugin.js';
 import { FACTORY_SERVICE_ROLE, PLATFORM_ROLES } from '../http/auth/principal.js';
-import { callerOf, accountOfCaller } from './caller.js';
+import { accountOfCaller, type Caller } from './caller.js';
 import type { RegistryServices } from './index.js';
 import * as s from './schemas.js';
 
@@ -15,6 +17,13 @@ const WRITE = ['admin', 'operator'];
 const ADMIN = ['admin'];
 const PLATFORM = [...PLATFORM_ROLES];
 const auth = (action: string, roles: readonly string[]) => ({ auth: { action: `factory:${action}`, roles } });
+
+/** Platform tokens act on no account; everyone else on the account of the request. */
+export function callerOf(request: FastifyRequest): Caller {
+  const p = principalOf(request);
+  if (p.realmKind === 'platform') return { sub: p.sub, platform: true };
+  return { sub: p.sub, accountId: accountOf(request), platform: false };
+}
 
 export async function registryRoutes(app: ZodApp, r: RegistryServices): Promise<void> {
   // --- vendors

@@ -3,7 +3,7 @@ import { CrlService } from './crl.js';
 import { DdiService } from './ddi.js';
 import { EnrollmentService } from './enrollment.js';
 import { ModelService } from './models.js';
-import { modelRoutes } from './modelRoutes.js';
+import { modelRoutes } from './model-routes.js';
 import { deviceAuthenticators, trustRoutes } from './routes.js';
 import { resealAll, Sealer, type SealedColumn } from '../pki/sealer.js';
 import { TrustService } from './service.js';

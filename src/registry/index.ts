@@ -56,14 +56,13 @@ export const registryDomain = defineDomain<never, 'models'>({
   async start(gw) {
     const { references } = byGateway.get(gw)!;
     // every node hears every thing.enrolled; the reconcile is idempotent, the sweep catches what is missed
-    const handler = (ev: StoredEvent) => {
-      references.thingsEnrolled([ev.actorId]).catch((err) => gw.log.error({ err, thingId: ev.actorId }, 'thing references of an enrolled thing failed; the sweep retries'));
-    };
+    const handler = (ev: StoredEvent) => references.enrolled(ev.actorId);
     gw.bus.on('thing.enrolled', handler);
     unsubscribers.set(gw, () => gw.bus.off('thing.enrolled', handler));
     references.sweep().catch((err) => gw.log.error({ err }, 'reference sweep at start failed'));
   },
   async stop(gw) {
     unsubscribers.get(gw)?.();
+    await byGateway.get(gw)?.references.flush();
   },
 });

@@ -11,7 +11,8 @@ export const registrarKind: ActorKind<typeof registrarMachine> = {
   projection: {
     table: 'registrars',
     columns: ['state', 'canonical_model_id', 'decided_at', 'decided_by', 'reason'],
-    project: ({ context: c }, state) => ({ state, canonical_model_id: c.canonicalModelId, decided_at: c.decidedAt, decided_by: c.decidedBy, reason: c.reason }),
+    // a deleted registrar lets go of its model (the model may then be deleted)
+    project: ({ context: c }, state) => ({ state, canonical_model_id: state === 'DELETED' ? null : c.canonicalModelId, decided_at: c.decidedAt, decided_by: c.decidedBy, reason: c.reason }),
   },
 };
 

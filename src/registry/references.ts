@@ -14,6 +14,9 @@ const CURSOR = 'thing.enrolled';
 /** Events younger than this are read again by the next sweep (a lower seq may commit later). */
 const SETTLE_SECONDS = 300;
 const SWEEP_BATCH = 5000;
+/** enrolled things reconciled together: at most this many, waiting at most this long */
+const BATCH_MAX = 500;
+const BATCH_WAIT_MS = 20;
 
 export interface ReferenceRequestView {
   id: string; registrar_id: string; requester_account_id: string; owner_account_id: string; filter: repo.ReferenceFilter; note: string | null;
@@ -112,6 +115,33 @@ export class References {
   /** A thing enrolled: references of every approved request it matches (on the bus of every node; idempotent). */
   async thingsEnrolled(thingIds: string[]): Promise<number> {
     return repo.reconcile(this.d.sql, { thingIds });
+  }
+
+  private queued = new Set<string>();
+  private flushing?: Promise<void>;
+
+  /**
+   * Queues an enrolled thing; the queue is reconciled in one statement per batch (a bulk claim
+   * emits one event per thing: one query each would cost the enrollment path). A failure is
+   * logged; the sweep adds what it missed.
+   */
+  enrolled(thingId: string): void {
+    this.queued.add(thingId);
+    if (this.queued.size >= BATCH_MAX) void this.flush();
+    else this.flushing ??= new Promise<void>((resolve) => setTimeout(resolve, BATCH_WAIT_MS)).then(() => this.flush());
+  }
+
+  /** Reconciles what is queued now. */
+  async flush(): Promise<void> {
+    this.flushing = undefined;
+    const thingIds = [...this.queued];
+    this.queued.clear();
+    if (thingIds.length === 0) return;
+    try {
+      await this.thingsEnrolled(thingIds);
+    } catch (err) {
+      this.d.log.error({ err, things: thingIds.length }, 'thing references of enrolled things failed; the sweep adds them');
+    }
   }
 
   /** The durable sweep: thing.enrolled events since the cursor, reconciled; the cursor moves past settled ones. */

@@ -2,6 +2,7 @@ import crypto from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, expectProblem, type TestGateway } from '../helpers/gateway.js';
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
+import { signedHeaders, signingTimestamp } from '../../src/clients/svcSigner.js';
 import { approvedFactory, platformToken, registrar, vendorModel } from './helpers.js';
 
 /** Factory registrations, registrars and access requests over real HTTP: every row of the spec's table. */
@@ -149,6 +150,34 @@ describe('registrars', () => {
     const r2 = await registrar(gw, a, platform, { pending: true });
     const race = await Promise.all([m1, m2].map((m) => gw.http.put(`/api/v1/registrars/${r2.id}/canonical-model`, { model_id: m.id }, { token: a.operator })));
     expect(race.map((x) => x.status).sort()).toEqual([200, 409]);
+  });
+});
+
+describe('registrars and other resources', () => {
+  it('a deleted registrar lets go of its canonical model (the model may be deleted then)', async () => {
+    const m = await vendorModel(gw, a);
+    const r = await registrar(gw, a, platform, { modelId: m.id });
+    expectProblem(await gw.http.delete(`/api/v1/models/${m.id}`, { token: a.admin }), 409);
+    expect((await gw.http.delete(`/api/v1/registrars/${r.id}`, { token: a.admin })).status).toBe(204);
+    expect((await gw.http.delete(`/api/v1/models/${m.id}`, { token: a.admin })).status).toBe(204);
+  });
+
+  it("a factory service's signed requests read the account's vendor, registrars and registration, and create nothing", async () => {
+    const m = await vendorModel(gw, a);
+    const r = await registrar(gw, a, platform);
+    const fs = await gw.http.post('/api/v1/factory-services', { role: 'provision', model_id: m.id, endpoint_url: 'https://factory.example' }, { token: a.admin });
+    expect(fs.status, fs.text).toBe(201);
+    const creds = { accessKeyId: fs.body.access_key_id, secretAccessKey: fs.body.secret_access_key };
+    const signed = (method: string, target: string, body?: string) => gw.http.request(method, target, undefined, {
+      headers: signedHeaders(creds, { method, target, host: new URL(gw.httpUrl).host, timestamp: signingTimestamp(new Date()), body }), raw: body,
+    });
+    expect((await signed('GET', `/api/v1/registrars/${r.id}`)).body.id).toBe(r.id);
+    expect((await signed('GET', '/api/v1/registrars')).body.items.map((x: any) => x.id)).toContain(r.id);
+    expect((await signed('GET', '/api/v1/vendors')).body.account_id).toBe(a.id);
+    expect((await signed('GET', '/api/v1/factory-registrations/me')).body.state).toBe('APPROVED');
+    expect((await signed('GET', `/api/v1/models/${m.id}/software`)).status).toBe(200);
+    expectProblem(await signed('POST', '/api/v1/registrars', JSON.stringify({ name: 'x' })), 403);
+    expectProblem(await signed('POST', '/api/v1/eligibility-artifacts', JSON.stringify({})), 403);
   });
 });
 

@@ -50,16 +50,17 @@ export class References {
 
   async create(c: Caller, input: { registrar_id: string; filter?: repo.ReferenceFilter; note?: string }): Promise<ReferenceRequestView> {
     const requester = accountOfCaller(c);
-    const registrar = await repo.registrar(this.d.sql, input.registrar_id);
-    if (!registrar || registrar.state !== 'APPROVED') throw invalid(`registrar_id ${input.registrar_id} names no approved registrar`);
-    if (registrar.account_id === requester) throw invalid('the registrar is your own account\'s: its things are yours already');
-    if (!registrar.canonical_model_id) throw invalid(`registrar ${registrar.id} has no canonical model yet, so no things to reference`);
-    if (!(await repo.eligible(this.d.sql, registrar.account_id, requester))) {
-      throw refused(`your account is not an eligible accessor of account ${registrar.account_id}: redeem one of its eligibility artifacts and wait for its approval`);
-    }
     const id = crypto.randomUUID();
     const at = this.d.clock.now();
     await this.d.actors.run(async (uow) => {
+      // locked: a concurrent delete of the registrar waits, then revokes this request too
+      const registrar = await repo.registrar(uow.sql, input.registrar_id, undefined, { share: true });
+      if (!registrar || registrar.state !== 'APPROVED') throw invalid(`registrar_id ${input.registrar_id} names no approved registrar`);
+      if (registrar.account_id === requester) throw invalid('the registrar is your own account\'s: its things are yours already');
+      if (!registrar.canonical_model_id) throw invalid(`registrar ${registrar.id} has no canonical model yet, so no things to reference`);
+      if (!(await repo.eligible(uow.sql, registrar.account_id, requester))) {
+        throw refused(`your account is not an eligible accessor of account ${registrar.account_id}: redeem one of its eligibility artifacts and wait for its approval`);
+      }
       await repo.insertReferenceRequest(uow.sql, {
         id, requester, owner: registrar.account_id, registrarId: registrar.id, filter: input.filter ?? {}, note: input.note ?? null, by: c.sub, at,
       });

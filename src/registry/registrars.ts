@@ -56,8 +56,12 @@ export class Registrars {
     return row;
   }
 
+  /** The owner, platform staff, and accounts whose access request to it was approved (what an approved access request unlocks). */
   async get(c: Caller, id: string): Promise<RegistrarView> {
-    return registrarView(await this.visible(c, id));
+    if (c.platform) return registrarView(await this.visible(c, id));
+    const row = await repo.readableRegistrar(this.d.sql, id, accountOfCaller(c));
+    if (!row) throw notFound(`registrar ${id} not found`);
+    return registrarView(row);
   }
 
   async update(c: Caller, id: string, patch: { name?: string; description?: string }): Promise<RegistrarView> {

@@ -54,9 +54,18 @@ export async function insertRegistrar(db: Db, r: { id: string; accountId: string
     values (${r.id}, ${r.accountId}, ${r.name}, ${r.description}, ${r.at}, ${r.at})`;
 }
 /** A live (not deleted) registrar; of `accountId` when given. */
-export async function registrar(db: Db, id: string, accountId?: string): Promise<RegistrarRow | undefined> {
+/** `share`: locked until commit (a delete of the registrar waits for the caller's transaction). */
+export async function registrar(db: Db, id: string, accountId?: string, opts: { share?: boolean } = {}): Promise<RegistrarRow | undefined> {
   const [row] = await db<RegistrarRow[]>`
-    select * from registrars where id = ${id} and state <> 'DELETED' and ${eq(db, 'account_id', accountId)}`;
+    select * from registrars where id = ${id} and state <> 'DELETED' and ${eq(db, 'account_id', accountId)} ${opts.share ? db`for share` : db``}`;
+  return row;
+}
+/** A live registrar its account reads, and so does an account whose access request to it was APPROVED. */
+export async function readableRegistrar(db: Db, id: string, accountId: string): Promise<RegistrarRow | undefined> {
+  const [row] = await db<RegistrarRow[]>`
+    select * from registrars g where id = ${id} and state <> 'DELETED'
+      and (account_id = ${accountId} or exists (select 1 from access_requests a
+        where a.registrar_id = g.id and a.requester_account_id = ${accountId} and a.state = 'APPROVED'))`;
   return row;
 }
 export async function listRegistrars(db: Db, f: { accountId?: string; state?: string; after?: string; limit: number }): Promise<RegistrarRow[]> {

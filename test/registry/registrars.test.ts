@@ -25,7 +25,7 @@ describe('factory registrations', () => {
   it('request (201, then 200), me (404 before), queue, approve / refuse / revoke with their statuses', async () => {
     const c = await createAccount(gw);
     expectProblem(await gw.http.get('/api/v1/factory-registrations/me', { token: c.viewer }), 404);
-    expectProblem(await gw.http.post(`/api/v1/factory-registrations/${c.id}/approve`, {}, { token: platform }), 404);
+    for (const verb of ['approve', 'refuse', 'revoke']) expectProblem(await gw.http.post(`/api/v1/factory-registrations/${c.id}/${verb}`, {}, { token: platform }), 404);
     expectProblem(await gw.http.post('/api/v1/factory-registrations', {}, { token: c.viewer }), 403);
     expectProblem(await gw.http.post('/api/v1/factory-registrations', {}, { token: platform }), 403);
     const first = await gw.http.post('/api/v1/factory-registrations', { note: 'we build sensors' }, { token: c.admin });
@@ -188,6 +188,7 @@ describe('access requests', () => {
     const c = await createAccount(gw);
     expectProblem(await gw.http.post('/api/v1/access-requests', { registrar_id: pendingReg.id }, { token: b.operator }), 400);
     expectProblem(await gw.http.post('/api/v1/access-requests', { registrar_id: r.id }, { token: a.operator }), 400);
+    expectProblem(await gw.http.get(`/api/v1/registrars/${r.id}`, { token: b.viewer }), 404);
     const made = await gw.http.post('/api/v1/access-requests', { registrar_id: r.id, note: 'we assemble for you' }, { token: b.operator });
     expect(made.status, made.text).toBe(201);
     expect(made.body).toMatchObject({ state: 'PENDING', decision: null, requester_account_id: b.id, owner_account_id: a.id });
@@ -207,6 +208,10 @@ describe('access requests', () => {
     const decided = await gw.http.post(`/api/v1/access-requests/${id}/decide`, { decision: 'APPROVED' }, { token: a.admin });
     expect(decided.status, decided.text).toBe(200);
     expect(decided.body).toMatchObject({ state: 'APPROVED', decision: 'APPROVED' });
+    // what it unlocks: the requester reads the registrar (still not its writes or decisions)
+    expect((await gw.http.get(`/api/v1/registrars/${r.id}`, { token: b.viewer })).body.id).toBe(r.id);
+    expectProblem(await gw.http.patch(`/api/v1/registrars/${r.id}`, { name: 'mine' }, { token: b.admin }), 404);
+    expectProblem(await gw.http.get(`/api/v1/registrars/${r.id}`, { token: c.viewer }), 404);
     for (const [path, body] of [['decide', { decision: 'REJECTED' }], ['approve', {}], ['reject', {}]] as const) {
       expectProblem(await gw.http.post(`/api/v1/access-requests/${id}/${path}`, body, { token: a.admin }), 409);
     }

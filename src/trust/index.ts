@@ -8,6 +8,7 @@ import { resealAll, Sealer, type SealedColumn } from '../pki/sealer.js';
 import { TrustService } from './service.js';
 import { ThingLifecycleService } from './lifecycle.js';
 import { claimGroupKind, enrollmentTokenKind, thingKind } from './kinds.js';
+import { revokeBlacklisted } from './blacklisted.js';
 
 export interface TrustServices {
   trust: TrustService;
@@ -39,17 +40,18 @@ const sealers = new WeakMap<Gateway, Sealer>();
 export const trustDomain = defineDomain({
   name: 'trust',
   provides: ['trust', 'models', 'enrollment', 'crl', 'thingDirectory'],
-  requires: ['deviceSessions', 'mqttEndpoint'],
+  requires: ['deviceSessions', 'mqttEndpoint', 'blacklist'],
   kinds: [claimGroupKind, enrollmentTokenKind, thingKind],
-  init(gw, { deviceSessions, mqttEndpoint }) {
+  init(gw, { deviceSessions, mqttEndpoint, blacklist }) {
     const sealer = new Sealer(gw.pki.sealingKeys);
     const crl = new CrlService(gw);
     const models = new ModelService(gw.sql, sealer);
     const trust = new TrustService(gw, crl, models, deviceSessions);
     const services: TrustServices = {
-      trust, models, crl, enrollment: new EnrollmentService(gw, models, sealer, mqttEndpoint), ddi: new DdiService(gw), lifecycle: new ThingLifecycleService(gw, trust),
+      trust, models, crl, enrollment: new EnrollmentService(gw, models, sealer, mqttEndpoint, blacklist), ddi: new DdiService(gw), lifecycle: new ThingLifecycleService(gw, trust),
     };
     byGateway.set(gw, services);
+    blacklist.onAdded((identity) => revokeBlacklisted(gw, trust, identity));
     sealers.set(gw, sealer);
     // devices authenticate through the auth hook (routes declare { schemes: ['device-token', 'device-cert'] })
     for (const [name, authenticator] of Object.entries(deviceAuthenticators(gw, services.ddi))) gw.auth.registerAuthenticator(name, authenticator);

@@ -63,7 +63,7 @@ export async function blacklistRoutes(app: ZodApp, service: BlacklistService, sn
     schema: {
       tags,
       summary: `The whole active list as a JWS (application/jose+json, ES256, keys at ${JWKS_PATH}); rebuilt on change; 503 while none was built`,
-      response: { 200: jwsSchema, 304: z.null().describe('If-None-Match names the current snapshot') },
+      response: { 200: { content: { 'application/jose+json': { schema: jwsSchema } } }, 304: z.null().describe('If-None-Match names the current snapshot') },
     },
   }, async (request, reply) => {
     const current = await snapshots.current();

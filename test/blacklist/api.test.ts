@@ -60,6 +60,17 @@ async function allDeltas(cursor: string, token = a.viewer): Promise<{ items: any
   }
 }
 
+describe('OpenAPI', () => {
+  it('every route is in the document with its parameters; the snapshot as application/jose+json', async () => {
+    const doc = (await gw.http.get('/docs/json')).body;
+    for (const p of [BASE, `${BASE}/check`, `${BASE}/deltas`, `${BASE}/snapshot.signed`, `${BASE}/jwks.json`, `${BASE}/{model}/{sn}`]) expect(Object.keys(doc.paths)).toContain(p);
+    expect(Object.keys(doc.paths[BASE])).toEqual(expect.arrayContaining(['get', 'post']));
+    expect(doc.paths[`${BASE}/check`].get.parameters.map((p: any) => p.name)).toEqual(expect.arrayContaining(['sn', 'model']));
+    expect(doc.paths[`${BASE}/deltas`].get.parameters.map((p: any) => p.name)).toEqual(expect.arrayContaining(['cursor', 'limit']));
+    expect(Object.keys(doc.paths[`${BASE}/snapshot.signed`].get.responses['200'].content)).toEqual(['application/jose+json']);
+  });
+});
+
 describe('management (POST and DELETE)', () => {
   it('the owner adds by model id or descriptor (stored as the descriptor); 409 when listed; removes (204) then 404', async () => {
     const m = await model(a);

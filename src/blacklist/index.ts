@@ -1,9 +1,15 @@
 import { defineDomain, type Gateway } from '../gateway.js';
+import type { StoredEvent } from '../actors/store.js';
 import { blacklistRoutes } from './routes.js';
 import { BlacklistService, SWEEP_JOB } from './service.js';
 import { SnapshotStore } from './snapshot.js';
+import { ListIndex } from './listIndex.js';
 
-const byGateway = new WeakMap<Gateway, { service: BlacklistService; snapshots: SnapshotStore }>();
+/** How often a node checks, without a notification, that its copies (list, snapshot) are current. */
+const TICK_MS = 60_000;
+
+interface Parts { service: BlacklistService; snapshots: SnapshotStore; index: ListIndex; tick?: NodeJS.Timeout; off?: () => void }
+const byGateway = new WeakMap<Gateway, Parts>();
 
 /**
  * Domain module of src/blacklist/: the identity blacklist. It comes before trust in
@@ -16,8 +22,9 @@ export const blacklistDomain = defineDomain({
   init(gw) {
     const { sql, actors, clock, log, cluster } = gw;
     const snapshots = new SnapshotStore({ sql, keys: gw.pki.blacklistKeys, cluster, clock, log });
-    const service = new BlacklistService({ sql, actors, clock, log, snapshots });
-    byGateway.set(gw, { service, snapshots });
+    const index = new ListIndex({ sql, log });
+    const service = new BlacklistService({ sql, actors, clock, log, snapshots, index });
+    byGateway.set(gw, { service, snapshots, index });
     gw.jobs.define(SWEEP_JOB, async () => { await service.sweep(); }, { schedule: '* * * * *', retryLimit: 1 });
     return { blacklist: service };
   },
@@ -26,7 +33,28 @@ export const blacklistDomain = defineDomain({
     await blacklistRoutes(app, service, snapshots, gw.pki.blacklistKeys);
   },
   async start(gw) {
+    const parts = byGateway.get(gw)!;
+    const { index, snapshots } = parts;
+    const fail = (what: string) => (err: unknown) => gw.log.error({ err }, `identity blacklist: ${what} failed; retried within a minute`);
+    // every node's copy follows every node's changes (domain events reach each node once)
+    const follow = (_event: StoredEvent) => { index.catchUp().catch(fail('index catch-up')); };
+    gw.bus.on('blacklist.added', follow);
+    gw.bus.on('blacklist.removed', follow);
+    parts.off = () => {
+      gw.bus.off('blacklist.added', follow);
+      gw.bus.off('blacklist.removed', follow);
+    };
+    parts.tick = setInterval(() => {
+      index.catchUp().catch(fail('index catch-up'));
+      snapshots.recheck().catch(fail('snapshot recheck'));
+    }, TICK_MS).unref();
+    await index.catchUp().catch(fail('index load'));
     // a first snapshot (or one behind the log, or signed by a retired key) before edges ask
-    await byGateway.get(gw)!.snapshots.ensureFresh().catch((err: unknown) => gw.log.error({ err }, 'identity-blacklist snapshot could not be built at start; the sweep retries'));
+    await snapshots.ensureFresh().catch(fail('snapshot build'));
+  },
+  async stop(gw) {
+    const parts = byGateway.get(gw)!;
+    clearInterval(parts.tick);
+    parts.off?.();
   },
 });

@@ -8,6 +8,7 @@ import { conflict, gone, invalid, notFound, refused } from '../lib/errors.js';
 import { isUuid } from '../http/auth/principal.js';
 import { deltaCursor, pageCursor, readDeltaCursor, readPageCursor } from './cursor.js';
 import type { SnapshotStore } from './snapshot.js';
+import type { ListIndex } from './listIndex.js';
 import * as repo from './repo.js';
 
 /** Deltas are kept this long; a cursor whose next change is older gets 410 (spec, Limits). */
@@ -27,7 +28,7 @@ export interface EntryView { model: string; sn: string; reason: string; added_by
 
 export interface ChangeView { op: 'add' | 'remove'; model: string; sn: string; reason: string | null; by: string; at: string }
 
-const view = (e: repo.EntryRow): EntryView => ({ model: e.model, sn: e.sn, reason: e.reason, added_by: e.added_by, added_at: iso(e.added_at) });
+const view = (e: Omit<repo.EntryRow, 'owner_account_id'>): EntryView => ({ model: e.model, sn: e.sn, reason: e.reason, added_by: e.added_by, added_at: iso(e.added_at) });
 
 /** `vid:pid`, 4 hex digits each (what firmware sends; models are unique by it). */
 function descriptor(ref: string): { vid: string; pid: string } | undefined {
@@ -43,7 +44,7 @@ function descriptor(ref: string): { vid: string; pid: string } | undefined {
 export class BlacklistService implements IdentityBlacklist {
   private readonly listeners: ((identity: BlacklistedIdentity) => Promise<number>)[] = [];
 
-  constructor(private readonly d: { sql: Sql; actors: ActorStore; clock: Clock; log: Logger; snapshots: SnapshotStore }) {}
+  constructor(private readonly d: { sql: Sql; actors: ActorStore; clock: Clock; log: Logger; snapshots: SnapshotStore; index: ListIndex }) {}
 
   // --- the service other domains use
 
@@ -138,9 +139,14 @@ export class BlacklistService implements IdentityBlacklist {
     return { items: items.map(view), next_cursor: rows.length > query.limit ? pageCursor(items[items.length - 1]) : null };
   }
 
-  /** A serial on the global blacklist; with a model, that (model, sn) entry only. */
+  /**
+   * A serial on the global blacklist; with a model, that (model, sn) entry only. Answered from
+   * this node's copy of the list (Postgres until it is loaded).
+   */
   async check(sn: string, model?: string): Promise<EntryView> {
-    const row = model === undefined ? await repo.entryBySerial(this.d.sql, sn) : await repo.entry(this.d.sql, await this.canonical(model), sn);
+    const canonical = model === undefined ? undefined : await this.canonical(model);
+    let row = this.d.index.lookup(sn, canonical);
+    if (row === undefined) row = (canonical === undefined ? await repo.entryBySerial(this.d.sql, sn) : await repo.entry(this.d.sql, canonical, sn)) ?? null;
     if (!row) throw notFound(`serial ${sn}${model === undefined ? '' : ` of model ${model}`} is not on the identity blacklist`);
     return view(row);
   }
@@ -172,6 +178,8 @@ export class BlacklistService implements IdentityBlacklist {
 
   /** After a change committed: the snapshot follows it (a failure is the sweep's to repair). */
   private async refreshSnapshot(): Promise<void> {
+    // this node's checks see its own change before the write answers
+    await this.d.index.catchUp().catch((err: unknown) => this.d.log.error({ err }, 'blacklist index could not catch up; the next tick retries'));
     await this.d.snapshots.rebuild().catch((err: unknown) => this.d.log.error({ err }, 'blacklist snapshot rebuild failed; the sweep retries'));
   }
 
@@ -189,6 +197,7 @@ export class BlacklistService implements IdentityBlacklist {
     }
     const pruned = await repo.prune(this.d.sql, new Date(now - DELTA_LIFETIME_MS).toISOString());
     await this.d.snapshots.ensureFresh();
+    await this.d.index.catchUp();
     return { enforced, pruned };
   }
 }

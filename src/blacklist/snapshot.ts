@@ -53,6 +53,15 @@ export class SnapshotStore {
     return this.loading;
   }
 
+  /** Drops this node's copy when the stored snapshot is another one (a lost announcement). */
+  async recheck(): Promise<void> {
+    const state = await repo.snapshotState(this.d.sql);
+    if (this.cached && state?.seq !== this.cached.seq) {
+      this.generation += 1;
+      this.cached = undefined;
+    }
+  }
+
   private async load(): Promise<Served | undefined> {
     const generation = this.generation;
     const row = await repo.snapshot(this.d.sql);

@@ -319,7 +319,7 @@ describe('deltas and the signed snapshot', () => {
     expect(after.items.filter((c: any) => c.model === m.descriptor).map((c: any) => c.sn)).toEqual([s1, s2]);
   });
 
-  it('503 while no snapshot exists; the next change builds one, which a second node serves too', async () => {
+  it('503 while no snapshot exists; the next change builds one, which a second node serves too; its checks follow the changes', async () => {
     const second = await startTestGateway({ NODE_ID: 'blacklist-node-b' }, { db: gw.db, clock });
     try {
       await gw.db.sql`delete from blacklist_snapshot`;
@@ -340,9 +340,13 @@ describe('deltas and the signed snapshot', () => {
         return res.status === 200 ? res : undefined;
       }, 10_000, 'node b to serve the new snapshot');
       expect(onB.text).toBe(built.res.text);
-      // rebuilt on change, not per request: the stored row is what both serve
       const [row] = await gw.db.sql<{ jws: string }[]>`select jws from blacklist_snapshot`;
       expect(row.jws).toBe(built.res.text);
+      // node b's checks follow node a's changes (its copy of the list replays the change log)
+      const checkOnB = async () => (await second.http.get(`${BASE}/check?sn=${s}`, { token: viewerB })).status;
+      await waitFor(async () => (await checkOnB()) === 200, 10_000, 'node b to see the add');
+      expect((await remove(a.admin, m.descriptor, s)).status).toBe(204);
+      await waitFor(async () => (await checkOnB()) === 404, 10_000, 'node b to see the removal');
     } finally {
       await second.stop();
     }

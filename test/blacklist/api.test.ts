@@ -97,6 +97,9 @@ describe('management (POST and DELETE)', () => {
     expectProblem(await remove(b.admin, m.descriptor, s), 403);
     expect((await add(operator, { model: 'sensor-unregistered', sn: s, reason: 'counterfeit' })).status).toBe(201);
     expect((await remove(operator, 'sensor-unregistered', s)).status).toBe(204);
+    // names with reserved characters travel percent-encoded in the DELETE path
+    expect((await add(operator, { model: 'acme/sensor 2', sn: `${s}/a?b`, reason: 'x' })).status).toBe(201);
+    expect((await remove(operator, 'acme/sensor 2', `${s}/a?b`)).status).toBe(204);
     expect((await remove(a.admin, m.descriptor, s)).status).toBe(204);
     const [{ n }] = await gw.db.sql<{ n: number }[]>`select count(*)::int as n from blacklist_entries where sn = ${s}`;
     expect(n).toBe(0);
@@ -243,6 +246,15 @@ describe('deltas and the signed snapshot', () => {
     expect(next).toBe(fresh.payload.cursor);
     const none = await gw.http.get(`${BASE}/deltas?cursor=${next}`, { token: a.viewer });
     expect(none.body).toEqual({ items: [], next_cursor: next, has_more: false });
+  });
+
+  it('a snapshot signed by a retired key is rebuilt with the current one', async () => {
+    await gw.db.sql`update blacklist_snapshot set kid = 'retired-key'`;
+    await (gw.services.blacklist as unknown as BlacklistService).sweep();
+    const [row] = await gw.db.sql<{ kid: string }[]>`select kid from blacklist_snapshot`;
+    expect(row.kid).toBe(gw.gw.pki.blacklistKeys.kid);
+    const { jws } = await snapshot();
+    expect(JSON.parse(Buffer.from(jws.protected!, 'base64url').toString()).kid).toBe(gw.gw.pki.blacklistKeys.kid);
   });
 
   it('a tampered snapshot does not verify; If-None-Match gives 304; 401 without credentials', async () => {

@@ -7,6 +7,7 @@ import { startTestGateway, expectProblem, type HttpResponse, type TestGateway } 
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { waitFor } from '../helpers/wait.js';
 import type { BlacklistService } from '../../src/blacklist/service.js';
+import { ListIndex } from '../../src/blacklist/listIndex.js';
 
 /**
  * The identity-blacklist routes over real HTTP and Postgres: every status of the spec's rows,
@@ -362,5 +363,19 @@ describe('deltas and the signed snapshot', () => {
     } finally {
       await second.stop();
     }
+  });
+
+  it('a node\'s copy of the list that fell behind the pruning horizon loads the whole list again', async () => {
+    const index = new ListIndex({ sql: gw.gw.sql, log: gw.gw.log });
+    await index.catchUp();
+    const m = await model(a);
+    const s = sn();
+    await add(a.admin, { model: m.descriptor, sn: s, reason: 'r' });
+    // the change is pruned before this copy saw it
+    await gw.db.sql`update blacklist_log set pruned_through = (select max(seq) from blacklist_changes)`;
+    await gw.db.sql`delete from blacklist_changes where sn = ${s}`;
+    await index.catchUp();
+    expect(index.lookup(s)?.model).toBe(m.descriptor);
+    expect(index.size).toBe((await gw.db.sql<{ n: number }[]>`select count(*)::int as n from blacklist_entries`)[0].n);
   });
 });

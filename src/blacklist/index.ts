@@ -1,12 +1,9 @@
 import { defineDomain, type Gateway } from '../gateway.js';
 import type { StoredEvent } from '../actors/store.js';
 import { blacklistRoutes } from './routes.js';
-import { BlacklistService, SWEEP_JOB } from './service.js';
+import { BlacklistService, SWEEP_JOB, TICK_MS } from './service.js';
 import { SnapshotStore } from './snapshot.js';
 import { ListIndex } from './listIndex.js';
-
-/** How often a node checks, without a notification, that its copies (list, snapshot) are current. */
-const TICK_MS = 60_000;
 
 interface Parts { service: BlacklistService; snapshots: SnapshotStore; index: ListIndex; tick?: NodeJS.Timeout; off?: () => void }
 const byGateway = new WeakMap<Gateway, Parts>();
@@ -44,6 +41,7 @@ export const blacklistDomain = defineDomain({
       gw.bus.off('blacklist.added', follow);
       gw.bus.off('blacklist.removed', follow);
     };
+    // without a notification too: a lost NOTIFY leaves a copy behind for one tick at most
     parts.tick = setInterval(() => {
       index.catchUp().catch(fail('index catch-up'));
       snapshots.recheck().catch(fail('snapshot recheck'));

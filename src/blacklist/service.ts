@@ -13,8 +13,13 @@ import * as repo from './repo.js';
 
 /** Deltas are kept this long; a cursor whose next change is older gets 410 (spec, Limits). */
 export const DELTA_LIFETIME_MS = 72 * 3600_000;
-/** An add is enforced again by the sweep until this long after it (catches enrollments that committed late). */
-export const SETTLE_AFTER_MS = 60_000;
+/** How often a node brings its copy of the list up to date without a notification. */
+export const TICK_MS = 60_000;
+/**
+ * An add is enforced again by the sweep until this long after it: it catches enrollments that
+ * checked before the add (or on a node whose copy was up to TICK_MS behind) and committed later.
+ */
+export const SETTLE_AFTER_MS = 2 * TICK_MS + 30_000;
 export const SWEEP_JOB = 'blacklist.sweep';
 
 /** Who acts: a platform operator, or a user (or factory service) of an account. */
@@ -52,14 +57,21 @@ export class BlacklistService implements IdentityBlacklist {
     this.listeners.push(listener);
   }
 
+  /**
+   * Enrollment's question, answered from this node's copy of the list (Postgres until it is
+   * loaded), so it costs an enrollment no round trip. A node that has not heard of an add yet
+   * (milliseconds; at most TICK_MS when notifications are lost) lets the identity through; the
+   * add's enforcement then revokes it: at once, and by the sweep until SETTLE_AFTER_MS.
+   */
   async isListed(model: string, serial: string): Promise<boolean> {
-    return repo.listed(this.d.sql, await this.canonical(model), serial);
+    const canonical = await this.canonical(model);
+    const known = this.d.index.lookup(serial, canonical);
+    return known === undefined ? repo.listed(this.d.sql, canonical, serial) : known !== null;
   }
 
   async refuseListed(model: string, serial: string): Promise<void> {
-    const canonical = await this.canonical(model);
-    if (await repo.listed(this.d.sql, canonical, serial)) {
-      throw refused(`serial ${serial} of model ${canonical} is on the identity blacklist: enrollment refused`, { type: 'identity-blacklisted' });
+    if (await this.isListed(model, serial)) {
+      throw refused(`serial ${serial} of model ${await this.canonical(model)} is on the identity blacklist: enrollment refused`, { type: 'identity-blacklisted' });
     }
   }
 
@@ -184,7 +196,7 @@ export class BlacklistService implements IdentityBlacklist {
   }
 
   /**
-   * Every minute (durable job): enforces adds again until they are a minute old (a crash between
+   * Every minute (durable job): enforces adds again until SETTLE_AFTER_MS after them (a crash between
    * commit and enforcement, an enrollment that checked before the add and committed after it),
    * prunes changes older than 72 hours, and rebuilds a snapshot that fell behind.
    */

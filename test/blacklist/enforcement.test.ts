@@ -4,10 +4,11 @@ import * as x509 from '@peculiar/x509';
 import mqtt from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ManualClock } from '../../src/lib/clock.js';
-import type { BlacklistService } from '../../src/blacklist/service.js';
+import { SETTLE_AFTER_MS, type BlacklistService } from '../../src/blacklist/service.js';
 import { startTestGateway, expectProblem, type TestGateway } from '../helpers/gateway.js';
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { createClaimGroup, enrollDevice, type EnrolledDevice } from '../helpers/devices.js';
+import { waitFor } from '../helpers/wait.js';
 
 /**
  * Enforcement of the identity blacklist: enrollment refuses a listed (model, serial) with 403 in
@@ -93,8 +94,12 @@ describe('enrollment refuses a blacklisted identity', () => {
     const serial = sn();
     const reg = await gw.http.post('/api/v1/things', { manufacturer: 'Acme', model: 'sensor-tok', serial }, { token: a.operator });
     expect(reg.status, reg.text).toBe(201);
-    // the entry alone, as if the add's enforcement had not run yet
-    await gw.db.sql`insert into blacklist_entries (model, sn, reason, added_by, added_at) values ('sensor-tok', ${serial}, 'r', 'test', now())`;
+    // the entry and its change, as if the add's enforcement had not run yet; the node hears of it
+    const at = clock.now().toISOString();
+    await gw.db.sql`insert into blacklist_entries (model, sn, reason, added_by, added_at) values ('sensor-tok', ${serial}, 'r', 'test', ${at})`;
+    await gw.db.sql`insert into blacklist_changes (op, model, sn, reason, by, at) values ('add', 'sensor-tok', ${serial}, 'r', 'test', ${at})`;
+    gw.gw.bus.emit('blacklist.added', { type: 'blacklist.added' });
+    await waitFor(async () => (await gw.http.get(`${BASE}/check?sn=${serial}`, { token: a.viewer })).status === 200, 10_000, 'the node to hear of the entry');
     const res = await gw.http.post('/ddi/v1/enroll', { enrollmentToken: reg.body.enrollmentToken });
     expect(expectProblem(res, 403).detail).toContain('is on the identity blacklist');
     const [{ n }] = await gw.db.sql<{ n: number }[]>`select count(*)::int as n from device_certificates where thing_id = ${reg.body.thingId}`;
@@ -142,7 +147,7 @@ describe('adding an enrolled identity revokes it', () => {
     expectProblem(reenroll, 403);
   });
 
-  it('the sweep enforces an add whose enforcement was lost (crash after commit), and settles it only a minute after the add', async () => {
+  it('the sweep enforces an add whose enforcement was lost (crash after commit), and settles it only SETTLE_AFTER_MS after the add', async () => {
     const serial = sn();
     const device = await enrollDevice(gw, a, { model: 'sensor-crash', serial });
     const at = clock.now().toISOString();
@@ -161,7 +166,7 @@ describe('adding an enrolled identity revokes it', () => {
     // a thing that enrolled late (it checked before the add, committed after) is caught by the next pass
     const late = await enrollDevice(gw, b, { model: 'sensor-crash-late', serial });
     await gw.db.sql`update things set model = 'sensor-crash' where id = ${late.thingId}`;
-    clock.advance(61_000);
+    clock.advance(SETTLE_AFTER_MS + 1000);
     await blacklist().sweep();
     expect(await revoked(late.thingId)).toBe(true);
     expect(await settled()).toBe(true);

@@ -28,7 +28,7 @@ create table blacklist_changes (
   reason text,
   by text not null,
   at timestamptz not null,
-  -- adds: false until the enforcement sweep ran at least a minute after the add
+  -- adds: false until the enforcement sweep ran 2.5 minutes or more after the add (SETTLE_AFTER_MS)
   settled boolean not null default true
 );
 create index blacklist_changes_at on blacklist_changes (at);

@@ -118,12 +118,14 @@ export class BlacklistService implements IdentityBlacklist {
       return { ...row, added_at: new Date(at) };
     });
     this.d.log.info({ model, sn: input.sn, by: caller.sub }, 'identity blacklisted');
+    // this node's enrollments refuse it from here on; then what enrolled before is revoked
+    await this.catchUp();
     const revoked = await this.enforce({ model, sn: input.sn, by: caller.sub }).catch((err: unknown) => {
       // committed: the sweep enforces it again within a minute
       this.d.log.error({ err, model, sn: input.sn }, 'blacklist enforcement failed; the sweep retries');
       return 0;
     });
-    await this.refreshSnapshot();
+    await this.rebuildSnapshot();
     return { ...view(entry), revoked_things: revoked };
   }
 
@@ -137,7 +139,8 @@ export class BlacklistService implements IdentityBlacklist {
       await uow.emit('identityBlacklist', `${model}/${sn}`, { type: 'blacklist.removed', model, sn, by: caller.sub }, owner ?? null);
     });
     this.d.log.info({ model, sn, by: caller.sub }, 'identity removed from the blacklist');
-    await this.refreshSnapshot();
+    await this.catchUp();
+    await this.rebuildSnapshot();
   }
 
   // --- reads
@@ -188,10 +191,13 @@ export class BlacklistService implements IdentityBlacklist {
     return changed;
   }
 
-  /** After a change committed: the snapshot follows it (a failure is the sweep's to repair). */
-  private async refreshSnapshot(): Promise<void> {
-    // this node's checks see its own change before the write answers
+  /** After a change committed: this node's copy of the list (checks, enrollment) follows it before the write answers. */
+  private async catchUp(): Promise<void> {
     await this.d.index.catchUp().catch((err: unknown) => this.d.log.error({ err }, 'blacklist index could not catch up; the next tick retries'));
+  }
+
+  /** After a change committed: the snapshot follows it (a failure is the sweep's to repair). */
+  private async rebuildSnapshot(): Promise<void> {
     await this.d.snapshots.rebuild().catch((err: unknown) => this.d.log.error({ err }, 'blacklist snapshot rebuild failed; the sweep retries'));
   }
 

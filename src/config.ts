@@ -60,6 +60,10 @@ export const configSchema = z.object({
   SSE_HEARTBEAT_SECONDS: positiveInt.default(25),
   COMMAND_TIMEOUT_MS: positiveInt.default(10_000),
   JOBS: bool.default(true),
+  INGEST_RATE_LIMIT: positiveInt.default(600).describe('ingest requests per partner per window (all nodes together when REDIS_URL is set)'),
+  INGEST_RATE_WINDOW_SECONDS: positiveInt.default(60),
+  INGEST_JOB_BODY_LIMIT_BYTES: positiveInt.default(64 * 1024 * 1024).describe('largest bulk job request body'),
+  INGEST_JOB_MAX_ITEMS: positiveInt.default(500_000),
   ALLOW_PRIVATE_TARGETS: bool.default(false).describe('let outbound probes (factory-service health checks) reach loopback, link-local and private addresses (development and tests)'),
 });
 

@@ -81,8 +81,8 @@ function readPageToken(token: string | undefined, list: string): number {
 function bossDb(tx: Tx) {
   return {
     async executeSql(text: string, values: unknown[] = []) {
-      const params = values.map((v) => (v !== null && typeof v === 'object' && !(v instanceof Date) ? JSON.stringify(v) : v));
-      return { rows: await tx.unsafe(text, params as never[]) };
+      // postgres.js serializes an object parameter of a json column itself
+      return { rows: await tx.unsafe(text, values as never[]) };
     },
   };
 }
@@ -254,6 +254,7 @@ export class IngestService {
    */
   async runJob(id: string): Promise<void> {
     let job = await repo.findJob(this.d.sql, id);
+    // queued in the transaction that inserted the row: absent means deleted since
     if (!job) return void this.d.log.warn({ jobId: id }, 'ingest job row not found; nothing to run');
     if (job.state === 'QUEUED') await this.d.actors.run((uow) => uow.trySend(ingestJobKind, id, { type: 'START', at: this.d.clock.now().toISOString() }));
     else if (job.state !== 'RUNNING') return;

@@ -62,10 +62,11 @@ export interface Existing {
 
 export async function currentVersions(db: Db, s: Scope, sourceIds: string[]): Promise<Existing[]> {
   if (sourceIds.length === 0) return [];
+  // a join, not `= any(array)`: a generic plan of the latter seq-scans the table once per chunk
   return db<Existing[]>`
-    select source_id, source_version, internal_id from ingest_records
-    where account_id = ${s.accountId} and warehouse_id = ${s.warehouseId} and resource = ${s.resource}
-      and source_id = any(${db.array(sourceIds)}::text[])`;
+    select r.source_id, r.source_version, r.internal_id
+    from unnest(${db.array(sourceIds)}::text[]) as u(source_id)
+    join ingest_records r on r.account_id = ${s.accountId} and r.warehouse_id = ${s.warehouseId} and r.resource = ${s.resource} and r.source_id = u.source_id`;
 }
 
 export interface RecordWrite {

@@ -5,6 +5,7 @@ import { Redis } from 'ioredis';
 import type { Gateway, ZodApp } from '../gateway.js';
 import { accountOf, principalOf } from '../http/auth/plugin.js';
 import { Problem, badRequest } from '../http/problem.js';
+import { MAX_PARAM_LENGTH } from '../http/errors.js';
 import { unreachableDatabase, type Answer, type Caller, type IngestService } from './service.js';
 import type { ResourceName } from './resources.js';
 import {
@@ -166,6 +167,10 @@ export async function ingestRoutes(app: ZodApp, gw: Gateway, service: IngestServ
 
   // The spec's 400 for an unknown endpoint path (after authentication: without credentials it is a 401).
   const unknownPath = async (request: FastifyRequest) => {
+    // a known route whose parameter is over the router's limit falls through to this wildcard
+    if (request.url.split('?')[0].split('/').some((segment) => segment.length > MAX_PARAM_LENGTH)) {
+      throw new Problem(414, `a path parameter is longer than ${MAX_PARAM_LENGTH} characters`, { title: 'URI Too Long' });
+    }
     throw badRequest(`unknown endpoint: ${request.method} ${request.url.split('?')[0]}; see ${gw.config.PUBLIC_BASE_URL}/docs for the ${PREFIX} endpoints`, { type: 'unknown-endpoint' });
   };
   for (const url of [PREFIX, `${PREFIX}/*`]) {

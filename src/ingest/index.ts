@@ -20,16 +20,18 @@ export const ingestDomain = defineDomain({
       baseUrl: gw.config.PUBLIC_BASE_URL, jobMaxItems: gw.config.INGEST_JOB_MAX_ITEMS,
     });
     // one job runs its chunks in order; a retry resumes from the last committed chunk
-    gw.jobs.define<{ id: string }>(RUN_JOB, (data) => ingest.runJob(data.id), { retryLimit: 5, retryDelay: 5, expireInSeconds: 3600 });
+    gw.jobs.define<{ id: string }>(RUN_JOB, (data) => ingest.runJob(data.id), { retryLimit: 5, retryDelay: 5, expireInSeconds: 900 });
     gw.jobs.define(SWEEP_JOB, () => ingest.sweep(), { schedule: '17 * * * *', retryLimit: 1 });
     return { ingest };
   },
   async routes(app, gw, { ingest }) {
     await ingestRoutes(app, gw, ingest);
   },
-  start(_gw, { ingest }) {
+  async start(gw, { ingest }) {
     ingest.setAccepting(true);
-    return Promise.resolve();
+    if (!gw.config.JOBS) return;
+    const resumed = await ingest.resumeJobs();
+    if (resumed) gw.log.info({ resumed }, 'ingest jobs not completed were queued again');
   },
   stop(_gw, { ingest }) {
     ingest.setAccepting(false);

@@ -41,9 +41,19 @@ export async function deleteWarehouse(db: Db, accountId: string, warehouseId: st
   return r.count > 0;
 }
 
-/** Serializes writers of one (partner, warehouse, resource) that must see each other's jobs. */
-export async function lockScope(db: Db, s: Scope): Promise<void> {
-  await db`select pg_advisory_xact_lock(hashtextextended(${`ingest:${s.accountId}:${s.warehouseId}:${s.resource}`}, 0))`;
+/**
+ * The lock of one (partner, warehouse, resource) for the transaction: job creation takes it
+ * exclusive, batches shared (they run side by side, and a job's creation waits for them).
+ */
+export async function lockScope(db: Db, s: Scope, mode: 'exclusive' | 'shared' = 'exclusive'): Promise<void> {
+  const key = `ingest:${s.accountId}:${s.warehouseId}:${s.resource}`;
+  if (mode === 'shared') await db`select pg_advisory_xact_lock_shared(hashtextextended(${key}, 0))`;
+  else await db`select pg_advisory_xact_lock(hashtextextended(${key}, 0))`;
+}
+
+/** Jobs not completed yet. */
+export async function openJobIds(db: Db): Promise<string[]> {
+  return (await db<{ id: string }[]>`select id from ingest_jobs where state in ('QUEUED', 'RUNNING')`).map((r) => r.id);
 }
 
 export async function inFlightJobs(db: Db, s: Scope): Promise<{ id: string; mode: string; state: string }[]> {

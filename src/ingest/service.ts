@@ -169,7 +169,7 @@ export class IngestService {
     const scope: Scope = { accountId: caller.accountId, warehouseId: body.warehouse_id, resource };
     return this.idempotent(caller, body.correlation_id, { resource, ...body }, async (tx) => {
       // shared: batches run side by side; a job's creation (exclusive) waits for them
-      await tx`select pg_advisory_xact_lock_shared(hashtextextended(${`ingest:${scope.accountId}:${scope.warehouseId}:${scope.resource}`}, 0))`;
+      await repo.lockScope(tx, scope, 'shared');
       const running = (await repo.inFlightJobs(tx, scope)).find((j) => j.mode === 'FULL_REFRESH');
       if (running) throw conflict(`a FULL_REFRESH job (${running.id}) of ${resource} for warehouse ${scope.warehouseId} is ${running.state}; send this batch after it completed`, { type: 'full-refresh-in-flight', extra: { job_id: running.id } });
       const results = await processItems(tx, scope, { correlationId: body.correlation_id }, body.items);
@@ -264,14 +264,19 @@ export class IngestService {
       const chunk = await repo.jobItems(this.d.sql, id, from, JOB_CHUNK);
       if (chunk.length === 0) break;
       const through = chunk.at(-1)!.seq;
-      await this.d.sql.begin(async (tx) => {
+      const advanced = await this.d.sql.begin(async (tx) => {
         const results = await processItems(tx, scope, { correlationId: job!.correlation_id, jobId: id }, chunk.map((c) => c.item), { firstIndex: chunk[0].seq - 1 });
         await repo.insertJobErrors(tx, id, results.filter(isError).map((r) => ({
           seq: r.index + 1, source_id: r.source_id, status: r.status as 'QUARANTINED' | 'REJECTED', code: r.code!, reason: r.reason!, quarantine_id: r.quarantine_id ?? null,
         })));
-        // another worker got here first (an expired lease): this transaction rolls back
-        if (!(await repo.advanceJob(tx, id, from, through, summarize(results)))) throw new Error(`ingest job ${id}: chunk after ${from} was processed concurrently`);
+        // another worker got here first (a resumed or expired run): ours rolls back and leaves the job to it
+        if (!(await repo.advanceJob(tx, id, from, through, summarize(results)))) throw new ChunkTaken();
+        return true;
+      }).catch((err: unknown) => {
+        if (err instanceof ChunkTaken) return false;
+        throw err;
       });
+      if (!advanced) return void this.d.log.info({ jobId: id, after: from }, 'ingest job: another worker processed this chunk; leaving the job to it');
       await this.d.faults('ingest.job.chunk');
       from = through;
     }
@@ -283,6 +288,17 @@ export class IngestService {
       if (job!.mode === 'FULL_REFRESH') await repo.setDeleted(uow.sql, id, await repo.deleteNotRefreshed(uow.sql, id, scope));
       await repo.deleteJobItems(uow.sql, id);
     });
+  }
+
+  /**
+   * Queues every job not completed (at start-up of a worker node): a job whose worker died
+   * resumes from its last chunk now rather than when its pg-boss lease expires. A job that is
+   * still running elsewhere is safe: the checkpoint lets one worker commit each chunk.
+   */
+  async resumeJobs(): Promise<number> {
+    const open = await repo.openJobIds(this.d.sql);
+    for (const id of open) await this.d.jobs.send(RUN_JOB, { id });
+    return open.length;
   }
 
   // ---- quarantine
@@ -365,5 +381,7 @@ export class IngestService {
     if (r.errors || r.requests) this.d.log.info(r, 'ingest retention: expired job errors and idempotency keys deleted');
   }
 }
+
+class ChunkTaken extends Error {}
 
 const isError = (r: ItemResult) => r.status === 'QUARANTINED' || r.status === 'REJECTED';

@@ -72,11 +72,17 @@ export interface Existing {
 
 export async function currentVersions(db: Db, s: Scope, sourceIds: string[]): Promise<Existing[]> {
   if (sourceIds.length === 0) return [];
-  // a join, not `= any(array)`: a generic plan of the latter seq-scans the table once per chunk
+  // One index probe per id, whatever the statistics say: a lateral subquery kept from being
+  // flattened (offset 0). A join or `= any(array)` got a hash of the partner's whole warehouse
+  // on a fresh table's default estimates (50 ms for 500 ids against 100k rows; 1 ms this way).
   return db<Existing[]>`
     select r.source_id, r.source_version, r.internal_id
     from unnest(${db.array(sourceIds)}::text[]) as u(source_id)
-    join ingest_records r on r.account_id = ${s.accountId} and r.warehouse_id = ${s.warehouseId} and r.resource = ${s.resource} and r.source_id = u.source_id`;
+    cross join lateral (
+      select source_id, source_version, internal_id from ingest_records
+      where account_id = ${s.accountId} and warehouse_id = ${s.warehouseId} and resource = ${s.resource} and source_id = u.source_id
+      offset 0
+    ) r`;
 }
 
 export interface RecordWrite {

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, expectProblem, type TestGateway } from '../helpers/gateway.js';
-import { P, batch, correlation, createPartner, envelope, product, stock, type Partner } from './helpers.js';
+import { P, batch, createPartner, envelope, product, stock, type Partner } from './helpers.js';
 
 let gw: TestGateway;
 let partner: Partner;
@@ -45,6 +45,26 @@ describe('batch outcomes', () => {
     const [row] = await gw.db.sql<{ source_version: number; data: any }[]>`select source_version, data from ingest_records where internal_id = ${id}`;
     expect(row.source_version).toBe(6);
     expect(row.data.quantity).toBe(3);
+  });
+
+  it('items of one source_id in one batch apply in order; only the newest is stored', async () => {
+    const res = await batch(gw, partner, 'stock', envelope(partner, [stock(20, { source_version: 1 }), stock(20, { source_version: 2, quantity: 7 }), stock(20, { source_version: 1 })]));
+    expect(res.body.results.map((r: any) => [r.status, r.code])).toEqual([['ACCEPTED', undefined], ['ACCEPTED', undefined], ['REPLAY', 'STALE']]);
+    expect(new Set(res.body.results.map((r: any) => r.internal_id)).size).toBe(1);
+    const [row] = await gw.db.sql<{ source_version: number; data: any }[]>`select source_version, data from ingest_records where account_id = ${partner.id} and source_id = 'S-20'`;
+    expect([row.source_version, row.data.quantity]).toEqual([2, 7]);
+  });
+
+  it('two requests racing to store the same new version: one ACCEPTED, the other REPLAY, one record', async () => {
+    for (let round = 0; round < 5; round++) {
+      const item = stock(100 + round, { source_version: 3 });
+      const [a, b] = await Promise.all([1, 2].map(() => batch(gw, partner, 'stock', envelope(partner, [item]))));
+      const statuses = [a.body.results[0].status, b.body.results[0].status].sort();
+      expect(statuses).toEqual(['ACCEPTED', 'REPLAY']);
+      const rows = await gw.db.sql<{ internal_id: string }[]>`select internal_id from ingest_records where account_id = ${partner.id} and source_id = ${item.source_id as string}`;
+      expect(rows).toHaveLength(1);
+      expect([a, b].find((r) => r.body.results[0].status === 'ACCEPTED')!.body.results[0].internal_id).toBe(rows[0].internal_id);
+    }
   });
 
   it('quarantined items can be listed, released (stored) and discarded', async () => {
@@ -150,4 +170,3 @@ describe('warehouses', () => {
   });
 });
 
-void correlation;

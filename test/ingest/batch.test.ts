@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, expectProblem, type TestGateway } from '../helpers/gateway.js';
+import { svcHeaders, userWithCredential } from '../iam/helpers.js';
 import { P, batch, createPartner, envelope, product, stock, type Partner } from './helpers.js';
 
 let gw: TestGateway;
@@ -157,6 +158,31 @@ describe("the spec's error table", () => {
     expect(res.headers.get('traceparent')).toContain(traceId);
     const fresh = expectProblem(await gw.http.get(`${P}/nope`), 401);
     expect(fresh.trace_id).toMatch(/^[0-9a-f]{32}$/);
+  });
+});
+
+describe('partner credentials', () => {
+  it("a partner integration uses its user's access key (SVC); warehouse scoping follows the user", async () => {
+    const { credential } = await userWithCredential(gw, partner, 'wms-bot', ['operator']);
+    const headers = svcHeaders(credential);
+    const ok = await gw.http.post(`${P}/products/batch`, envelope(partner, [product(300)]), { headers });
+    expect(ok.status).toBe(200);
+    expect(ok.body.results[0].status).toBe('ACCEPTED');
+    await gw.http.put(`${P}/warehouses/WH-BOT`, { name: 'bot only', principals: ['wms-bot'] }, { token: partner.admin });
+    expect((await gw.http.post(`${P}/products/batch`, envelope(partner, [product(301)], { warehouse_id: 'WH-BOT' }), { headers })).status).toBe(200);
+    expectProblem(await batch(gw, partner, 'products', envelope(partner, [product(301)], { warehouse_id: 'WH-BOT' })), 403);
+    expectProblem(await gw.http.post(`${P}/products/batch`, envelope(partner, [product(302)]), { headers: svcHeaders({ ...credential, secret_key: 'wrong' }) }), 401);
+  });
+});
+
+describe('OpenAPI', () => {
+  it('documents the ingest operations with their schemas (not the unknown-path catch-all)', async () => {
+    const doc = (await gw.http.get('/docs/json')).body;
+    const paths = Object.keys(doc.paths).filter((p) => p.startsWith(P));
+    expect(paths).toEqual(expect.arrayContaining([`${P}/products/batch`, `${P}/stock/batch`, `${P}/jobs`, `${P}/jobs/{job_id}`, `${P}/jobs/{job_id}/errors`, `${P}/quarantine`, `${P}/quarantine/{quarantine_id}/release`, `${P}/warehouses/{warehouse_id}`]));
+    expect(paths.some((p) => p.includes('*'))).toBe(false);
+    const errors = doc.paths[`${P}/jobs/{job_id}/errors`].get;
+    expect(Object.keys(errors.responses['200'].content['application/json'].schema.properties)).toEqual(['items', 'next_page_token', 'has_more']);
   });
 });
 

@@ -4,8 +4,8 @@
  *
  *   npm run bench:factory [-- --duration 5 --connections 32 --rounds 4 --no-write]
  *
- * The route is `GET /api/v1/factory-services/{id}`: the issue names `GET /api/v1/things/{id}/state`,
- * which does not exist yet (thing lifecycle, a later part of issue 13). Every signed request is
+ * The route is `GET /api/v1/things/{id}/state` of a thing enrolled through `POST /api/v1/enrollments`
+ * (the factory service reads a thing of its own model). Every signed request is
  * signed anew (a signature is accepted once: replay protection), and carries a counter in its
  * query so two requests within the same second differ; the bearer requests carry the same query.
  * Starts one gateway (embedded PostgreSQL in a temporary folder). Rewrites its section of
@@ -39,7 +39,8 @@ async function main() {
     const model = await post('/api/v1/models', { vid: 'FFF9', pid: '0001', name: 'bench', provisioning_method: 'none' });
     const service = await post('/api/v1/factory-services', { role: 'provision', model_id: model.id, endpoint_url: 'https://factory.example' });
     const creds: Credentials = { accessKeyId: service.access_key_id, secretAccessKey: service.secret_access_key };
-    const route = `/api/v1/factory-services/${service.id}`;
+    const thing = await post('/api/v1/enrollments', { model: model.descriptor, serial: 'BENCH-1' });
+    const route = `/api/v1/things/${thing.thing_id}/state`;
     const host = new URL(base).host;
 
     await json(await signedFetch(`${base}${route}?n=check`, creds));

@@ -5,7 +5,7 @@ import { setup, assign, emit, enqueueActions } from 'xstate';
  * (POST /api/v1/things) waits in REGISTERED (the spec's "none") until its enrollment token is
  * used; an enrollment births it in ROLLEDOFF. Then PROVISION -> PROVISIONED, FACTORY_DONE (sent by
  * the PROVISION saga once its legs succeed) -> IN_FACTORY, FACTORY_HANDOVER -> HANDOVER_PENDING,
- * ACTIVATE -> ACTIVATED <-> DEACTIVATED. ANNIHILATE ends it from any state (revoking it too).
+ * ACTIVATE -> ACTIVATED <-> DEACTIVATED; PROVISION_FAILED (the saga failed) returns PROVISIONED to ROLLEDOFF. ANNIHILATE ends it from any state (revoking it too).
  * Revocation (DELETE thing) is orthogonal to the lifecycle state: it marks the thing revoked (its
  * certificate is on the CRL) in whatever state it is, once; a revoked thing makes no further
  * lifecycle step but can still be annihilated. Every state change emits `thing.stateChanged`
@@ -32,6 +32,7 @@ export type ThingEvent =
   | { type: 'ENROLL'; at: string; method: string }
   | { type: 'PROVISION'; at: string }
   | { type: 'FACTORY_DONE'; at: string }
+  | { type: 'PROVISION_FAILED'; at: string }
   | { type: 'FACTORY_HANDOVER'; at: string }
   | { type: 'ACTIVATE'; at: string }
   | { type: 'DEACTIVATE'; at: string }
@@ -74,8 +75,16 @@ export const thingMachine = setup({
       // the birth of a thing born enrolled has no event of its own (the `always` at start)
       const at = 'at' in event ? event.at : context.enrolledAt!;
       enqueue.assign({ stateAt: at });
-      // entering ROLLEDOFF is recorded by `thing.enrolled` (its entry event), which carries the change
-      if (params.to !== 'ROLLEDOFF') enqueue.emit({ type: 'thing.stateChanged' as const, thingId: context.id, ...params, event: 'at' in event ? event.type : 'ENROLL', at });
+      // the birth (REGISTERED -> ROLLEDOFF) is recorded by `thing.enrolled`, which carries the change
+      if (params.from === 'REGISTERED' && params.to === 'ROLLEDOFF') {
+        enqueue.emit({
+          type: 'thing.enrolled' as const, thingId: context.id, method: context.enrolledBy!,
+          manufacturer: context.manufacturer, model: context.model, serial: context.serial,
+          from: 'REGISTERED' as const, to: 'ROLLEDOFF' as const, event: 'ENROLL' as const, at,
+        });
+      } else {
+        enqueue.emit({ type: 'thing.stateChanged' as const, thingId: context.id, ...params, event: 'at' in event ? event.type : 'ENROLL', at });
+      }
     }),
     /** an annihilated thing is revoked; one already revoked stays as it was */
     revokeOnce: enqueueActions(({ context, event, enqueue }) => {
@@ -121,15 +130,15 @@ export const thingMachine = setup({
         },
       },
     },
-    ROLLEDOFF: {
-      entry: emit(({ context }) => ({
-        type: 'thing.enrolled' as const, thingId: context.id, method: context.enrolledBy!,
-        manufacturer: context.manufacturer, model: context.model, serial: context.serial,
-        from: 'REGISTERED' as const, to: 'ROLLEDOFF' as const, event: 'ENROLL' as const, at: context.stateAt ?? context.enrolledAt!,
-      })),
-      on: { PROVISION: step('ROLLEDOFF', 'PROVISIONED'), ANNIHILATE: annihilate('ROLLEDOFF') },
+    ROLLEDOFF: { on: { PROVISION: step('ROLLEDOFF', 'PROVISIONED'), ANNIHILATE: annihilate('ROLLEDOFF') } },
+    PROVISIONED: {
+      on: {
+        FACTORY_DONE: step('PROVISIONED', 'IN_FACTORY'),
+        // the PROVISION saga failed: back to ROLLEDOFF, where a new POST provision may start another run
+        PROVISION_FAILED: { target: 'ROLLEDOFF', actions: { type: 'changed', params: { from: 'PROVISIONED', to: 'ROLLEDOFF' } } },
+        ANNIHILATE: annihilate('PROVISIONED'),
+      },
     },
-    PROVISIONED: { on: { FACTORY_DONE: step('PROVISIONED', 'IN_FACTORY'), ANNIHILATE: annihilate('PROVISIONED') } },
     IN_FACTORY: { on: { FACTORY_HANDOVER: step('IN_FACTORY', 'HANDOVER_PENDING'), ANNIHILATE: annihilate('IN_FACTORY') } },
     HANDOVER_PENDING: { on: { ACTIVATE: step('HANDOVER_PENDING', 'ACTIVATED'), ANNIHILATE: annihilate('HANDOVER_PENDING') } },
     ACTIVATED: { on: { DEACTIVATE: step('ACTIVATED', 'DEACTIVATED'), ANNIHILATE: annihilate('ACTIVATED') } },

@@ -22,6 +22,8 @@ export class Jobs {
   readonly boss: PgBoss;
   private readonly defs = new Map<string, { handler: JobHandler<unknown>; options: JobOptions }>();
   private started = false;
+  /** this node's worker of each queue (to wake it when a job is sent) */
+  private readonly workers = new Map<string, string>();
 
   constructor(connectionString: string, private readonly log: Logger) {
     this.boss = new PgBoss({ connectionString, schema: 'pgboss', max: 4, application_name: 'device-gateway-jobs' });
@@ -48,16 +50,29 @@ export class Jobs {
       });
       if (options.schedule) await this.boss.schedule(name, options.schedule, {}, { tz: 'UTC' });
       if (!work) continue;
-      await this.boss.work<object>(name, { batchSize: options.batchSize ?? 1, pollingIntervalSeconds: 1 }, async (jobs) => {
-        for (const job of jobs) await handler(job.data);
+      const workerId = await this.boss.work<object>(name, { batchSize: options.batchSize ?? 1, pollingIntervalSeconds: 1 }, async (jobs) => {
+        // the jobs of a batch run side by side; one that fails is failed alone (retried with
+        // backoff) and the others complete: one bad job never costs the rest of its batch
+        const outcomes = await Promise.allSettled(jobs.map((job) => handler(job.data)));
+        for (const [i, outcome] of outcomes.entries()) {
+          if (outcome.status === 'fulfilled') continue;
+          const error = outcome.reason as Error;
+          this.log.warn({ job: name, jobId: jobs[i].id, error: error?.message }, 'job failed; retried with backoff');
+          await this.boss.fail(name, jobs[i].id, { message: String(error?.message ?? error) });
+        }
       });
+      this.workers.set(name, workerId);
     }
   }
 
   /** Queues a job (durably, on this transaction's connection string). */
   async send<T extends object>(name: string, data: T, options: { startAfter?: number | string | Date; singletonKey?: string } = {}): Promise<string | null> {
     if (!this.started) throw new Error(`job queue not started; cannot send ${name}`);
-    return this.boss.send(name, data, options);
+    const id = await this.boss.send(name, data, options);
+    // a job due now wakes this node's worker instead of waiting for its next poll
+    const worker = this.workers.get(name);
+    if (id && worker && !options.startAfter) this.boss.notifyWorker(worker);
+    return id;
   }
 
   async stop(): Promise<void> {

@@ -6,6 +6,8 @@ import { createTestDatabase, type TestDatabase } from './helpers/db.js';
 let db: TestDatabase;
 let jobs: Jobs;
 const attempts: { n: number; at: number }[] = [];
+const batchedRuns: number[] = [];
+const batchedIds = new Map<number, string>();
 
 beforeAll(async () => {
   db = await createTestDatabase();
@@ -14,6 +16,14 @@ beforeAll(async () => {
     attempts.push({ n, at: Date.now() });
     if (attempts.length < 3) throw new Error('transient failure');
   }, { retryLimit: 4, retryDelay: 1 });
+  jobs.define<{ n: number }>('batched', async ({ n }) => {
+    batchedRuns.push(n);
+    if (n === 13) throw new Error('bad job');
+  }, { retryLimit: 0, batchSize: 20 });
+  await jobs.start(false);
+  // the batch test queues its jobs before the worker starts, so they come in one fetch
+  for (let n = 1; n <= 15; n++) batchedIds.set(n, (await jobs.send('batched', { n }))!);
+  await jobs.stop();
   await jobs.start();
 });
 afterAll(async () => {
@@ -35,5 +45,15 @@ describe('durable jobs (pg-boss)', () => {
       const [row] = await db.sql<{ state: string; retry_count: number }[]>`select state, retry_count from pgboss.job where id = ${id}`;
       return row?.state;
     }, { timeout: 10_000 }).toBe('completed');
+  });
+
+  it('a failing job of a batch fails alone; the others of its batch complete', async () => {
+    await expect.poll(() => batchedRuns.length, { timeout: 20_000, interval: 100 }).toBe(15);
+    await expect.poll(async () => {
+      const rows = await db.sql<{ id: string; state: string }[]>`select id, state from pgboss.job where name = 'batched'`;
+      return rows.filter((r) => r.state === 'completed' || r.state === 'failed').length;
+    }, { timeout: 10_000 }).toBe(15);
+    const states = new Map((await db.sql<{ id: string; state: string }[]>`select id, state from pgboss.job where name = 'batched'`).map((r) => [r.id, r.state]));
+    for (const [n, id] of batchedIds) expect(states.get(id), `job ${n}`).toBe(n === 13 ? 'failed' : 'completed');
   });
 });

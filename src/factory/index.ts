@@ -1,5 +1,8 @@
 import { defineDomain } from '../gateway.js';
-import { factoryRoutes } from './routes.js';
+import { factoryRoutes, provisioningRoutes } from './routes.js';
+import { noFaults } from '../lib/faults.js';
+import { FactoryBackends } from './backend.js';
+import { LEG_JOB, LEG_TIMEOUT_JOB, ProvisioningSaga, provisioningRunKind, type LegJob } from './provisioning.js';
 import { resealAll, Sealer, type SealedColumn } from '../pki/sealer.js';
 import { COLLECT_JOB, DRAIN_JOB, FactoryServices, SWEEP_JOB, factoryServiceKind } from './service.js';
 import { ReplayGuard, SignedRequests, SigningIdentities } from './signing.js';
@@ -7,6 +10,7 @@ import { ReplayGuard, SignedRequests, SigningIdentities } from './signing.js';
 declare module '../gateway.js' {
   interface Services {
     factoryServices: FactoryServices;
+    provisioningSaga: ProvisioningSaga;
   }
 }
 
@@ -16,13 +20,15 @@ const SEALED_COLUMNS: SealedColumn[] = [
   { table: 'factory_services', key: 'id', column: 'pending_secret_sealed' },
 ];
 const sealers = new WeakMap<object, Sealer>();
+const sagas = new WeakMap<object, ProvisioningSaga>();
 
-/** Domain module of src/factory/: factory services and SVC-HMAC-SHA256 signed requests. */
+/** Domain module of src/factory/: factory services, SVC-HMAC-SHA256 signed requests, the PROVISION saga. */
 export const factoryDomain = defineDomain({
   name: 'factory',
-  provides: ['factoryServices'],
-  kinds: [factoryServiceKind],
-  init(gw) {
+  provides: ['factoryServices', 'provisioningSaga'],
+  requires: ['thingLifecycle'],
+  kinds: [factoryServiceKind, provisioningRunKind],
+  init(gw, { thingLifecycle }) {
     const sealer = new Sealer(gw.pki.sealingKeys);
     sealers.set(gw, sealer);
     const { sql, actors, clock, jobs, log } = gw;
@@ -43,13 +49,31 @@ export const factoryDomain = defineDomain({
 
     jobs.define<{ id: string }>(DRAIN_JOB, (data) => factoryServices.drainJob(data.id), { retryLimit: 10, retryDelay: 600 });
     jobs.define<{ id: string }>(COLLECT_JOB, (data) => factoryServices.collect(data.id), { retryLimit: 5 });
-    jobs.define(SWEEP_JOB, () => factoryServices.sweep(), { schedule: '* * * * *', retryLimit: 1 });
-    return { factoryServices };
+    const { config } = gw;
+    const provisioningSaga = new ProvisioningSaga({
+      sql, actors, clock, jobs, log, sealer, faults: gw.faults ?? noFaults, lifecycle: thingLifecycle,
+      backends: new FactoryBackends({ allowPrivateTargets: config.ALLOW_PRIVATE_TARGETS, caFile: config.OUTBOUND_CA_FILE }),
+      settings: { attempts: config.PROVISION_LEG_ATTEMPTS, retrySeconds: config.PROVISION_LEG_RETRY_SECONDS, timeoutSeconds: config.PROVISION_LEG_TIMEOUT_SECONDS },
+      publicBaseUrl: config.PUBLIC_BASE_URL,
+    });
+    // each leg attempt is one job; a failed call is an answer the machine records, not a job failure
+    // legs of many things run side by side (each waits on its backend for up to 10 s)
+    jobs.define<LegJob>(LEG_JOB, (job) => provisioningSaga.runLeg(job), { retryLimit: 5, retryDelay: 5, batchSize: 50 });
+    jobs.define<LegJob>(LEG_TIMEOUT_JOB, (job) => provisioningSaga.timeout(job), { retryLimit: 5, retryDelay: 5, batchSize: 50 });
+    jobs.define(SWEEP_JOB, async () => {
+      await factoryServices.sweep();
+      await provisioningSaga.sweep();
+    }, { schedule: '* * * * *', retryLimit: 1 });
+    sagas.set(gw, provisioningSaga);
+    return { factoryServices, provisioningSaga };
   },
-  async routes(app, _gw, { factoryServices }) {
+  async routes(app, _gw, { factoryServices, provisioningSaga }) {
     await factoryRoutes(app, factoryServices);
+    await provisioningRoutes(app, provisioningSaga);
   },
   async start(gw) {
+    // legs whose jobs a crash lost are queued again at once, not only at the next sweep
+    await sagas.get(gw)!.sweep({ atStart: true });
     const sealed = await resealAll(gw.sql, sealers.get(gw)!, SEALED_COLUMNS);
     if (sealed.unreadable) gw.log.warn(sealed, 'some factory-service secrets open with no sealing key');
     else if (sealed.resealed) gw.log.info(sealed, 'factory-service secrets moved to the current sealing key');

@@ -1,10 +1,13 @@
 import { z } from 'zod';
 import type { FastifyRequest } from 'fastify';
 import type { ZodApp } from '../gateway.js';
-import { accountOf, principalOf } from '../http/auth/plugin.js';
+import { accountOf, modelScopeOf, principalOf } from '../http/auth/plugin.js';
+import type { ProvisioningSaga, SagaCaller } from './provisioning.js';
 import type { Caller, FactoryServices } from './service.js';
 import { FACTORY_SERVICE_ROLE } from './signing.js';
-import { createBody, factoryServiceSchema, idParams, listQuery, pageSchema, patchBody, withSecretSchema } from './schemas.js';
+import {
+  createBody, factoryServiceSchema, idParams, legReportBody, listQuery, pageSchema, patchBody, provisionBody, runListQuery, runPageSchema, runSchema, thingParams, withSecretSchema,
+} from './schemas.js';
 
 /**
  * Who may call what (recorded in docs/decisions.md): a factory service (signed request) reads its
@@ -84,4 +87,46 @@ export async function factoryRoutes(app: ZodApp, services: FactoryServices): Pro
     await services.expediteDrain(callerOf(request), request.params.id);
     return reply.code(204).send(null);
   });
+}
+
+const RUN_READ = ['admin', 'operator', 'viewer', FACTORY_SERVICE_ROLE];
+const PROVISION = ['admin', 'operator', FACTORY_SERVICE_ROLE];
+/** the backend reports legs; an admin may report for a factory without a backend of its own */
+const REPORT = [FACTORY_SERVICE_ROLE, 'admin'];
+
+function sagaCallerOf(request: FastifyRequest): SagaCaller {
+  const p = principalOf(request);
+  return { scope: { accountId: accountOf(request), modelId: modelScopeOf(request) }, sub: p.sub, factoryServiceId: p.factoryService?.id };
+}
+
+/** The PROVISION saga: start it, the backend's leg reports, the runs. */
+export async function provisioningRoutes(app: ZodApp, saga: ProvisioningSaga): Promise<void> {
+  app.post('/api/v1/things/:thingId/provision', {
+    config: { auth: { action: 'factory:Thing:Provision', roles: PROVISION } },
+    schema: {
+      tags: ['things'], summary: "ROLLEDOFF to PROVISIONED and a PROVISION saga: 202 with the run; its legs call the model's factory services (409 in another state or without a provision-role service)",
+      params: thingParams, body: provisionBody, response: { 202: runSchema },
+    },
+  }, async (request, reply) => {
+    const run = await saga.start(sagaCallerOf(request), request.params.thingId);
+    return reply.code(202).header('location', `/api/v1/provisioning-runs/${run.id}`).send(run);
+  });
+
+  app.post('/api/v1/things/:thingId/provisioning-result', {
+    config: { auth: { action: 'factory:Thing:Provision', roles: REPORT } },
+    schema: {
+      tags: ['things'], summary: "The factory backend reports a leg of the thing's PROVISION saga (404 unknown thing or run; 409 when the leg is finished or not dispatched)",
+      params: thingParams, body: legReportBody, response: { 200: runSchema },
+    },
+  }, async (request) => saga.report(sagaCallerOf(request), request.params.thingId, request.body));
+
+  app.get('/api/v1/provisioning-runs', {
+    config: { auth: { action: 'factory:ProvisioningRun:List', roles: RUN_READ } },
+    schema: { tags: ['provisioning-runs'], summary: "The account's PROVISION saga runs with their legs (keyset pages by id; filters thing_id, state)", querystring: runListQuery, response: { 200: runPageSchema } },
+  }, async (request) => saga.list(sagaCallerOf(request).scope, request.query));
+
+  app.get('/api/v1/provisioning-runs/:id', {
+    config: { auth: { action: 'factory:ProvisioningRun:Read', roles: RUN_READ } },
+    schema: { tags: ['provisioning-runs'], summary: 'One run: each leg with its attempts, times and outcomes', params: idParams, response: { 200: runSchema } },
+  }, async (request) => saga.get(sagaCallerOf(request).scope, request.params.id));
 }

@@ -59,3 +59,59 @@ export const withSecretSchema = factoryServiceSchema.extend({
 });
 
 export const pageSchema = z.object({ items: z.array(factoryServiceSchema), next_cursor: z.string().nullable() });
+
+// --- the PROVISION saga
+const legName = z.enum(['identify', 'provision']);
+const detailText = z.string().trim().min(1).max(2000).regex(/^[^\u0000]*$/, 'no NUL characters');
+
+export const thingParams = z.object({ thingId: z.uuid() });
+
+/** POST provision takes no options (an empty body or `{}`). */
+export const provisionBody = z.strictObject({}).nullish();
+
+export const legReportBody = z.strictObject({
+  run_id: z.uuid().optional().describe("the run the leg belongs to (default: the thing's running run)"),
+  leg: legName,
+  outcome: z.enum(['SUCCEEDED', 'FAILED']),
+  attempt: z.number().int().min(1).max(100).optional().describe('the attempt reported (from the leg call); a report of an older attempt is 409'),
+  detail: detailText.optional().describe('why it failed (kept on the leg)'),
+  retryable: z.boolean().optional().describe('false: a FAILED leg is not attempted again and the run fails'),
+  result: z.record(z.string(), z.unknown()).optional().describe('what the backend wants recorded with a SUCCEEDED leg (at most 16 KiB of JSON)')
+    .refine((r) => r === undefined || JSON.stringify(r).length <= 16_384, 'result must be at most 16 KiB of JSON'),
+});
+
+const legSchema = z.object({
+  name: legName,
+  factory_service_id: z.uuid(),
+  state: z.enum(['PENDING', 'RUNNING', 'SUCCEEDED', 'FAILED']),
+  attempts: z.number().int(),
+  due: z.string().nullable().describe('when a PENDING leg is dispatched (after a backoff)'),
+  started_at: z.string().nullable(),
+  finished_at: z.string().nullable(),
+  error: z.string().nullable(),
+  result: z.record(z.string(), z.unknown()).nullable(),
+  history: z.array(z.object({
+    attempt: z.number().int(), dispatched_at: z.string(), ended_at: z.string().nullable(),
+    outcome: z.enum(['SUCCEEDED', 'FAILED', 'TIMED_OUT']).nullable(), error: z.string().nullable(),
+  })),
+});
+
+export const runSchema = z.object({
+  id: z.uuid(),
+  thing_id: z.uuid(),
+  model_id: z.uuid(),
+  state: z.enum(['RUNNING', 'SUCCEEDED', 'FAILED']),
+  started_at: z.string(),
+  started_by: z.string(),
+  finished_at: z.string().nullable(),
+  error: z.string().nullable(),
+  legs: z.array(legSchema),
+});
+
+export const runListQuery = z.strictObject({
+  thing_id: z.uuid().optional(),
+  state: z.enum(['RUNNING', 'SUCCEEDED', 'FAILED']).optional(),
+  after: z.uuid().optional(),
+  limit: z.coerce.number().int().min(1).max(200).default(50),
+});
+export const runPageSchema = z.object({ items: z.array(runSchema), next_cursor: z.uuid().nullable() });

@@ -3,14 +3,14 @@ import type { Sql } from '../db/client.js';
 import type { Clock } from '../lib/clock.js';
 import { sha256, safeEqual } from '../lib/encoding.js';
 import { unauthenticated } from '../lib/errors.js';
-import type { Principal } from '../http/auth/principal.js';
+import { FACTORY_SERVICE_ROLE, type Principal } from '../http/auth/principal.js';
 import { ALGORITHM, HEADER_KEY_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP, TIMESTAMP, sign } from '../clients/svcSigner.js';
 import * as repo from './repo.js';
 import type { Sealer } from '../pki/sealer.js';
 
 /** Allowed distance between the signing timestamp and the gateway's clock (DESIGN.md section 7). */
 export const MAX_SKEW_MS = 5 * 60_000;
-export const FACTORY_SERVICE_ROLE = 'factory-service';
+export { FACTORY_SERVICE_ROLE } from '../http/auth/principal.js';
 
 const SIGNATURE = /^[0-9a-f]{64}$/;
 export const SIGNING_CHANGED_TOPIC = 'factory.signing-changed';

@@ -20,6 +20,9 @@ class AlreadyEnrolled extends Error {}
 
 interface Issued { pem: string; serial: string; notAfter: Date; privateKeyPem?: string }
 
+/** `enrolled_by` of things enrolled through POST /api/v1/enrollments */
+export const FACTORY_METHOD = 'factory';
+
 /** Methods where the device proved who it is: a repeat enrollment gets its certificate back. */
 const PROVING_METHODS = new Set(['claim_token', 'symmetric_key', 'certificate', 'webhook']);
 
@@ -61,6 +64,36 @@ export class EnrollmentService {
     if (method === 'claim_token') throw invalid('claimSecret is required for claim_token enrollment');
     await this.verify(method, model!, body, { manufacturer, serial });
     return this.enrollIdentity({ accountId: model!.account_id, manufacturer, model: modelName, serial }, model!, method, body.csr);
+  }
+
+  /**
+   * POST /api/v1/enrollments: the factory-side way in. The account (its user or its model's factory
+   * service) vouches for the device, so no device proof is asked; the identity mapping and the
+   * certificate issuance are the device path's. A known identity answers as a repeat (its
+   * certificate; `created: false`).
+   */
+  async enrollByAccount(identity: Identity, model: ModelRow, csr?: string): Promise<{ created: boolean; thingId: string; response: EnrollmentResponse }> {
+    const existing = await repo.thingByIdentity(this.gw.sql, identity);
+    if (existing) return { created: false, thingId: existing.id, response: await this.repeat(existing, csr) };
+    const thingId = crypto.randomUUID();
+    const issued = await this.issue(thingId, csr);
+    const { accountId, ...tuple } = identity;
+    try {
+      const response = await this.gw.actors.run(async (uow) => {
+        const at = isoNow(this.gw.clock);
+        if (!(await repo.insertEnrolledThing(uow.sql, { id: thingId, accountId, modelId: model.id, ...tuple, enrolledBy: FACTORY_METHOD, enrolledAt: at }, this.certificateRow(issued)))) {
+          throw new AlreadyEnrolled();
+        }
+        await this.birth(uow, { id: thingId, account_id: accountId, ...tuple }, FACTORY_METHOD, at);
+        return this.response(thingId, issued);
+      });
+      return { created: true, thingId, response };
+    } catch (err) {
+      if (!(err instanceof AlreadyEnrolled)) throw err;
+      const winner = await repo.thingByIdentity(this.gw.sql, identity);
+      if (!winner) throw conflict('enrollment raced with another one; retry');
+      return { created: false, thingId: winner.id, response: await this.repeat(winner, csr) };
+    }
   }
 
   // --- flows

@@ -7,6 +7,7 @@ import { deviceAuthenticators, trustRoutes } from './routes.js';
 import { resealAll, Sealer, type SealedColumn } from '../pki/sealer.js';
 import { TrustService } from './service.js';
 import { ThingLifecycleService } from './lifecycle.js';
+import { FactoryEnrollments } from './enrollments.js';
 import { claimGroupKind, enrollmentTokenKind, thingKind } from './kinds.js';
 
 export interface TrustServices {
@@ -16,6 +17,7 @@ export interface TrustServices {
   ddi: DdiService;
   crl: CrlService;
   lifecycle: ThingLifecycleService;
+  enrollments: FactoryEnrollments;
 }
 
 declare module '../gateway.js' {
@@ -23,6 +25,7 @@ declare module '../gateway.js' {
     trust: TrustService;
     models: ModelService;
     enrollment: EnrollmentService;
+    thingLifecycle: ThingLifecycleService;
   }
 }
 
@@ -38,7 +41,7 @@ const sealers = new WeakMap<Gateway, Sealer>();
 /** Domain module of src/trust/: PKI services, models, things, claim groups, enrollment, revocation. */
 export const trustDomain = defineDomain({
   name: 'trust',
-  provides: ['trust', 'models', 'enrollment', 'crl', 'thingDirectory'],
+  provides: ['trust', 'models', 'enrollment', 'crl', 'thingDirectory', 'thingLifecycle'],
   requires: ['deviceSessions', 'mqttEndpoint'],
   kinds: [claimGroupKind, enrollmentTokenKind, thingKind],
   init(gw, { deviceSessions, mqttEndpoint }) {
@@ -46,8 +49,9 @@ export const trustDomain = defineDomain({
     const crl = new CrlService(gw);
     const models = new ModelService(gw.sql, sealer);
     const trust = new TrustService(gw, crl, models, deviceSessions);
+    const enrollment = new EnrollmentService(gw, models, sealer, mqttEndpoint);
     const services: TrustServices = {
-      trust, models, crl, enrollment: new EnrollmentService(gw, models, sealer, mqttEndpoint), ddi: new DdiService(gw), lifecycle: new ThingLifecycleService(gw, trust),
+      trust, models, crl, enrollment, ddi: new DdiService(gw), lifecycle: new ThingLifecycleService(gw, trust), enrollments: new FactoryEnrollments(gw.sql, models, enrollment),
     };
     byGateway.set(gw, services);
     sealers.set(gw, sealer);
@@ -55,7 +59,7 @@ export const trustDomain = defineDomain({
     for (const [name, authenticator] of Object.entries(deviceAuthenticators(gw, services.ddi))) gw.auth.registerAuthenticator(name, authenticator);
     gw.jobs.define('trust.crl-refresh', () => crl.refreshIfOld(), { schedule: '17 * * * *' });
     gw.jobs.define('trust.claim-group-expiry', async () => { await trust.expireClaimGroups(); }, { schedule: '7 * * * *' });
-    return { trust, models, enrollment: services.enrollment, crl, thingDirectory: trust };
+    return { trust, models, enrollment, crl, thingDirectory: trust, thingLifecycle: services.lifecycle };
   },
   async routes(app, gw) {
     await trustRoutes(app, gw, byGateway.get(gw)!);

@@ -2,8 +2,9 @@ import { TLSSocket } from 'node:tls';
 import { z } from 'zod';
 import type { FastifyRequest } from 'fastify';
 import type { Gateway, ZodApp } from '../gateway.js';
-import { accountOf, principalOf, type RequestAuthenticator } from '../http/auth/plugin.js';
-import { devicePrincipal } from '../http/auth/principal.js';
+import { accountOf, modelScopeOf, principalOf, type RequestAuthenticator } from '../http/auth/plugin.js';
+import { FACTORY_SERVICE_ROLE, devicePrincipal } from '../http/auth/principal.js';
+import type { ThingScope } from './lifecycle.js';
 import { isTrustedProxy } from '../http/trustedProxies.js';
 import { notFound, refused, unauthenticated } from '../lib/errors.js';
 import type { DdiService } from './ddi.js';
@@ -11,12 +12,20 @@ import type { TrustServices } from './index.js';
 import {
   accessCodeSchema, claimGroupCreateSchema, claimGroupCreatedSchema, claimGroupSchema, deviceStatusSchema, emqxAuthnSchema,
   emqxResultSchema, enrollSchema, enrollmentResponseSchema, joinSchema, joinedSchema, licenseDenySchema, licenseListQuery, licenseParams,
-  licensePendingSchema, licenseRecordSchema, licenseRenewSchema, licenseRequestSchema, licenseSchema, licenseStatusSchema, modelCreateSchema, thingAnnihilatedSchema, thingResolveQuery, thingResolvedSchema, thingStateSchema, modelCreatedSchema, modelSchema, revokedSchema, thingCreateSchema, thingCreatedSchema, thingIdParams,
+  licensePendingSchema, licenseRecordSchema, licenseRenewSchema, licenseRequestSchema, licenseSchema, licenseStatusSchema, modelCreateSchema, thingAnnihilatedSchema, thingResolveQuery, thingResolvedSchema, thingStateSchema, factoryEligibilitySchema, enrollmentCreateSchema, enrollmentCreatedSchema, enrollmentListQuery, enrollmentPageSchema, enrollmentSchema, modelCreatedSchema, modelSchema, revokedSchema, thingCreateSchema, thingCreatedSchema, thingIdParams,
 } from './schemas.js';
 
 const WRITE = ['admin', 'operator'] as const;
 const READ = ['admin', 'operator', 'viewer'] as const;
 const ADMIN = ['admin'] as const;
+/** What a factory service may call besides the account's users (docs/decisions.md: "Who may call what") */
+const READ_OR_FACTORY = [...READ, FACTORY_SERVICE_ROLE] as const;
+const WRITE_OR_FACTORY = [...WRITE, FACTORY_SERVICE_ROLE] as const;
+
+/** The caller's things: its account's; a factory service's, those of its model only. */
+function scopeOf(request: FastifyRequest): ThingScope {
+  return { accountId: accountOf(request), modelId: modelScopeOf(request) };
+}
 const idParams = z.object({ id: z.uuid() });
 const licenseIdParams = z.object({ licenseId: z.uuid() });
 const licenseJwksSchema = z.object({
@@ -117,28 +126,52 @@ export async function trustRoutes(app: ZodApp, gw: Gateway, s: TrustServices): P
 
   // --- thing lifecycle (the saga's PROVISION and FACTORY_DONE are not routes of their own here)
   app.get('/api/v1/things/resolve', {
-    config: { auth: { action: 'factory:Thing:List', roles: READ } },
+    config: { auth: { action: 'factory:Thing:List', roles: READ_OR_FACTORY } },
     schema: { tags: ['things'], summary: 'Find the caller\'s thing by model and serial (manufacturer when several match)', querystring: thingResolveQuery, response: { 200: thingResolvedSchema } },
-  }, async (request) => s.lifecycle.resolve(accountOf(request), request.query));
+  }, async (request) => s.lifecycle.resolve(scopeOf(request), request.query));
   app.get('/api/v1/things/:thingId/state', {
-    config: { auth: { action: 'factory:Thing:ReadState', roles: READ } },
+    config: { auth: { action: 'factory:Thing:ReadState', roles: READ_OR_FACTORY } },
     schema: { tags: ['things'], summary: 'The thing\'s lifecycle state and when it last changed', params: thingIdParams, response: { 200: thingStateSchema } },
-  }, async (request) => s.lifecycle.state(accountOf(request), request.params.thingId));
+  }, async (request) => s.lifecycle.state(scopeOf(request), request.params.thingId));
+  app.get('/api/v1/things/:thingId/factory-eligibility', {
+    config: { auth: { action: 'factory:Thing:ReadFactoryEligibility', roles: READ_OR_FACTORY } },
+    schema: { tags: ['things'], summary: 'Whether the factory may still deliver to the thing (ROLLEDOFF to IN_FACTORY; factory-handover closes it)', params: thingIdParams, response: { 200: factoryEligibilitySchema } },
+  }, async (request) => s.lifecycle.factoryEligibility(scopeOf(request), request.params.thingId));
   const steps = [
-    ['factory-handover', 'FACTORY_HANDOVER', 'Handover', 'IN_FACTORY to HANDOVER_PENDING (closes new factory delivery eligibility)'],
-    ['activate', 'ACTIVATE', 'Activate', 'HANDOVER_PENDING or DEACTIVATED to ACTIVATED'],
-    ['deactivate', 'DEACTIVATE', 'Deactivate', 'ACTIVATED to DEACTIVATED'],
+    ['factory-handover', 'FACTORY_HANDOVER', 'Handover', 'IN_FACTORY to HANDOVER_PENDING (closes new factory delivery eligibility)', WRITE_OR_FACTORY],
+    ['activate', 'ACTIVATE', 'Activate', 'HANDOVER_PENDING or DEACTIVATED to ACTIVATED', WRITE],
+    ['deactivate', 'DEACTIVATE', 'Deactivate', 'ACTIVATED to DEACTIVATED', WRITE],
   ] as const;
-  for (const [path, verb, action, summary] of steps) {
+  for (const [path, verb, action, summary, roles] of steps) {
     app.post(`/api/v1/things/:thingId/${path}`, {
-      config: { auth: { action: `factory:Thing:${action}`, roles: WRITE } },
+      config: { auth: { action: `factory:Thing:${action}`, roles } },
       schema: { tags: ['things'], summary: `${summary}; 409 naming the current state otherwise`, params: thingIdParams, response: { 200: thingStateSchema } },
-    }, async (request) => s.lifecycle.step(accountOf(request), request.params.thingId, verb));
+    }, async (request) => s.lifecycle.step(scopeOf(request), request.params.thingId, verb));
   }
   app.post('/api/v1/things/:thingId/annihilate', {
     config: { auth: { action: 'factory:Thing:Annihilate', roles: ADMIN } },
     schema: { tags: ['things'], summary: 'End the thing for good (ANNIHILATED) and revoke it like DELETE; 409 when already annihilated', params: thingIdParams, response: { 200: thingAnnihilatedSchema } },
   }, async (request) => s.lifecycle.annihilate(accountOf(request), request.params.thingId, principalOf(request).sub));
+
+  // --- enrollments (the factory-side way in)
+  app.post('/api/v1/enrollments', {
+    config: { auth: { action: 'factory:Enrollment:Create', roles: WRITE_OR_FACTORY } },
+    schema: {
+      tags: ['enrollments'], summary: 'Enroll a device from the factory: 201 births a thing in ROLLEDOFF with its certificate; 200 when the (model, serial) exists (its certificate)',
+      body: enrollmentCreateSchema, response: { 200: enrollmentCreatedSchema, 201: enrollmentCreatedSchema },
+    },
+  }, async (request, reply) => {
+    const { created, view } = await s.enrollments.create(scopeOf(request), request.body);
+    return reply.code(created ? 201 : 200).send(view);
+  });
+  app.get('/api/v1/enrollments', {
+    config: { auth: { action: 'factory:Enrollment:List', roles: READ_OR_FACTORY } },
+    schema: { tags: ['enrollments'], summary: "The account's enrollments (keyset pages by id; filters model_id, method)", querystring: enrollmentListQuery, response: { 200: enrollmentPageSchema } },
+  }, async (request) => s.enrollments.list(scopeOf(request), request.query));
+  app.get('/api/v1/enrollments/:id', {
+    config: { auth: { action: 'factory:Enrollment:Read', roles: READ_OR_FACTORY } },
+    schema: { tags: ['enrollments'], summary: 'One enrollment (its id is the thing id)', params: idParams, response: { 200: enrollmentSchema } },
+  }, async (request) => s.enrollments.get(scopeOf(request), request.params.id));
 
   // --- claim groups
   app.post('/api/v1/things/claim-groups', {

@@ -145,4 +145,39 @@ export const thingResolveQuery = z.strictObject({ model: text, serial: text, man
 export const thingResolvedSchema = thingStateSchema.extend({
   id: z.uuid(), manufacturer: z.string(), model: z.string(), serial: z.string(), revoked: z.boolean(),
 });
+export const factoryEligibilitySchema = z.object({
+  thing_id: z.uuid(), state: thingStateSchema.shape.state, eligible: z.boolean().describe('the factory may still provision the thing and report legs'),
+  reason: z.string(), model_id: z.uuid().nullable(), updated_at: z.string(),
+});
 export const thingAnnihilatedSchema = revokedSchema.extend(thingStateSchema.shape);
+
+// --- enrollments (factory surface)
+export const enrollmentCreateSchema = z.strictObject({
+  model: text.describe("the model's vid:pid descriptor (FFF1:8001) or its id; a model of the caller's account"),
+  serial: text,
+  manufacturer: text.optional().describe('default: the manufacturer of the existing thing with this model and serial, else the model name'),
+  csr: pem.optional().describe('PEM PKCS#10 request; then no privateKey is returned'),
+});
+export const enrollmentSchema = z.object({
+  id: z.uuid().describe("the enrollment's id: its thing's id"),
+  thing_id: z.uuid(),
+  model_id: z.uuid().nullable(),
+  model: z.string(),
+  manufacturer: z.string(),
+  serial: z.string(),
+  method: z.string().describe('how the thing enrolled: factory (this route) or a device provisioning method'),
+  enrolled_at: z.string(),
+  state: thingStateSchema.shape.state,
+  revoked: z.boolean(),
+  certificate_serial: z.string().nullable().describe("the thing's newest certificate"),
+  certificate_not_after: z.string().nullable(),
+  certificate_revoked: z.boolean().nullable(),
+});
+export const enrollmentCreatedSchema = enrollmentSchema.extend(enrollmentResponseSchema.shape);
+export const enrollmentListQuery = z.strictObject({
+  limit: z.coerce.number().int().min(1).max(200).default(50),
+  after: z.uuid().optional(),
+  model_id: z.uuid().optional(),
+  method: z.string().max(40).optional(),
+});
+export const enrollmentPageSchema = z.object({ items: z.array(enrollmentSchema), next_cursor: z.uuid().nullable() });

@@ -211,6 +211,11 @@ export function principalOf(request: FastifyRequest): Principal {
   return request.principal;
 }
 
+/** A factory service (signed request) acts on its own model's resources only: that model; undefined for other callers. */
+export function modelScopeOf(request: FastifyRequest): string | undefined {
+  return principalOf(request).factoryService?.modelId;
+}
+
 /** The account the caller acts on; 403 when the credential carries none (e.g. a platform token). */
 export function accountOf(request: FastifyRequest): string {
   const p = principalOf(request);

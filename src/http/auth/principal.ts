@@ -1,5 +1,7 @@
 export const ACCOUNT_ROLES = ['admin', 'operator', 'viewer'] as const;
 export const PLATFORM_ROLES = ['platform-admin', 'platform-operator'] as const;
+/** The role of a factory service's signed requests (its account's, scoped to its model). */
+export const FACTORY_SERVICE_ROLE = 'factory-service';
 export type AccountRole = (typeof ACCOUNT_ROLES)[number];
 export type PlatformRole = (typeof PLATFORM_ROLES)[number];
 

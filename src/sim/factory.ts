@@ -1,0 +1,143 @@
+import crypto from 'node:crypto';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { HEADER_KEY_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP, sign, signedFetch, type Credentials } from '../clients/svcSigner.js';
+
+export interface FactoryLineOptions {
+  baseUrl: string;
+  /** tenant admin bearer token; without it a development token of `accountId` is fetched */
+  token?: string;
+  accountId?: string;
+  devices: number;
+  concurrency: number;
+  /** share of legs (0..1) the simulated backend reports FAILED (not retryable) */
+  failRate: number;
+  serialPrefix: string;
+  /** how long to wait for every run to end */
+  timeoutSeconds: number;
+}
+
+export interface FactoryLineSummary {
+  devices: number;
+  enrolled: number;
+  provisioned: number;
+  inFactory: number;
+  failedRuns: number;
+  legCalls: number;
+  badSignatures: number;
+  runsPerSecond: number;
+  durationSeconds: number;
+  errors: Record<string, number>;
+  errorCount: number;
+}
+
+/**
+ * A simulated factory line against a running gateway: it plays the factory backend (an HTTP
+ * server on loopback answering `POST /provisioning-legs`, verifying the gateway's signatures and
+ * reporting each leg signed, failing `failRate` of them), registers identify and provision factory
+ * services for a new model, then, signed as the provision service, enrolls `devices` things
+ * (`POST /api/v1/enrollments`), starts their PROVISION sagas and waits for every run to end.
+ * The gateway must allow loopback targets (ALLOW_PRIVATE_TARGETS=true: development only).
+ */
+export async function runFactoryLine(o: FactoryLineOptions): Promise<FactoryLineSummary> {
+  const errors: Record<string, number> = {};
+  const fail = (what: string) => { errors[what] = (errors[what] ?? 0) + 1; };
+  const token = o.token ?? (await devToken(o.baseUrl, o.accountId ?? crypto.randomUUID()));
+  const api = async (method: string, path: string, body?: unknown) => {
+    const res = await fetch(`${o.baseUrl}${path}`, { method, headers: { authorization: `Bearer ${token}`, ...(body ? { 'content-type': 'application/json' } : {}) }, body: body ? JSON.stringify(body) : undefined });
+    const json = (await res.json().catch(() => ({}))) as any;
+    if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${json.detail ?? ''}`);
+    return json;
+  };
+
+  const services = new Map<string, Credentials>();
+  let legCalls = 0;
+  let badSignatures = 0;
+  const backend = http.createServer((req, res) => {
+    let raw = '';
+    req.on('data', (d) => (raw += d));
+    req.on('end', () => {
+      if (req.url === '/healthz') return void res.end('ok');
+      const keyId = String(req.headers[HEADER_KEY_ID]);
+      const creds = services.get(keyId);
+      const valid = creds !== undefined && sign(creds.secretAccessKey, {
+        method: req.method ?? 'POST', target: req.url ?? '/', host: String(req.headers.host), accessKeyId: keyId, timestamp: String(req.headers[HEADER_TIMESTAMP]), body: raw,
+      }) === req.headers[HEADER_SIGNATURE];
+      if (!valid) { badSignatures++; return void res.writeHead(401).end(); }
+      legCalls++;
+      res.writeHead(202).end();
+      const leg = JSON.parse(raw) as { run_id: string; leg: string; attempt: number; result_url: string };
+      const failed = Math.random() < o.failRate;
+      void signedFetch(leg.result_url, creds!, {
+        method: 'POST',
+        body: { run_id: leg.run_id, leg: leg.leg, attempt: leg.attempt, outcome: failed ? 'FAILED' : 'SUCCEEDED', ...(failed ? { detail: 'simulated station failure', retryable: false } : { result: { station: 1 + Math.floor(Math.random() * 8) } }) },
+      }).then((r) => { if (!r.ok) fail(`provisioning-result ${r.status}`); }, () => fail('provisioning-result unreachable'));
+    });
+  });
+  await new Promise<void>((resolve) => backend.listen(0, '127.0.0.1', resolve));
+  const endpoint = `http://127.0.0.1:${(backend.address() as AddressInfo).port}`;
+
+  try {
+    const model = await api('POST', '/api/v1/models', { vid: 'FFFA', pid: crypto.randomBytes(2).toString('hex').toUpperCase(), name: 'Simulated factory model', provisioning_method: 'none' });
+    let provisionCreds: Credentials | undefined;
+    for (const role of ['identify', 'provision'] as const) {
+      const s = await api('POST', '/api/v1/factory-services', { role, model_id: model.id, endpoint_url: endpoint });
+      const creds = { accessKeyId: s.access_key_id, secretAccessKey: s.secret_access_key };
+      services.set(creds.accessKeyId, creds);
+      if (role === 'provision') provisionCreds = creds;
+    }
+    const creds = provisionCreds!;
+    const started = performance.now();
+    const runs: string[] = [];
+    let enrolled = 0;
+    let next = 0;
+    const worker = async () => {
+      while (next < o.devices) {
+        const serial = `${o.serialPrefix}-${next++}`;
+        try {
+          const e = await signedFetch(`${o.baseUrl}/api/v1/enrollments`, creds, { method: 'POST', body: { model: model.descriptor, serial } });
+          if (!e.ok) { fail(`enrollment ${e.status}`); continue; }
+          enrolled++;
+          const thingId = ((await e.json()) as { thing_id: string }).thing_id;
+          const p = await signedFetch(`${o.baseUrl}/api/v1/things/${thingId}/provision`, creds, { method: 'POST' });
+          if (p.status !== 202) { fail(`provision ${p.status}`); continue; }
+          runs.push(((await p.json()) as { id: string }).id);
+        } catch (err) {
+          fail((err as Error).message);
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(o.concurrency, o.devices) }, worker));
+
+    // wait until no run of the model is RUNNING
+    const deadline = Date.now() + o.timeoutSeconds * 1000;
+    let outcome = { succeeded: 0, failed: 0, running: runs.length };
+    while (Date.now() < deadline) {
+      outcome = { succeeded: 0, failed: 0, running: 0 };
+      for (let cursor: string | null = null, first = true; first || cursor; first = false) {
+        // polled with the bearer token: the same signed GET twice within a second is a replay
+        const page: { items: { state: string }[]; next_cursor: string | null } = await api('GET', `/api/v1/provisioning-runs?limit=200${cursor ? `&after=${cursor}` : ''}`);
+        for (const r of page.items) outcome[r.state === 'SUCCEEDED' ? 'succeeded' : r.state === 'FAILED' ? 'failed' : 'running']++;
+        cursor = page.next_cursor;
+      }
+      if (outcome.running === 0) break;
+      await new Promise((r) => setTimeout(r, 250));
+    }
+    if (outcome.running > 0) errors[`${outcome.running} runs still RUNNING after ${o.timeoutSeconds} s`] = outcome.running;
+    const seconds = (performance.now() - started) / 1000;
+    const errorCount = Object.values(errors).reduce((n, v) => n + v, 0);
+    return {
+      devices: o.devices, enrolled, provisioned: runs.length, inFactory: outcome.succeeded, failedRuns: outcome.failed, legCalls, badSignatures,
+      runsPerSecond: Math.round(((outcome.succeeded + outcome.failed) / seconds) * 10) / 10, durationSeconds: Math.round(seconds * 10) / 10, errors, errorCount,
+    };
+  } finally {
+    backend.closeAllConnections();
+    await new Promise<void>((resolve) => backend.close(() => resolve()));
+  }
+}
+
+async function devToken(baseUrl: string, accountId: string): Promise<string> {
+  const res = await fetch(`${baseUrl}/dev/token`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ realm: `acc-${accountId}`, sub: 'factory-simulator', roles: ['admin'] }) });
+  if (res.status !== 200) throw new Error(`no --token given and the development issuer refused (${res.status}); pass --token`);
+  return ((await res.json()) as { access_token: string }).access_token;
+}

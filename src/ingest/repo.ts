@@ -189,6 +189,7 @@ export async function completeRequest(db: Db, accountId: string, correlationId: 
 
 export interface JobRow {
   id: string;
+  seq: number;
   account_id: string;
   correlation_id: string;
   warehouse_id: string;
@@ -222,6 +223,16 @@ export async function insertJobItems(db: Db, jobId: string, items: unknown[]): P
 export async function findJob(db: Db, id: string): Promise<JobRow | undefined> {
   const [row] = await db<JobRow[]>`select * from ingest_jobs where id = ${id}`;
   return row;
+}
+
+/** A warehouse's jobs, newest first, before `beforeSeq` (0: from the newest). */
+export async function jobsPage(db: Db, accountId: string, warehouseId: string, filter: { state?: string; beforeSeq: number; limit: number }): Promise<JobRow[]> {
+  return db<JobRow[]>`
+    select * from ingest_jobs
+    where account_id = ${accountId} and warehouse_id = ${warehouseId}
+      ${filter.beforeSeq > 0 ? db`and seq < ${filter.beforeSeq}` : db``}
+      ${filter.state ? db`and state = ${filter.state}` : db``}
+    order by seq desc limit ${filter.limit}`;
 }
 
 export async function jobItems(db: Db, jobId: string, afterSeq: number, limit: number): Promise<{ seq: number; item: unknown }[]> {

@@ -9,7 +9,7 @@ import { MAX_PARAM_LENGTH } from '../http/errors.js';
 import { unreachableDatabase, type Answer, type Caller, type IngestService } from './service.js';
 import type { ResourceName } from './resources.js';
 import {
-  batchBody, batchResponse, itemResult, jobBody, jobErrorsPage, jobIdParams, jobView, pageQuery, quarantineEntry,
+  batchBody, batchResponse, itemResult, jobBody, jobErrorsPage, jobIdParams, jobView, jobsPage, jobsQuery, pageQuery, quarantineEntry,
   quarantinePage, quarantineParams, quarantineQuery, warehouseBody, warehouseParams, warehouseView,
 } from './schemas.js';
 
@@ -101,6 +101,11 @@ export async function ingestRoutes(app: ZodApp, gw: Gateway, service: IngestServ
     reply.header('location', `${PREFIX}/jobs/${(answer.body as { job_id: string }).job_id}`);
     return send(reply, answer);
   });
+
+  app.get(`${PREFIX}/jobs`, {
+    config: auth('Job', 'List', READ),
+    schema: { tags, summary: "A warehouse's bulk jobs, newest first (keyset pages; filter by state)", querystring: jobsQuery, response: { 200: jobsPage } },
+  }, async (request) => service.listJobs(callerOf(request), request.query));
 
   app.get(`${PREFIX}/jobs/:job_id`, {
     config: auth('Job', 'Read', READ),

@@ -71,6 +71,14 @@ export const jobView = z.object({
   errors_expire_at: z.string().nullable().describe('job errors are kept 30 days after completion'),
 });
 
+export const jobsQuery = z.strictObject({
+  warehouse_id: z.string().min(1).max(200),
+  state: z.enum(JOB_STATES).optional(),
+  page_token: z.string().max(500).optional(),
+  limit: z.coerce.number().int().min(1).max(100).default(20),
+});
+export const jobsPage = z.object({ items: z.array(jobView), next_page_token: z.string().nullable(), has_more: z.boolean() });
+
 export const jobIdParams = z.object({ job_id: z.string().max(100) });
 export const pageQuery = z.strictObject({
   page_token: z.string().max(500).optional(),

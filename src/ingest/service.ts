@@ -227,6 +227,16 @@ export class IngestService {
     return job;
   }
 
+  async listJobs(caller: Caller, q: { warehouse_id: string; state?: string; page_token?: string; limit: number }) {
+    await this.authorizeWarehouse(caller, q.warehouse_id);
+    const list = `jobs:${q.warehouse_id}:${q.state ?? '*'}`;
+    const before = readPageToken(q.page_token, list);
+    const rows = await repo.jobsPage(this.d.sql, caller.accountId, q.warehouse_id, { state: q.state, beforeSeq: before, limit: q.limit + 1 });
+    const page = rows.slice(0, q.limit);
+    const hasMore = rows.length > q.limit;
+    return { items: page.map((j) => this.jobView(j)), next_page_token: hasMore ? pageToken(list, page.at(-1)!.seq) : null, has_more: hasMore };
+  }
+
   async getJob(caller: Caller, jobId: string) {
     return this.jobView(await this.visibleJob(caller, jobId));
   }

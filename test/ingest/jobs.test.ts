@@ -134,4 +134,26 @@ describe('bulk jobs', () => {
     }
     await finished(res.body.job_id);
   });
+
+  it("lists a warehouse's jobs newest first, in pages, by state", async () => {
+    const p = await createPartner(gw, 'WH-LIST');
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const res = await job(envelope(p, [product(i)], { resource: 'products' }), p.operator);
+      ids.push(res.body.job_id);
+    }
+    const seen: string[] = [];
+    let url = `${P}/jobs?warehouse_id=WH-LIST&limit=2`;
+    for (;;) {
+      const page = await gw.http.get(url, { token: p.viewer });
+      expect(page.status).toBe(200);
+      seen.push(...page.body.items.map((j: any) => j.job_id));
+      if (!page.body.has_more) break;
+      url = `${P}/jobs?warehouse_id=WH-LIST&limit=2&page_token=${page.body.next_page_token}`;
+    }
+    expect(seen).toEqual([...ids].reverse());
+    await waitFor(async () => (await gw.http.get(`${P}/jobs?warehouse_id=WH-LIST&state=COMPLETED`, { token: p.viewer })).body.items.length === 3, 30_000, 'jobs completed');
+    expect((await gw.http.get(`${P}/jobs?warehouse_id=WH-LIST&state=QUEUED`, { token: p.viewer })).body.items).toEqual([]);
+    expectProblem(await gw.http.get(`${P}/jobs?warehouse_id=${partner.warehouse}`, { token: p.viewer }), 403);
+  });
 });

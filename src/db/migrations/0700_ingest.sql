@@ -61,6 +61,7 @@ create index ingest_requests_age on ingest_requests (created_at);
 -- (written by the actor store only); the counters are progress, written per chunk.
 create table ingest_jobs (
   id uuid primary key,
+  seq bigint generated always as identity unique,
   account_id uuid not null,
   correlation_id text not null,
   warehouse_id text not null,
@@ -79,6 +80,7 @@ create table ingest_jobs (
   completed_at timestamptz
 );
 create index ingest_jobs_in_flight on ingest_jobs (account_id, warehouse_id, resource) where state in ('QUEUED', 'RUNNING');
+create index ingest_jobs_list on ingest_jobs (account_id, warehouse_id, seq);
 create index ingest_jobs_completed on ingest_jobs (completed_at) where completed_at is not null;
 
 -- A job's items as submitted, until the job completes.

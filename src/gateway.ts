@@ -31,6 +31,24 @@ export interface Services {
   thingDirectory: ThingDirectory;
   /** quotas domain: the applied value of a quota for an account (its organization's when it is a member) */
   quotaGate: QuotaGate;
+  /** blacklist domain: is a (model, serial) on the identity blacklist; who acts when one is added */
+  blacklist: IdentityBlacklist;
+}
+
+/** An identity just put on the blacklist: `model` as things carry it (`VID:PID` or the name a device sent). */
+export interface BlacklistedIdentity { model: string; sn: string; by: string }
+
+export interface IdentityBlacklist {
+  /** `model` as a device names it at enrollment: a `vid:pid` descriptor, a model id, or a free name */
+  isListed(model: string, serial: string): Promise<boolean>;
+  /** throws a 403 domain error naming the identity when it is listed */
+  refuseListed(model: string, serial: string): Promise<void>;
+  /**
+   * Later domains act on an added identity (trust revokes its enrolled things). Called after the
+   * add commits and again by the enforcement sweep (a crash, an enrollment that committed late),
+   * so it must be idempotent; it returns how many things it changed. A throw is retried.
+   */
+  onAdded(listener: (identity: BlacklistedIdentity) => Promise<number>): void;
 }
 
 export interface DeviceSessions {

@@ -11,6 +11,7 @@ import { calculateJwkThumbprint, exportJWK, type JWK } from 'jose';
 export const KEY_FILES = {
   license: 'license-signing.key', licensePrevious: 'license-signing.previous.key',
   sealing: 'sealing.key', sealingPrevious: 'sealing.previous.key',
+  blacklist: 'blacklist-signing.key', blacklistPrevious: 'blacklist-signing.previous.key',
 } as const;
 
 /** Writes a secret file atomically (temp file + rename): a node reading the folder never sees half a key. */
@@ -27,16 +28,17 @@ function readIfExists(dir: string, name: string): string | undefined {
 
 /** Creates the missing key files (call under the PKI advisory lock). */
 export function generateKeyFiles(dir: string): void {
-  if (!fs.existsSync(path.join(dir, KEY_FILES.license))) {
+  for (const name of [KEY_FILES.license, KEY_FILES.blacklist]) {
+    if (fs.existsSync(path.join(dir, name))) continue;
     const { privateKey } = crypto.generateKeyPairSync('ec', { namedCurve: 'P-256' });
-    writeSecretFile(path.join(dir, KEY_FILES.license), privateKey.export({ type: 'pkcs8', format: 'pem' }) as string);
+    writeSecretFile(path.join(dir, name), privateKey.export({ type: 'pkcs8', format: 'pem' }) as string);
   }
   if (!fs.existsSync(path.join(dir, KEY_FILES.sealing))) {
     writeSecretFile(path.join(dir, KEY_FILES.sealing), crypto.randomBytes(32).toString('base64') + '\n');
   }
 }
 
-export const keyFilesMissing = (dir: string) => !fs.existsSync(path.join(dir, KEY_FILES.license)) || !fs.existsSync(path.join(dir, KEY_FILES.sealing));
+export const keyFilesMissing = (dir: string) => [KEY_FILES.license, KEY_FILES.sealing, KEY_FILES.blacklist].some((name) => !fs.existsSync(path.join(dir, name)));
 
 export interface LicenseVerifyKey { kid: string; publicKey: crypto.KeyObject; jwk: JWK }
 export interface LicenseJwk { kty: 'EC'; crv: 'P-256'; x: string; y: string; kid: string; alg: 'ES256'; use: 'sig' }
@@ -83,6 +85,31 @@ export class LicenseKeys {
       return this.legacyPublicKey;
     }
     throw new Error('license is signed by an unknown key');
+  }
+}
+
+/**
+ * An ES256 signing key of its own (the identity-blacklist snapshot key): the current key signs,
+ * the previous one (while its file exists) is still published so signatures made before a
+ * rotation verify. `kid` is the RFC 7638 thumbprint, derived alike on every node.
+ */
+export class Es256Keys {
+  private constructor(readonly privateKey: crypto.KeyObject, readonly kid: string, readonly verifyKeys: LicenseVerifyKey[]) {}
+
+  static async load(dir: string, current: string, previous: string): Promise<Es256Keys> {
+    const privateKey = ecKey(dir, current)!;
+    const old = ecKey(dir, previous);
+    const verifyKeys = await Promise.all([privateKey, ...(old ? [old] : [])].map(async (k) => {
+      const publicKey = crypto.createPublicKey(k);
+      const jwk = await exportJWK(publicKey);
+      return { kid: await calculateJwkThumbprint(jwk), publicKey, jwk };
+    }));
+    return new Es256Keys(privateKey, verifyKeys[0].kid, verifyKeys);
+  }
+
+  /** The public keys as a JWKS, current first. */
+  get jwks(): { keys: LicenseJwk[] } {
+    return { keys: this.verifyKeys.map((k) => ({ kty: 'EC', crv: 'P-256', x: k.jwk.x!, y: k.jwk.y!, kid: k.kid, alg: 'ES256', use: 'sig' })) };
   }
 }
 

@@ -5,7 +5,7 @@ import nodeCrypto from 'node:crypto';
 import * as x509 from '@peculiar/x509';
 import type { Sql } from '../db/client.js';
 import * as der from './der.js';
-import { generateKeyFiles, keyFilesMissing, LicenseKeys, loadSealingKeys, writeSecretFile, type SealingKeys } from './keys.js';
+import { Es256Keys, generateKeyFiles, KEY_FILES, keyFilesMissing, LicenseKeys, loadSealingKeys, writeSecretFile, type SealingKeys } from './keys.js';
 import { integerDer, RootCrl } from './rootCrl.js';
 
 type Crypto = nodeCrypto.webcrypto.Crypto;
@@ -78,6 +78,8 @@ export class Pki {
     readonly licenseKeys: LicenseKeys,
     /** seals the secrets the gateway reads back (src/pki/sealer.ts) */
     readonly sealingKeys: SealingKeys,
+    /** signs identity-blacklist snapshots (ES256); published at /api/v1/identity-blacklist/jwks.json */
+    readonly blacklistKeys: Es256Keys,
     /** undefined when the root key is kept offline (no root-ca.key in CERTS_DIR) */
     readonly rootCrl: RootCrl | undefined,
   ) {}
@@ -119,6 +121,7 @@ export class Pki {
       options, rootCert, deviceCaCert, deviceCaKey, read('serverCert'), read('serverKey'), template,
       await LicenseKeys.load(options.dir, nodeCrypto.createPublicKey(template.caKey)),
       loadSealingKeys(options.dir, legacySealingKey),
+      await Es256Keys.load(options.dir, KEY_FILES.blacklist, KEY_FILES.blacklistPrevious),
       fs.existsSync(file('rootKey')) ? await RootCrl.fromPem(rootCert, read('rootKey')) : undefined,
     );
   }

@@ -1,7 +1,7 @@
 import crypto from 'node:crypto';
 import 'reflect-metadata';
 import * as x509 from '@peculiar/x509';
-import type { Gateway, MqttEndpoint } from '../gateway.js';
+import type { Gateway, IdentityBlacklist, MqttEndpoint } from '../gateway.js';
 import type { UnitOfWork } from '../actors/store.js';
 import { conflict, invalid, refused, unauthenticated, type DomainError } from '../lib/errors.js';
 import { repo, type ClaimContextRow, type Identity, type ModelRow, type ThingRow } from './repo.js';
@@ -37,7 +37,7 @@ const PROVING_METHODS = new Set(['claim_token', 'symmetric_key', 'certificate', 
 export class EnrollmentService {
   private readonly batcher: ClaimBatcher;
 
-  constructor(private readonly gw: Gateway, private readonly models: ModelService, private readonly sealer: Sealer, private readonly mqtt: MqttEndpoint) {
+  constructor(private readonly gw: Gateway, private readonly models: ModelService, private readonly sealer: Sealer, private readonly mqtt: MqttEndpoint, private readonly blacklist: IdentityBlacklist) {
     this.batcher = new ClaimBatcher(gw);
   }
 
@@ -48,6 +48,7 @@ export class EnrollmentService {
     if (body.enrollmentToken) return this.byToken(body.enrollmentToken, body.csr);
     const { manufacturer, model: modelRef, serial } = body;
     if (!manufacturer || !modelRef || !serial) throw invalid('manufacturer, model and serial are required (or an enrollmentToken)');
+    await this.blacklist.refuseListed(modelRef, serial);
     if (body.claimSecret && (!body.provisioningMethod || body.provisioningMethod === 'claim_token')) {
       // the hot path: one query answers secret, group state, model and an earlier enrollment
       const ctx = await repo.claimContext(this.gw.sql, sha256(body.claimSecret), this.modelRef(modelRef), { manufacturer, serial });
@@ -73,6 +74,7 @@ export class EnrollmentService {
    * certificate; `created: false`).
    */
   async enrollByAccount(identity: Identity, model: ModelRow, csr?: string): Promise<{ created: boolean; thingId: string; response: EnrollmentResponse }> {
+    await this.blacklist.refuseListed(identity.model, identity.serial);
     const existing = await repo.thingByIdentity(this.gw.sql, identity);
     if (existing) return { created: false, thingId: existing.id, response: await this.repeat(existing, csr) };
     const thingId = crypto.randomUUID();
@@ -107,6 +109,7 @@ export class EnrollmentService {
     const thing = await repo.thingByToken(this.gw.sql, sha256(token));
     if (!thing) throw unauthenticated('unknown enrollment token');
     if (thing.revoked_at) throw refused('this thing was revoked');
+    await this.blacklist.refuseListed(thing.model, thing.serial);
     const at = isoNow(this.gw.clock);
     const issued = (await this.gw.actors.can(enrollmentTokenKind, thing.id, { type: 'USE', at })) ? await this.issue(thing.id, csr) : undefined;
     const outcome = await this.gw.actors.run(async (uow): Promise<EnrollmentResponse | DomainError> => {

@@ -10,6 +10,7 @@ import { TrustService } from './service.js';
 import { ThingLifecycleService } from './lifecycle.js';
 import { FactoryEnrollments } from './enrollments.js';
 import { claimGroupKind, enrollmentTokenKind, thingKind } from './kinds.js';
+import { revokeBlacklisted } from './blacklisted.js';
 
 export interface TrustServices {
   trust: TrustService;
@@ -43,18 +44,19 @@ const sealers = new WeakMap<Gateway, Sealer>();
 export const trustDomain = defineDomain({
   name: 'trust',
   provides: ['trust', 'models', 'enrollment', 'crl', 'thingDirectory', 'thingLifecycle'],
-  requires: ['deviceSessions', 'mqttEndpoint'],
+  requires: ['deviceSessions', 'mqttEndpoint', 'blacklist'],
   kinds: [claimGroupKind, enrollmentTokenKind, thingKind],
-  init(gw, { deviceSessions, mqttEndpoint }) {
+  init(gw, { deviceSessions, mqttEndpoint, blacklist }) {
     const sealer = new Sealer(gw.pki.sealingKeys);
     const crl = new CrlService(gw);
     const models = new ModelService(gw.sql, sealer, gw.config.PUBLIC_BASE_URL);
     const trust = new TrustService(gw, crl, models, deviceSessions);
-    const enrollment = new EnrollmentService(gw, models, sealer, mqttEndpoint);
+    const enrollment = new EnrollmentService(gw, models, sealer, mqttEndpoint, blacklist);
     const services: TrustServices = {
       trust, models, crl, enrollment, ddi: new DdiService(gw), lifecycle: new ThingLifecycleService(gw, trust), enrollments: new FactoryEnrollments(gw.sql, models, enrollment),
     };
     byGateway.set(gw, services);
+    blacklist.onAdded((identity) => revokeBlacklisted(gw, trust, identity));
     sealers.set(gw, sealer);
     // devices authenticate through the auth hook (routes declare { schemes: ['device-token', 'device-cert'] })
     for (const [name, authenticator] of Object.entries(deviceAuthenticators(gw, services.ddi))) gw.auth.registerAuthenticator(name, authenticator);

@@ -1,14 +1,7 @@
-import type { ChildProcess } from 'node:child_process';
 import crypto from 'node:crypto';
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freePort } from '../../src/db/embedded.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
-import { HttpClient } from '../helpers/gateway.js';
 import { waitFor } from '../helpers/wait.js';
-import { spawnGateway, type GatewayProcess } from '../helpers/process.js';
+import { CrashRig, exited } from '../helpers/crashRig.js';
 import { TestFactoryBackend } from './backend.js';
 
 /**
@@ -16,56 +9,27 @@ import { TestFactoryBackend } from './backend.js';
  * (test/helpers/faultyGateway.ts) that exits right after the identify leg's result commits, before
  * the provision leg is queued; a restarted process picks the run up (start-up sweep) and finishes it.
  */
-let db: TestDatabase;
-let port: number;
-let dataDir: string;
-let child: ChildProcess | undefined;
-let current: GatewayProcess;
-let http: HttpClient;
+let rig: CrashRig;
 let backend: TestFactoryBackend;
-
-const exited = (p: ChildProcess) => new Promise<number | null>((resolve) => (p.exitCode !== null ? resolve(p.exitCode) : p.once('exit', (code) => resolve(code))));
-
-async function startProcess(fault?: string): Promise<ChildProcess> {
-  current = await spawnGateway({
-    DATABASE_URL: db.url, HTTP_PORT: String(port), DATA_DIR: dataDir, FAULT_INJECT: fault ?? '',
-    ALLOW_PRIVATE_TARGETS: 'true', OUTBOUND_CA_FILE: backend.caFile, PROVISION_LEG_RETRY_SECONDS: '1',
-  }, 'test/helpers/faultyGateway.ts');
-  child = current.proc;
-  return child;
-}
-
-async function token(realm: string, sub: string, roles: string[]): Promise<string> {
-  const res = await http.post('/dev/token', { realm, sub, roles });
-  expect(res.status).toBe(200);
-  return res.body.access_token;
-}
 
 beforeAll(async () => {
   backend = await TestFactoryBackend.start();
-  db = await createTestDatabase({ migrated: false });
-  port = await freePort();
-  dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'gw-saga-crash-'));
-  http = new HttpClient(`http://127.0.0.1:${port}`);
+  rig = await CrashRig.create('saga-crash', { ALLOW_PRIVATE_TARGETS: 'true', OUTBOUND_CA_FILE: backend.caFile, PROVISION_LEG_RETRY_SECONDS: '1' });
 });
 afterAll(async () => {
-  if (child && child.exitCode === null) {
-    child.kill('SIGTERM');
-    await exited(child);
-  }
-  await db?.drop();
+  await rig?.close();
   await backend?.close();
-  if (dataDir) fs.rmSync(dataDir, { recursive: true, force: true });
 });
 
 describe('PROVISION saga durability', () => {
   it('a gateway killed between the legs is restarted and finishes the saga; the run shows each leg', async () => {
     // process 1: crash right after the first saga step commits (the identify leg's SUCCEEDED)
-    let p = await startProcess('provision.step-committed');
-    const platform = await token('platform', 'saga-crash', ['platform-admin']);
+    const p = await rig.start('provision.step-committed');
+    const { http, db } = rig;
+    const platform = await rig.token('platform', 'saga-crash', ['platform-admin']);
     const accountId = crypto.randomUUID();
     expect((await http.post('/platform/v1/accounts', { id: accountId, name: 'saga crash' }, { token: platform })).status).toBe(201);
-    const admin = await token(`acc-${accountId}`, 'boss', ['admin']);
+    const admin = await rig.token(`acc-${accountId}`, 'boss', ['admin']);
     const model = await http.post('/api/v1/models', { vid: 'FFF5', pid: '0001', name: 'crash model', provisioning_method: 'none' }, { token: admin });
     expect(model.status).toBe(201);
     for (const role of ['identify', 'provision']) {
@@ -82,7 +46,7 @@ describe('PROVISION saga durability', () => {
 
     // the backend's identify report commits, then the process dies before answering it
     expect(await exited(p)).toBe(86);
-    expect(current.output()).toContain('FAULT_INJECT=provision.step-committed');
+    expect(rig.current!.output()).toContain('FAULT_INJECT=provision.step-committed');
     expect(backend.callsOf('identify', runId)).toHaveLength(1);
     expect(backend.callsOf('provision', runId)).toHaveLength(0);
     const [mid] = await db.sql`select state, snapshot -> 'context' -> 'legs' as legs from actors where type = 'provisioningRun' and id = ${runId}`;
@@ -90,7 +54,7 @@ describe('PROVISION saga durability', () => {
     expect(mid.legs.map((l: any) => l.state)).toEqual(['SUCCEEDED', 'PENDING']);
 
     // process 2: no fault; the start-up sweep queues the provision leg and the saga finishes
-    p = await startProcess();
+    await rig.start();
     const done = await waitFor(async () => {
       const r = await http.get(`/api/v1/provisioning-runs/${runId}`, { token: admin });
       return r.body.state !== 'RUNNING' ? r.body : undefined;

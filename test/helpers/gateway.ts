@@ -6,6 +6,7 @@ import { loadConfig } from '../../src/config.js';
 import { freePort } from '../../src/db/embedded.js';
 import { createLogger } from '../../src/log.js';
 import type { Clock } from '../../src/lib/clock.js';
+import type { FaultHook } from '../../src/lib/faults.js';
 import { startGateway, type RunningGateway } from '../../src/server.js';
 import { createTestDatabase, type TestDatabase } from './db.js';
 
@@ -22,7 +23,7 @@ export interface TestGateway extends RunningGateway {
  * Starts a real gateway on ephemeral ports against a database of its own (shared PKI of the run).
  * `env` overrides any setting. Pass `{ db }` to start a second node on the same database.
  */
-export async function startTestGateway(env: Record<string, string> = {}, opts: { db?: TestDatabase; clock?: Clock } = {}): Promise<TestGateway> {
+export async function startTestGateway(env: Record<string, string> = {}, opts: { db?: TestDatabase; clock?: Clock; faults?: FaultHook } = {}): Promise<TestGateway> {
   const db = opts.db ?? (await createTestDatabase({ migrated: false }));
   const httpPort = env.HTTP_PORT ?? String(await freePort());
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'gateway-data-'));
@@ -40,7 +41,7 @@ export async function startTestGateway(env: Record<string, string> = {}, opts: {
     HTTP_PORT: httpPort,
     DATABASE_URL: db.url,
   });
-  const running = await startGateway(config, { log: createLogger(config.LOG_LEVEL, false), clock: opts.clock });
+  const running = await startGateway(config, { log: createLogger(config.LOG_LEVEL, false), clock: opts.clock, faults: opts.faults });
   const http = new HttpClient(running.httpUrl);
   return {
     ...running,

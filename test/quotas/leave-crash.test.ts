@@ -1,47 +1,27 @@
-import type { ChildProcess } from 'node:child_process';
 import crypto from 'node:crypto';
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freePort } from '../../src/db/embedded.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
-import { HttpClient } from '../helpers/gateway.js';
+import type { TestDatabase } from '../helpers/db.js';
+import type { HttpClient } from '../helpers/gateway.js';
 import { waitFor } from '../helpers/wait.js';
-import { spawnGateway, type GatewayProcess } from '../helpers/process.js';
+import { CrashRig, exited } from '../helpers/crashRig.js';
 
 /**
  * The leave saga survives crashes: the gateway runs as a real child process started by the
  * test-only entry test/helpers/faultyGateway.ts, whose fault hook (from FAULT_INJECT in the
  * child's environment) exits right after a step commits; a restarted process resumes.
  */
+let rig: CrashRig;
 let db: TestDatabase;
-let port: number;
-let dataDir: string;
-let child: ChildProcess | undefined;
-let current: GatewayProcess;
 let http: HttpClient;
-
-async function startProcess(fault?: string): Promise<ChildProcess> {
-  const started = await spawnGateway({ DATABASE_URL: db.url, HTTP_PORT: String(port), DATA_DIR: dataDir, FAULT_INJECT: fault ?? '' }, 'test/helpers/faultyGateway.ts');
-  current = started;
-  child = started.proc;
-  return child;
-}
+const startProcess = (fault?: string) => rig.start(fault);
+const token = (realm: string, sub: string, roles: string[]) => rig.token(realm, sub, roles);
+const output = () => rig.current!.output();
 
 /** The leave's machine state (actors) and its projection (organization_leaves), which must agree. */
 async function leaveStates(id?: string): Promise<{ id: string; state: string; projected: string }[]> {
   return db.sql<{ id: string; state: string; projected: string }[]>`
     select a.id, a.state, l.state as projected from actors a join organization_leaves l on l.id = a.id::uuid
     where a.type = 'organizationLeave' ${id ? db.sql`and a.id = ${id}` : db.sql``}`;
-}
-
-const exited = (p: ChildProcess) => new Promise<number | null>((resolve) => (p.exitCode !== null ? resolve(p.exitCode) : p.once('exit', (code) => resolve(code))));
-
-async function token(realm: string, sub: string, roles: string[]): Promise<string> {
-  const res = await http.post('/dev/token', { realm, sub, roles });
-  expect(res.status).toBe(200);
-  return res.body.access_token;
 }
 
 /**
@@ -66,18 +46,12 @@ async function organizationWithMember(name: string, raised: [code: string, value
 }
 
 beforeAll(async () => {
-  db = await createTestDatabase({ migrated: false });
-  port = await freePort();
-  dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'gw-quotas-crash-'));
-  http = new HttpClient(`http://127.0.0.1:${port}`);
+  rig = await CrashRig.create('quotas-crash');
+  db = rig.db;
+  http = rig.http;
 });
 afterAll(async () => {
-  if (child && child.exitCode === null) {
-    child.kill('SIGTERM');
-    await exited(child);
-  }
-  await db?.drop();
-  if (dataDir) fs.rmSync(dataDir, { recursive: true, force: true });
+  await rig?.close();
 });
 
 describe('leave saga durability', () => {
@@ -87,7 +61,7 @@ describe('leave saga durability', () => {
     const { platform, mgmt, mgmtAdmin, member, memberAdmin, org } = await organizationWithMember('crashy', [['member-accounts-per-organization', 15], ['delegated-administrators-per-organization', 30]]);
     await expect(http.delete(`/api/v1/organizations/${org}/members/${member}`, { token: memberAdmin })).rejects.toThrow();
     expect(await exited(p)).toBe(86);
-    expect(current.output()).toContain('FAULT_INJECT=leave-after-start');
+    expect(output()).toContain('FAULT_INJECT=leave-after-start');
     const [leaveRow] = await leaveStates();
     expect(leaveRow).toMatchObject({ state: 'seeding', projected: 'seeding' });
 
@@ -128,10 +102,7 @@ describe('leave saga durability', () => {
     expect(members.body.items.map((m: any) => m.account_id)).toEqual([mgmt]);
   });
   it('crashes after seeding and after a denial, and converges to blocked with the account kept', async () => {
-    if (child && child.exitCode === null) {
-      child.kill('SIGTERM');
-      await exited(child);
-    }
+    await rig.stop();
     let p = await startProcess('leave-after-seed');
     const { platform, member, memberAdmin, org } = await organizationWithMember('crashy-2', [['member-accounts-per-organization', 12], ['scps-per-organization', 12_000]]);
     const started = await http.delete(`/api/v1/organizations/${org}/members/${member}`, { token: memberAdmin });
@@ -139,7 +110,7 @@ describe('leave saga durability', () => {
     const leaveId = started.body.id;
     // the seeding job commits, then the process dies
     expect(await exited(p)).toBe(86);
-    expect(current.output()).toContain('FAULT_INJECT=leave-after-seed');
+    expect(output()).toContain('FAULT_INJECT=leave-after-seed');
 
     p = await startProcess('leave-after-decision');
     const leave = (await http.get(`/api/v1/organizations/${org}/leaves/${leaveId}`, { token: memberAdmin })).body;

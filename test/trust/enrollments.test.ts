@@ -98,6 +98,15 @@ describe('POST /api/v1/enrollments', () => {
     expect((await gw.db.sql`select count(*)::int as n from things where model = ${m.descriptor}`)[0].n).toBe(0);
   });
 
+  it('403 for a blacklisted (model, serial); nothing is written', async () => {
+    const m = await model(a);
+    const listed = await gw.http.post('/api/v1/identity-blacklist', { model: m.descriptor, sn: 'STOLEN-1', reason: 'reported stolen' }, { token: a.admin });
+    expect(listed.status, listed.text).toBe(201);
+    expect(expectProblem(await enroll({ model: m.descriptor, serial: 'STOLEN-1' }), 403).detail).toMatch(/identity blacklist/);
+    expect((await gw.db.sql`select count(*)::int as n from things where model = ${m.descriptor}`)[0].n).toBe(0);
+    expect((await enroll({ model: m.descriptor, serial: 'CLEAN-1' })).status).toBe(201);
+  });
+
   it('a factory service enrolls things of its own model (signed); another model is 403', async () => {
     const m = await model(a);
     const other = await model(a);

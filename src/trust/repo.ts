@@ -104,11 +104,15 @@ export const repo = {
   },
   /** Own and imported models, never internal ones, by id (a keyset on a unique key: stable under inserts). */
   async listModels(db: Db, accountId: string, limit: number, after?: string): Promise<ModelRow[]> {
+    // two index range scans (own: models_account; imported: model_imports' key), merged; the sets are disjoint
+    const from = after ? db`m.id > ${after}` : db`true`;
     return db<ModelRow[]>`
-      select * from models m where not internal
-        and (account_id = ${accountId} or exists (select 1 from model_imports i where i.account_id = ${accountId} and i.model_id = m.id))
-        and ${after ? db`id > ${after}` : db`true`}
-      order by id limit ${limit + 1}`;
+      select * from (
+        (select m.* from models m where m.account_id = ${accountId} and not m.internal and ${from} order by m.id limit ${limit + 1})
+        union all
+        (select m.* from model_imports i join models m on m.id = i.model_id
+          where i.account_id = ${accountId} and not m.internal and ${from} order by m.id limit ${limit + 1})
+      ) x order by id limit ${limit + 1}`;
   },
   async visibleModel(db: Db, accountId: string, id: string): Promise<ModelRow | undefined> {
     const [row] = await db<ModelRow[]>`

@@ -161,6 +161,10 @@ describe('models', () => {
     expectProblem(await gw.http.patch(`/api/v1/models/${m.id}`, { name: 'mine' }, { token: b.admin }), 404);
     expectProblem(await gw.http.delete(`/api/v1/models/${m.id}`, { token: b.admin }), 404);
 
+    // concurrent imports by one account: one 201, the others 409
+    const race = await createAccount(gw);
+    const all = await Promise.all([0, 1, 2].map(() => gw.http.post('/api/v1/models/import', { token: share.body.token }, { token: race.operator })));
+    expect(all.map((r) => r.status).sort()).toEqual([201, 409, 409]);
     expectProblem(await gw.http.post('/api/v1/models/import', { token: 'msh_' + 'A'.repeat(43) }, { token: b.operator }), 404);
     expectProblem(await gw.http.post('/api/v1/models/import', { token: 'nope' }, { token: b.operator }), 400);
     expectProblem(await gw.http.post('/api/v1/models/import', { deeplink: 'not a url' }, { token: b.operator }), 400);

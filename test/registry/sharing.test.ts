@@ -56,6 +56,11 @@ describe('eligibility artifacts', () => {
     expect(grant.body).toMatchObject({ artifact_id: id, owner_account_id: a.id, requester_account_id: b.id, state: 'PENDING' });
     const again = await gw.http.post('/api/v1/eligibility-artifacts/redeem', { token: made.body.token }, { token: b.admin });
     expect(again.body.id).toBe(grant.body.id);
+    // concurrent redemptions by one account converge on one grant
+    const racer = await createAccount(gw);
+    const race = await Promise.all([0, 1, 2].map(() => gw.http.post('/api/v1/eligibility-artifacts/redeem', { token: made.body.token }, { token: racer.admin })));
+    expect(race.map((r) => r.status)).toEqual([201, 201, 201]);
+    expect(new Set(race.map((r) => r.body.id)).size).toBe(1);
 
     // expired: the clock moves past it
     const short = await gw.http.post('/api/v1/eligibility-artifacts', { expires_in_seconds: 60 }, { token: a.admin });

@@ -56,9 +56,12 @@ export function approvalUrlAllowed(raw: string): boolean {
 }
 
 /**
- * Device models: just enough of /api/v1/models to carry the provisioning method and its settings
- * (the factory surface extends the table and this service). Secrets a method needs to recompute
- * an HMAC (symmetric group key, webhook secret) are sealed, and shown once at creation.
+ * Device models (/api/v1/models): vid:pid descriptors in the accounts' vendor namespaces with
+ * their provisioning method, description and software/driver bundles; shared by deeplink to
+ * other accounts, which import the public descriptor (read-only, no provisioning settings).
+ * Internal models (platform operators) resolve for provisioning and are never listed. Secrets a
+ * method needs to recompute an HMAC (symmetric group key, webhook secret) are sealed, and shown
+ * once at creation.
  */
 export class ModelService {
   private vendors?: VendorNamespaces;

@@ -26,15 +26,15 @@ const sagas = new WeakMap<object, ProvisioningSaga>();
 export const factoryDomain = defineDomain({
   name: 'factory',
   provides: ['factoryServices', 'provisioningSaga'],
-  requires: ['thingLifecycle'],
+  requires: ['thingLifecycle', 'registrarDirectory'],
   kinds: [factoryServiceKind, provisioningRunKind],
-  init(gw, { thingLifecycle }) {
+  init(gw, { thingLifecycle, registrarDirectory }) {
     const sealer = new Sealer(gw.pki.sealingKeys);
     sealers.set(gw, sealer);
     const { sql, actors, clock, jobs, log } = gw;
     const identities = new SigningIdentities(sql, gw.cluster);
     const factoryServices = new FactoryServices({
-      sql, actors, clock, jobs, log, sealer, allowPrivateTargets: gw.config.ALLOW_PRIVATE_TARGETS, signingChanged: (key) => identities.changed(key),
+      sql, actors, clock, jobs, log, sealer, allowPrivateTargets: gw.config.ALLOW_PRIVATE_TARGETS, signingChanged: (key) => identities.changed(key), registrars: registrarDirectory,
     });
     const signed = new SignedRequests({ identities, replays: new ReplayGuard(sql), clock, sealer });
 

@@ -18,7 +18,7 @@ export const idParams = z.object({ id: z.uuid() });
 export const createBody = z.strictObject({
   role,
   model_id: z.uuid().describe("a model of the caller's account"),
-  registrar_id: z.uuid().nullable().optional().describe('the registrar the service acts for (registrars arrive with a later issue; not checked yet)'),
+  registrar_id: z.uuid().nullable().optional().describe("the registrar the service acts for: an APPROVED registrar of the caller's account, or one whose owner approved the account's access request (400 otherwise)"),
   endpoint_url: endpointUrl,
 });
 

@@ -1,5 +1,6 @@
 import crypto from 'node:crypto';
 import type { ActorKind, ActorStore } from '../actors/store.js';
+import type { Services } from '../gateway.js';
 import type { Sql } from '../db/client.js';
 import type { Jobs } from '../jobs.js';
 import type { Logger } from '../log.js';
@@ -88,11 +89,16 @@ export class FactoryServices {
     sql: Sql; actors: ActorStore; clock: Clock; jobs: Jobs; log: Logger; sealer: Sealer; allowPrivateTargets: boolean;
     /** tells every node's signature verification that a key's secrets or state changed */
     signingChanged(accessKeyId: string): Promise<void>;
+    /** which registrars an account may name (the registry domain's) */
+    registrars: Services['registrarDirectory'];
   }) {}
 
   async create(caller: Caller, input: CreateInput): Promise<FactoryServiceView & { secret_access_key: string }> {
     if (!(await repo.modelOfAccount(this.d.sql, caller.accountId, input.model_id))) {
       throw invalid(`model_id ${input.model_id} names no model of your account`);
+    }
+    if (input.registrar_id && !(await this.d.registrars.mayActFor(caller.accountId, input.registrar_id))) {
+      throw invalid(`registrar_id ${input.registrar_id} names no approved registrar of your account, nor one your access request was approved for`);
     }
     const id = crypto.randomUUID();
     const accessKeyId = newAccessKeyId();

@@ -10,6 +10,18 @@ import { Registrars } from './registrars.js';
 import { registryRoutes } from './routes.js';
 import { Vendors } from './vendors.js';
 
+/** Which registrars an account may name for its factory services. */
+export interface RegistrarDirectory {
+  /** its own APPROVED registrar, or another account's APPROVED one its access request to was APPROVED */
+  mayActFor(accountId: string, registrarId: string): Promise<boolean>;
+}
+
+declare module '../gateway.js' {
+  interface Services {
+    registrarDirectory: RegistrarDirectory;
+  }
+}
+
 export interface RegistryServices {
   vendors: Vendors;
   registrars: Registrars;
@@ -27,8 +39,9 @@ const unsubscribers = new WeakMap<Gateway, () => void>();
  * Domain module of src/registry/: vendors, registrars, access requests, factory registrations,
  * eligibility artifacts and grants, reference requests with their thing references, device deeplinks.
  */
-export const registryDomain = defineDomain<never, 'models'>({
+export const registryDomain = defineDomain<'registrarDirectory', 'models'>({
   name: 'registry',
+  provides: ['registrarDirectory'],
   requires: ['models'],
   kinds: registryKinds,
   init(gw, { models }) {
@@ -49,6 +62,7 @@ export const registryDomain = defineDomain<never, 'models'>({
     };
     byGateway.set(gw, services);
     gw.jobs.define(RECONCILE_JOB, async () => { await references.sweep(); }, { schedule: '* * * * *', retryLimit: 1 });
+    return { registrarDirectory: services.registrars };
   },
   async routes(app, gw) {
     await registryRoutes(app, byGateway.get(gw)!);

@@ -101,6 +101,12 @@ export class Registrars {
     return this.get(c, id);
   }
 
+  /** What an account may name as a factory service's registrar (see RegistrarDirectory). */
+  async mayActFor(accountId: string, registrarId: string): Promise<boolean> {
+    const row = await repo.readableRegistrar(this.d.sql, registrarId, accountId);
+    return row?.state === 'APPROVED';
+  }
+
   /** Set-once: 400 for a model not the owner's, 409 when another model is bound already. */
   async setCanonicalModel(c: Caller, id: string, modelId: string): Promise<RegistrarView> {
     const accountId = accountOfCaller(c);

@@ -7,6 +7,7 @@ import { signedFetch, signedHeaders, signingTimestamp, type Credentials } from '
 import { startTestGateway, expectProblem, type HttpResponse, type TestGateway } from '../helpers/gateway.js';
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { waitFor } from '../helpers/wait.js';
+import { platformToken, registrar as approvedRegistrar } from '../registry/helpers.js';
 
 /**
  * Factory services over real HTTP and Postgres: every row of the spec's table for
@@ -54,7 +55,7 @@ const PATH = '/api/v1/factory-services';
 
 describe('register (POST /api/v1/factory-services)', () => {
   it('201: access key id and secret shown once; the secret is stored sealed, never in clear', async () => {
-    const r = await register(a, { registrar_id: crypto.randomUUID() });
+    const r = await register(a, { registrar_id: (await approvedRegistrar(gw, a, await platformToken(gw))).id });
     expect(r.body).toMatchObject({ account_id: a.id, role: 'provision', state: 'ACTIVE', rotation_pending: false, endpoint_url: 'https://factory.example', last_health_check_at: null });
     expect(r.creds.accessKeyId).toMatch(/^AKSV[0-9A-F]{16}$/);
     expect(r.creds.secretAccessKey.length).toBeGreaterThanOrEqual(40);
@@ -99,7 +100,7 @@ describe('register (POST /api/v1/factory-services)', () => {
 
 describe('list and read', () => {
   it('GET list: keyset pages and the filters role, state, registrar, model; only the caller account', async () => {
-    const registrar = crypto.randomUUID();
+    const registrar = (await approvedRegistrar(gw, a, await platformToken(gw))).id;
     const one = await register(a, { registrar_id: registrar });
     const two = await register(a, { role: 'identify', registrar_id: registrar });
     const all: string[] = [];

@@ -225,3 +225,25 @@ describe('access requests', () => {
     expectProblem(await gw.http.get(`/api/v1/access-requests/${unknown()}`, { token: a.viewer }), 404);
   });
 });
+
+describe('factory services name registrars', () => {
+  it("registrar_id: the account's APPROVED registrar, or one its access request was approved for; anything else 400", async () => {
+    const m = await vendorModel(gw, b);
+    const create = (registrarId: string) => gw.http.post('/api/v1/factory-services', { role: 'provision', model_id: m.id, endpoint_url: 'https://factory.example', registrar_id: registrarId }, { token: b.admin });
+    expectProblem(await create(unknown()), 400);
+    const pendingOwn = await registrar(gw, b, platform, { pending: true });
+    expectProblem(await create(pendingOwn.id), 400);
+    const foreign = await registrar(gw, a, platform);
+    expectProblem(await create(foreign.id), 400);
+    const request = await gw.http.post('/api/v1/access-requests', { registrar_id: foreign.id }, { token: b.operator });
+    expectProblem(await create(foreign.id), 400);
+    await gw.http.post(`/api/v1/access-requests/${request.body.id}/approve`, {}, { token: a.admin });
+    const ok = await create(foreign.id);
+    expect(ok.status, ok.text).toBe(201);
+    expect(ok.body.registrar_id).toBe(foreign.id);
+    await gw.http.post(`/api/v1/registrars/${pendingOwn.id}/approve`, {}, { token: platform });
+    const m2 = await vendorModel(gw, b);
+    const own = await gw.http.post('/api/v1/factory-services', { role: 'provision', model_id: m2.id, endpoint_url: 'https://factory.example', registrar_id: pendingOwn.id }, { token: b.admin });
+    expect(own.status, own.text).toBe(201);
+  });
+});

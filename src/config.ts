@@ -60,7 +60,13 @@ export const configSchema = z.object({
   SSE_HEARTBEAT_SECONDS: positiveInt.default(25),
   COMMAND_TIMEOUT_MS: positiveInt.default(10_000),
   JOBS: bool.default(true),
-  ALLOW_PRIVATE_TARGETS: bool.default(false).describe('let outbound probes (factory-service health checks) reach loopback, link-local and private addresses (development and tests)'),
+  ALLOW_PRIVATE_TARGETS: bool.default(false).describe('let outbound calls (factory-service health checks, webhook deliveries) reach loopback, link-local and private addresses (development and tests)'),
+  WEBHOOK_CA_FILE: z.string().min(1).optional().describe('PEM file of extra CA certificates that webhook receivers\' TLS certificates may chain to (besides the public roots)'),
+  WEBHOOK_TIMEOUT_MS: positiveInt.default(10_000).describe('a webhook receiver must answer within this time, else the attempt failed'),
+  WEBHOOK_MAX_ATTEMPTS: positiveInt.default(8).describe('attempts of one webhook delivery before it is dropped'),
+  WEBHOOK_RETRY_BASE_MS: positiveInt.default(5_000).describe('delay before the first retry of a delivery; doubled for each further attempt (with jitter), at most an hour'),
+  WEBHOOK_SUSPEND_AFTER: positiveInt.default(5).describe('dropped deliveries in a row that suspend a subscription'),
+  WEBHOOK_CONCURRENCY: positiveInt.default(32).describe('webhook deliveries in flight per node (at most a quarter of them to one subscription)'),
 });
 
 export type RawConfig = z.infer<typeof configSchema>;

@@ -6,10 +6,11 @@ import { notificationsDomain } from './notifications/index.js';
 import { trustDomain } from './trust/index.js';
 import { brokerDomain, deviceSessionsDomain } from './broker/index.js';
 import { factoryDomain } from './factory/index.js';
+import { feedDomain } from './feed/index.js';
 
 /**
  * Every domain of the gateway, in init/start order. Each declares the services it `provides` and
  * `requires`; a requirement must be provided by a domain before it (src/wiring.ts checks this
  * at start-up and names what to move). Stopped in reverse order.
  */
-export const domains: DomainModule[] = [accountsDomain, quotasDomain, iamDomain, notificationsDomain, deviceSessionsDomain, trustDomain, factoryDomain, brokerDomain];
+export const domains: DomainModule[] = [accountsDomain, quotasDomain, iamDomain, notificationsDomain, deviceSessionsDomain, trustDomain, factoryDomain, feedDomain, brokerDomain];

@@ -39,7 +39,8 @@ function feedValidation(request: FastifyRequest): void {
   if (isObject(query) && query.registrar_id !== undefined) {
     throw invalid('registrar_id must not be sent: the registrar comes from the signed identity (the calling factory service)', { code: 'THM-50100', type: 'feed-registrar-id-sent' });
   }
-  if (isObject(query) && query.since !== undefined && /since/.test(err.message)) {
+  const onSince = (err.validation ?? []).some((v: { instancePath: string }) => /since/.test(v.instancePath));
+  if (isObject(query) && query.since !== undefined && onSince) {
     throw invalid('since: the cursor is not one this feed issued; resume from the next_cursor of an earlier page, or omit since to start from the beginning', { code: 'THM-50110', type: 'feed-cursor-malformed', title: 'Malformed cursor' });
   }
   throw err;

@@ -78,8 +78,9 @@ export const subscriptionMachine = setup({
     ACTIVE: {
       on: {
         UPDATE: { actions: ['touch', { type: 'say', params: { what: 'subscription.updated' } }] },
-        // PATCH status=ACTIVE of an active subscription changes nothing
-        ACTIVATE: {},
+        // PATCH status=ACTIVE of an active subscription: accepted, nothing to change (an empty
+        // transition would read as refused to `can`)
+        ACTIVATE: { actions: 'touch' },
         SUSPEND: suspend('owner', 'touch'),
         DELETE: { target: 'DELETED', actions: ['touch', { type: 'say', params: { what: 'subscription.deleted' } }] },
         DELIVERED: { guard: 'inARun', actions: assign({ consecutiveFailures: 0 }) },

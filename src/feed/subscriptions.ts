@@ -72,7 +72,7 @@ const unknownSubscription = (id: string) => notFound(`state-change subscription 
 
 const suspendedEdit = (id: string) => conflict(
   `state-change subscription ${id} is SUSPENDED: the only change it accepts is PATCH {"status":"ACTIVE"}; reactivate it first, then edit or delete it`,
-  { code: 'THM-60150', type: 'subscription-suspended', extra: { status: 'SUSPENDED' } },
+  { code: 'THM-60150', type: 'subscription-suspended', extra: { subscription_status: 'SUSPENDED' } },
 );
 
 /** an empty filter (or one with only empty lists) stored as none: every change */
@@ -189,7 +189,7 @@ export class Subscriptions {
     const r = await uow.trySend(subscriptionKind, id, event);
     if ('refused' in r) {
       if (r.state === 'SUSPENDED') throw suspendedEdit(id);
-      throw conflict(`state-change subscription ${id} is ${r.state}: ${event.type} is not accepted`, { extra: { status: r.state } });
+      throw conflict(`state-change subscription ${id} is ${r.state}: ${event.type} is not accepted`, { extra: { subscription_status: r.state } });
     }
   }
 

@@ -9,9 +9,10 @@ import type { DomainModule } from '../../src/gateway.js';
 
 /**
  * One gateway in this process for an HTTP benchmark: embedded PostgreSQL and a PKI in a temporary
- * folder, loopback listeners, no background jobs, warn-level logs. `stop` also removes the folder.
+ * folder, loopback listeners, no background jobs (unless `env` says JOBS=true), warn-level logs.
+ * `env` overrides settings. `stop` also removes the folder.
  */
-export async function startBenchGateway(name: string, options: { domains?: DomainModule[] } = {}): Promise<RunningGateway> {
+export async function startBenchGateway(name: string, options: { domains?: DomainModule[]; env?: Record<string, string> } = {}): Promise<RunningGateway> {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), `bench-${name}-`));
   const httpPort = await freePort();
   const config = loadConfig({
@@ -25,6 +26,7 @@ export async function startBenchGateway(name: string, options: { domains?: Domai
     PUBLIC_BASE_URL: `http://127.0.0.1:${httpPort}`,
     LOG_LEVEL: 'warn',
     JOBS: 'false',
+    ...options.env,
   });
   console.log('starting gateway (embedded PostgreSQL, PKI)...');
   const gw = await startGateway(config, { log: createLogger('warn', false), ...(options.domains ? { domains: options.domains } : {}) });

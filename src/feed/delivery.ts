@@ -29,10 +29,15 @@ export function retryDelayMs(baseMs: number, attempt: number): number {
   return Math.round(full / 2 + (Math.random() * full) / 2);
 }
 
-/** The TLS trust of deliveries: the public roots, plus WEBHOOK_CA_FILE when set. */
+/**
+ * The TLS trust of deliveries: the public roots, plus WEBHOOK_CA_FILE when set. Built once as a
+ * secure context: an agent given `ca` itself concatenates every root into its pool key on each
+ * request (most of a delivery's CPU time, measured).
+ */
 function agentFor(s: DeliverySettings): https.Agent {
   const extra = s.caFile ? fs.readFileSync(s.caFile, 'utf8') : undefined;
-  return new https.Agent({ keepAlive: true, maxSockets: s.concurrency, ...(extra ? { ca: [...tls.rootCertificates, extra] } : {}) });
+  const secureContext = extra ? tls.createSecureContext({ ca: [...tls.rootCertificates, extra] }) : undefined;
+  return new https.Agent({ keepAlive: true, maxSockets: s.concurrency, ...(secureContext ? { secureContext } : {}) });
 }
 
 /**
@@ -94,6 +99,12 @@ export class DeliveryWorker {
     });
   }
 
+  /**
+   * Claims as many due deliveries as there are free slots. A subscription with half its share in
+   * flight is left out of the claim (so claims come in batches, not one per completion); every
+   * completion wakes this again. With nothing claimed and nothing in flight it sleeps until the
+   * next delivery is due (at most a poll interval).
+   */
   private async fill(): Promise<void> {
     try {
       do {
@@ -101,11 +112,13 @@ export class DeliveryWorker {
         await this.flushDone();
         const free = this.d.settings.concurrency - this.inFlight;
         if (free <= 0 || this.stopped) return;
-        const busy = [...this.perSubscription].filter(([, n]) => n >= this.share).map(([id]) => id);
+        const busy = [...this.perSubscription].filter(([, n]) => n >= Math.ceil(this.share / 2)).map(([id]) => id);
         const rows = await repo.claimDeliveries(this.d.sql, { limit: free, perSubscription: this.share, busy, leaseMs: this.d.settings.timeoutMs + 30_000 });
         for (const row of rows) this.launch(row);
         if (rows.length === free) this.again = true;
-        else await this.schedule();
+        else if (this.inFlight === 0) await this.schedule();
+        // completions wake it; the poll still finds retries of other subscriptions falling due meanwhile
+        else this.scheduleIn(POLL_MS);
       } while (this.again && !this.stopped);
     } catch (err) {
       this.d.log.error({ err }, 'webhook delivery round failed; retried at the next poll');

@@ -185,4 +185,23 @@ describe('deliveries survive a restart', () => {
       await db.drop();
     }
   });
+
+  it("without WEBHOOK_CA_FILE the test CA is not trusted: the attempt fails in the TLS handshake and the receiver sees nothing", async () => {
+    const node = await startTestGateway({ ALLOW_PRIVATE_TARGETS: 'true', WEBHOOK_RETRY_BASE_MS: '60000' });
+    try {
+      const account = await createAccount(node);
+      const res = await node.http.post(PATH, { target_url: receiver.url('/untrusted'), acknowledge_polling_still_mandatory: true }, { token: account.admin });
+      expect(res.status, res.text).toBe(201);
+      await bornThings(node, account.id, 1);
+      const [row] = await waitFor(async () => {
+        const rows = await node.db.sql<{ attempts: number; last_error: string | null; last_status: number | null }[]>`select attempts, last_error, last_status from webhook_deliveries`;
+        return rows.length && rows[0].last_error ? rows : undefined;
+      }, 20_000, 'the failed attempt');
+      expect(row).toMatchObject({ attempts: 1, last_status: null });
+      expect(row.last_error).toMatch(/certificate|UNABLE_TO_VERIFY|SELF_SIGNED/i);
+      expect(receiver.at('/untrusted')).toHaveLength(0);
+    } finally {
+      await node.close();
+    }
+  });
 });

@@ -5,6 +5,7 @@ import { thingKind } from '../../src/trust/kinds.js';
 import { expectProblem, startTestGateway, type HttpResponse, type TestGateway } from '../helpers/gateway.js';
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { enrollDevice } from '../helpers/devices.js';
+import { waitFor } from '../helpers/wait.js';
 import { bornThings, createModel, registerFactoryService, signed, step, type FeedItem } from './helpers.js';
 
 /**
@@ -39,6 +40,18 @@ async function readAll(token: string, since?: string, limit = 100): Promise<{ it
   }
 }
 
+/**
+ * Reads from `since` until at least `n` changes are there. A change is served once every write
+ * transaction older than it has ended, on the whole Postgres server: on the server the test run
+ * shares, another test's open transaction may hold a fresh change back for a while.
+ */
+async function readAtLeast(token: string, n: number, since?: string, limit = 100) {
+  return waitFor(async () => {
+    const r = await readAll(token, since, limit);
+    return r.items.length >= n ? r : undefined;
+  }, 30_000, `${n} changes in the feed`);
+}
+
 describe('the feed (GET /provisioning/v1/state-changes)', () => {
   it('items carry thing id, model, serial, old and new state, event, time and sequence; a birth has no old state', async () => {
     const a = await createAccount(gw);
@@ -46,7 +59,7 @@ describe('the feed (GET /provisioning/v1/state-changes)', () => {
     const annihilated = await gw.http.post(`/api/v1/things/${device.thingId}/annihilate`, undefined, { token: a.admin });
     expect(annihilated.status, annihilated.text).toBe(200);
 
-    const { items } = await readAll(a.viewer);
+    const { items } = await readAtLeast(a.viewer, 2);
     expect(items).toHaveLength(2);
     const [birth, end] = items;
     expect(birth).toMatchObject({ thing_id: device.thingId, manufacturer: 'Acme', model: 'sensor-1', old_state: null, new_state: 'ROLLEDOFF', event: 'ENROLL' });
@@ -63,6 +76,7 @@ describe('the feed (GET /provisioning/v1/state-changes)', () => {
     const model = await createModel(gw, a);
     const ids = await bornThings(gw, a.id, 5, { modelId: model });
     await step(gw, ids.slice(0, 2), 'PROVISION');
+    await readAtLeast(a.operator, 7);
 
     const pages: HttpResponse[] = [];
     let cursor: string | undefined;
@@ -81,13 +95,14 @@ describe('the feed (GET /provisioning/v1/state-changes)', () => {
     expect(empty.body).toMatchObject({ items: [], has_more: false });
     expect(empty.body.next_cursor).toEqual(expect.any(String));
     await step(gw, ids.slice(2, 3), 'PROVISION');
-    const later = await readAll(a.operator, empty.body.next_cursor);
+    const later = await readAtLeast(a.operator, 1, empty.body.next_cursor);
     expect(later.items.map((i) => [i.thing_id, i.new_state])).toEqual([[ids[2], 'PROVISIONED']]);
   });
 
   it('page bounds: limit 1 to 500 (default 100); other values and unknown parameters are 400', async () => {
     const a = await createAccount(gw);
     await bornThings(gw, a.id, 120, { perTx: 120 });
+    await readAtLeast(a.viewer, 120);
     expect((await gw.http.get(FEED, { token: a.viewer })).body.items).toHaveLength(100);
     expect((await gw.http.get(`${FEED}?limit=500`, { token: a.viewer })).body.items).toHaveLength(120);
     for (const q of ['limit=0', 'limit=501', 'limit=x', 'colour=red']) {
@@ -100,6 +115,8 @@ describe('the feed (GET /provisioning/v1/state-changes)', () => {
     const [a, b] = await Promise.all([createAccount(gw), createAccount(gw)]);
     const [mine] = await bornThings(gw, a.id, 1);
     const [theirs] = await bornThings(gw, b.id, 1);
+    await readAtLeast(a.viewer, 1);
+    await readAtLeast(b.viewer, 1);
     for (const token of [a.admin, a.operator, a.viewer]) {
       expect((await readAll(token)).items.map((i) => i.thing_id)).toEqual([mine]);
     }
@@ -118,6 +135,7 @@ describe('the feed (GET /provisioning/v1/state-changes)', () => {
     const otherModel = await createModel(gw, a);
     const [served] = await bornThings(gw, a.id, 1, { modelId: bound.modelId });
     const [notServed] = await bornThings(gw, a.id, 1, { modelId: otherModel });
+    await readAtLeast(a.viewer, 2);
     const res = await signed(gw, clock, bound.creds, 'GET', FEED);
     expect(res.status, res.text).toBe(200);
     expect(res.body.items.map((i: FeedItem) => i.thing_id)).toEqual([served]);
@@ -163,7 +181,7 @@ describe('THM codes of the feed', () => {
     const b = await createAccount(gw);
     const model = await createModel(gw, b);
     const ids = await bornThings(gw, b.id, 7, { modelId: model });
-    const { cursor } = await readAll(b.viewer);
+    const { cursor } = await readAtLeast(b.viewer, 7);
 
     clock.advance(72 * 3600_000 - 60_000);
     expect((await gw.http.get(`${FEED}?since=${cursor}`, { token: b.viewer })).status).toBe(200);
@@ -191,8 +209,14 @@ describe('THM codes of the feed', () => {
     expect(synced.filter((t) => t.state === 'PROVISIONED').length).toBeGreaterThanOrEqual(3);
     expect(synced[0]).toMatchObject({ model_id: model, serial: expect.stringMatching(/^SN-/) });
 
-    const resumed = await readAll(b.viewer, feedCursor!);
-    expect(resumed.items.map((i) => [i.thing_id, i.new_state])).toEqual([[ids[6], 'PROVISIONED']]);
+    // the change made during the sync is there; anything else is a change the sync already saw
+    // (the cursor is the horizon when the sync began: at least once, never a gap)
+    const resumed = await waitFor(async () => {
+      const r = await readAll(b.viewer, feedCursor!);
+      return r.items.some((i) => i.thing_id === ids[6] && i.new_state === 'PROVISIONED') ? r : undefined;
+    }, 30_000, 'the change made during the sync');
+    expect(resumed.items.at(-1)).toMatchObject({ thing_id: ids[6], new_state: 'PROVISIONED' });
+    expect(resumed.items.every((i) => ids.includes(i.thing_id))).toBe(true);
   });
 });
 
@@ -234,12 +258,12 @@ describe('changes that commit out of order', () => {
     first.commit();
     await first.done;
     // first is served while second is still open; a seq-ordered cursor would now be past second's change
-    const before = await readAll(a.viewer, start);
+    const before = await readAtLeast(a.viewer, 1, start);
     expect(before.items.map((i) => i.thing_id)).toEqual([first.id]);
 
     second.commit();
     await second.done;
-    const afterCommit = await readAll(a.viewer, before.cursor);
+    const afterCommit = await readAtLeast(a.viewer, 1, before.cursor);
     expect(afterCommit.items.map((i) => i.thing_id)).toEqual([second.id]);
     // second's sequence is the lower one: a cursor on sequence alone would have passed it for good
     expect(afterCommit.items[0].sequence).toBeLessThan(before.items[0].sequence);
@@ -258,7 +282,33 @@ describe('changes that commit out of order', () => {
     expect(held.items).toEqual([]);
     late.commit();
     await late.done;
-    const all = await readAll(a.viewer, held.cursor);
+    const all = await readAtLeast(a.viewer, 6, held.cursor);
     expect(all.items.map((i) => i.thing_id)).toEqual([late.id, ...others]);
+  });
+});
+
+describe('the /provisioning/v1 edge', () => {
+  it("publishes the things group's lifecycle routes beside the feed, subscriptions and full sync; registration and revocation stay internal", async () => {
+    const a = await createAccount(gw);
+    const device = await enrollDevice(gw, a);
+    const internal = await gw.http.get(`/api/v1/things/${device.thingId}/state`, { token: a.viewer });
+    const edge = await gw.http.get(`/provisioning/v1/things/${device.thingId}/state`, { token: a.viewer });
+    expect(edge.status, edge.text).toBe(200);
+    expect(edge.body).toEqual(internal.body);
+    const [{ serial }] = await gw.db.sql<{ serial: string }[]>`select serial from things where id = ${device.thingId}`;
+    const resolved = await gw.http.get(`/provisioning/v1/things/resolve?model=sensor-1&serial=${serial}`, { token: a.viewer });
+    expect(resolved.status, resolved.text).toBe(200);
+    expect(JSON.stringify(resolved.body)).toContain(device.thingId);
+    // same access rules: a viewer may not annihilate there either
+    expect(expectProblem(await gw.http.post(`/provisioning/v1/things/${device.thingId}/annihilate`, undefined, { token: a.viewer }), 403).detail).toMatch(/factory:Thing:Annihilate/);
+    expect((await gw.http.post(`/provisioning/v1/things/${device.thingId}/annihilate`, undefined, { token: a.admin })).status).toBe(200);
+    expect((await readAtLeast(a.viewer, 2)).items.map((i) => i.new_state)).toEqual(['ROLLEDOFF', 'ANNIHILATED']);
+    expectProblem(await gw.http.delete(`/provisioning/v1/things/${device.thingId}`, { token: a.admin }), 404);
+    expectProblem(await gw.http.post('/provisioning/v1/things/claim-groups', { name: 'x', maxDevices: 1, ttlDays: 1 }, { token: a.admin }), 404);
+
+    const doc = (await gw.http.get('/docs/json')).body as { paths: Record<string, unknown> };
+    for (const p of ['/provisioning/v1/state-changes', '/provisioning/v1/things', '/provisioning/v1/state-change-subscriptions', '/provisioning/v1/state-change-subscriptions/{id}', '/provisioning/v1/things/{thingId}/state', '/provisioning/v1/things/{thingId}/annihilate']) {
+      expect(doc.paths, p).toHaveProperty([p]);
+    }
   });
 });

@@ -3,7 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ManualClock } from '../../src/lib/clock.js';
 import { expectProblem, startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
-import { registerFactoryService, signed } from './helpers.js';
+import { waitFor } from '../helpers/wait.js';
+import { bornThings, registerFactoryService, signed } from './helpers.js';
 
 /**
  * State-change subscriptions over real HTTP and Postgres: the body rules and their THM codes,
@@ -109,6 +110,20 @@ describe('create (POST /provisioning/v1/state-change-subscriptions)', () => {
       const p = expectProblem(await gw.http.post(PATH, { ...valid, target_url: `https://${host}/hook` }, { token: a.admin }), 400);
       expect(p.detail, host).toMatch(/loopback, link-local or private targets/);
     }
+  });
+
+  it('each delivery checks the target again: a host that now names a loopback address is not called', async () => {
+    const c = await createAccount(gw);
+    const s = await create(c);
+    // as if its DNS answer had changed since it was accepted (a test-only edit of the row)
+    await gw.db.sql`update state_change_subscriptions set target_url = 'https://localhost:9/hook' where id = ${s.id}`;
+    await bornThings(gw, c.id, 1);
+    const [row] = await waitFor(async () => {
+      const rows = await gw.db.sql<{ last_error: string | null; last_status: number | null }[]>`select last_error, last_status from webhook_deliveries where subscription_id = ${s.id}`;
+      return rows[0]?.last_error ? rows : undefined;
+    }, 30_000, 'the refused attempt');
+    expect(row.last_status).toBeNull();
+    expect(row.last_error).toMatch(/resolves to (127\.0\.0\.1|::1), a loopback address/);
   });
 
   it('only users who may write (admin, operator) and factory services create; 401 without credentials', async () => {

@@ -26,8 +26,8 @@ export function deliveryBody(r: repo.ChangeRow): string {
  * Turns the state-change log into webhook deliveries, after the fact: the transaction that made
  * a change never waits for it. It walks the log in the feed's order below the horizon (so no
  * change is passed over while it commits late), from a cursor row that one node at a time locks;
- * deliveries and the cursor move in one transaction, so a crash repeats a batch at worst, and
- * the unique (subscription, change) key makes that harmless. Woken by every committed change
+ * deliveries and the cursor move in one transaction, so a crash loses or repeats nothing (and
+ * the unique (subscription, change) key would absorb a repeat). Woken by every committed change
  * (any node) and by a poll, for a horizon that moved on without a new change.
  */
 export class Dispatcher {

@@ -5,7 +5,9 @@ import { createTestDatabase } from '../helpers/db.js';
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { enrollDevice } from '../helpers/devices.js';
 import { waitFor } from '../helpers/wait.js';
-import { bornThings, createTestCa, startReceiver, step, verifyStandardWebhook, type TestCa } from './helpers.js';
+import crypto from 'node:crypto';
+import { ManualClock } from '../../src/lib/clock.js';
+import { bornThings, createModel, createTestCa, registerFactoryService, signed, startReceiver, step, verifyStandardWebhook, type TestCa } from './helpers.js';
 
 /**
  * Webhook delivery end to end: an HTTPS receiver inside the test (its certificate from a CA of
@@ -68,6 +70,20 @@ describe('webhook deliveries', () => {
       // another subscription's secret does not verify it
       expect(verifyStandardWebhook(ends.secret, r.headers, r.body)).toBe(false);
     }
+  });
+
+  it("a subscription of a registrar-bound factory service gets the changes of its registrar's models only", async () => {
+    const account = await createAccount(gw);
+    const service = await registerFactoryService(gw, account, { registrarId: crypto.randomUUID() });
+    // signing time: now (the gateway runs on the system clock here), a second further per request
+    const res = await signed(gw, new ManualClock(), service.creds, 'POST', PATH, { target_url: receiver.url('/registrar'), acknowledge_polling_still_mandatory: true });
+    expect(res.status, res.text).toBe(201);
+    const [other] = await bornThings(gw, account.id, 1, { modelId: await createModel(gw, account) });
+    const [served] = await bornThings(gw, account.id, 1, { modelId: service.modelId });
+    const [control] = await bornThings(gw, account.id, 1, { modelId: service.modelId });
+    await waitFor(() => receiver.at('/registrar').length === 2, 20_000, 'two deliveries');
+    expect(receiver.at('/registrar').map((r) => JSON.parse(r.body).data.thing_id).sort()).toEqual([served, control].sort());
+    expect(receiver.at('/registrar').some((r) => r.body.includes(other))).toBe(false);
   });
 
   it('a tampered delivery fails verification: body, id, timestamp or signature changed, or no signature', async () => {

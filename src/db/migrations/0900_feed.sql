@@ -14,6 +14,9 @@ create index domain_events_feed on domain_events (account_id, xid, seq)
 create index domain_events_feed_all on domain_events (xid, seq)
   where actor_type = 'thing' and type in ('thing.stateChanged', 'thing.enrolled');
 
+-- the full sync (GET /provisioning/v1/things): an account's things, keyset by id
+create index things_account_id on things (account_id, id);
+
 -- State-change subscriptions. status and consecutive_failures, suspended_at and
 -- suspended_reason are the projection of the subscription actor (written by the actor store only).
 create table state_change_subscriptions (

@@ -66,7 +66,7 @@ export const configSchema = z.object({
   WEBHOOK_MAX_ATTEMPTS: positiveInt.default(8).describe('attempts of one webhook delivery before it is dropped'),
   WEBHOOK_RETRY_BASE_MS: positiveInt.default(5_000).describe('delay before the first retry of a delivery; doubled for each further attempt (with jitter), at most an hour'),
   WEBHOOK_SUSPEND_AFTER: positiveInt.default(5).describe('dropped deliveries in a row that suspend a subscription'),
-  WEBHOOK_CONCURRENCY: positiveInt.default(32).describe('webhook deliveries in flight per node (at most a quarter of them to one subscription)'),
+  WEBHOOK_CONCURRENCY: positiveInt.default(64).describe('webhook deliveries in flight per node (at most about a quarter of them to one subscription)'),
 });
 
 export type RawConfig = z.infer<typeof configSchema>;

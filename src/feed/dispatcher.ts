@@ -10,7 +10,7 @@ const RETRY_ELSEWHERE_MS = 200;
 /** Does a subscription want this change? Filters and the registrar's models, all ANDed. */
 function matches(s: repo.DispatchCandidate, r: repo.ChangeRow): boolean {
   if (s.account_id !== r.account_id) return false;
-  if (s.new_states && !s.new_states.includes(r.payload.to)) return false;
+  if (s.new_states && !s.new_states.includes(r.to_state)) return false;
   if (s.thing_ids && !s.thing_ids.includes(r.thing_id)) return false;
   if (s.registrar_models && !(r.model_id && s.registrar_models.includes(r.model_id))) return false;
   return true;

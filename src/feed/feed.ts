@@ -30,7 +30,7 @@ export interface ChangeItem {
 export function itemOf(r: repo.ChangeRow): ChangeItem {
   return {
     sequence: Number(r.seq), thing_id: r.thing_id, model_id: r.model_id, model: r.model, manufacturer: r.manufacturer, serial: r.serial,
-    old_state: r.payload.from === 'REGISTERED' ? null : r.payload.from, new_state: r.payload.to, event: r.payload.event, changed_at: iso(r.payload.at),
+    old_state: r.from_state === 'REGISTERED' ? null : r.from_state, new_state: r.to_state, event: r.event, changed_at: iso(r.at),
   };
 }
 

@@ -12,7 +12,11 @@ export interface ChangeRow {
   xid: string;
   thing_id: string;
   account_id: string;
-  payload: { from: string; to: string; event: string; at: string };
+  /** the change as the thing machine emitted it (payload members from, to, event, at) */
+  from_state: string;
+  to_state: string;
+  event: string;
+  at: string;
   model_id: string | null;
   model: string | null;
   manufacturer: string | null;
@@ -37,7 +41,8 @@ export async function changesPage(db: Db, scope: Scope, from: Position, limit: n
   const rows = await db<(ChangeRow & { horizon: string })[]>`
     with h as materialized (select pg_snapshot_xmin(pg_current_snapshot()) as xmin)
     select h.xmin::text as horizon, c.* from h left join lateral (
-      select e.seq::text as seq, e.xid::text as xid, e.actor_id as thing_id, e.account_id, e.payload,
+      select e.seq::text as seq, e.xid::text as xid, e.actor_id as thing_id, e.account_id,
+        e.payload ->> 'from' as from_state, e.payload ->> 'to' as to_state, e.payload ->> 'event' as event, e.payload ->> 'at' as at,
         t.model_id, t.model, t.manufacturer, t.serial
       from domain_events e left join things t on t.id = e.actor_id::uuid
       where e.account_id = ${scope.accountId} and ${thingChange(db)}
@@ -187,7 +192,8 @@ export async function dispatchPending(db: Db): Promise<boolean> {
 export async function changesOfAll(tx: Tx, from: Position, limit: number): Promise<ChangeRow[]> {
   return tx<ChangeRow[]>`
     with h as materialized (select pg_snapshot_xmin(pg_current_snapshot()) as xmin)
-    select e.seq::text as seq, e.xid::text as xid, e.actor_id as thing_id, e.account_id, e.payload,
+    select e.seq::text as seq, e.xid::text as xid, e.actor_id as thing_id, e.account_id,
+        e.payload ->> 'from' as from_state, e.payload ->> 'to' as to_state, e.payload ->> 'event' as event, e.payload ->> 'at' as at,
       t.model_id, t.model, t.manufacturer, t.serial
     from h, domain_events e left join things t on t.id = e.actor_id::uuid
     where ${thingChange(tx)} and e.account_id is not null

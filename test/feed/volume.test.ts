@@ -33,8 +33,9 @@ beforeAll(async () => {
   const ports = [await freePort(), await freePort()];
   // one PUBLIC_BASE_URL (as behind a load balancer): a token of one process is valid on the other
   const publicBase = `http://127.0.0.1:${ports[0]}`;
-  const start = (port: number) => spawnGateway({ DATABASE_URL: db.url, HTTP_PORT: String(port), PUBLIC_BASE_URL: publicBase, NODE_ID: `feed-${port}` });
-  // started together: the migration lock lets one migrate while the other waits
+  // JOBS=false: no background work is needed here, and two nodes starting pg-boss at once on a
+  // fresh database can deadlock in its queue creation (seen here: the process exits at start)
+  const start = (port: number) => spawnGateway({ DATABASE_URL: db.url, HTTP_PORT: String(port), PUBLIC_BASE_URL: publicBase, NODE_ID: `feed-${port}`, JOBS: 'false' });
   nodes = await Promise.all(ports.map(start));
   a = await createAccount(asTestGateway(nodes[0]));
 }, 120_000);

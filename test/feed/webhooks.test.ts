@@ -173,6 +173,23 @@ describe('webhook deliveries', () => {
   });
 });
 
+describe('two nodes', () => {
+  it('both dispatch and deliver from one queue: every change reaches the receiver once', async () => {
+    const second = await startTestGateway(settings(ca), { db: gw.db });
+    try {
+      const account = await createAccount(gw);
+      await subscribe('/both', {}, account);
+      const ids = (await Promise.all([bornThings(gw, account.id, 60, { perTx: 5 }), bornThings(second, account.id, 60, { perTx: 5 })])).flat();
+      await waitFor(() => new Set(receiver.at('/both').map((r) => r.headers['webhook-id'])).size === ids.length, 30_000, 'a delivery of every change');
+      const delivered = receiver.at('/both');
+      expect(delivered).toHaveLength(ids.length);
+      expect(delivered.map((r) => JSON.parse(r.body).data.thing_id).sort()).toEqual([...ids].sort());
+    } finally {
+      await second.close();
+    }
+  });
+});
+
 describe('deliveries survive a restart', () => {
   it('a delivery that failed before the gateway stopped is retried by the restarted gateway, with the same webhook-id', async () => {
     const db = await createTestDatabase({ migrated: false });

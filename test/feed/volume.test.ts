@@ -36,7 +36,10 @@ beforeAll(async () => {
   // JOBS=false: no background work is needed here, and two nodes starting pg-boss at once on a
   // fresh database can deadlock in its queue creation (seen here: the process exits at start)
   const start = (port: number) => spawnGateway({ DATABASE_URL: db.url, HTTP_PORT: String(port), PUBLIC_BASE_URL: publicBase, NODE_ID: `feed-${port}`, JOBS: 'false' });
-  nodes = await Promise.all(ports.map(start));
+  const started = await Promise.allSettled(ports.map(start));
+  nodes = started.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+  const failed = started.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+  if (failed) throw failed.reason; // afterAll stops the one that started
   a = await createAccount(asTestGateway(nodes[0]));
 }, 120_000);
 afterAll(async () => {

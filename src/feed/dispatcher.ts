@@ -1,11 +1,14 @@
 import crypto from 'node:crypto';
 import type { Sql } from '../db/client.js';
 import type { Logger } from '../log.js';
+import { after, horizonPosition } from './cursor.js';
 import { itemOf } from './feed.js';
 import * as repo from './repo.js';
 
 const BATCH = 500;
 const RETRY_ELSEWHERE_MS = 200;
+/** Changes arriving together are dispatched together: a round starts this long after a wake. */
+const GATHER_MS = 25;
 
 /** Does a subscription want this change? Filters and the registrar's models, all ANDed. */
 function matches(s: repo.DispatchCandidate, r: repo.ChangeRow): boolean {
@@ -35,24 +38,31 @@ export class Dispatcher {
   private again = false;
   private stopped = false;
   private retry?: NodeJS.Timeout;
+  private gathering?: NodeJS.Timeout;
 
   constructor(private readonly d: { sql: Sql; log: Logger; onDeliveries(): void }) {}
 
+  /** Asks for a round (many wakes, one round: every committed change wakes it). */
   wake(): void {
     if (this.stopped) return;
     if (this.running) {
       this.again = true;
       return;
     }
-    this.running = true;
-    void this.run().finally(() => {
-      this.running = false;
-    });
+    if (this.gathering) return;
+    this.gathering = setTimeout(() => {
+      this.gathering = undefined;
+      this.running = true;
+      void this.run().finally(() => {
+        this.running = false;
+      });
+    }, GATHER_MS);
   }
 
   stop(): void {
     this.stopped = true;
     clearTimeout(this.retry);
+    clearTimeout(this.gathering);
   }
 
   private async run(): Promise<void> {
@@ -80,6 +90,15 @@ export class Dispatcher {
     const n = await this.d.sql.begin(async (tx) => {
       const from = await repo.lockDispatchCursor(tx);
       if (!from) return -1;
+      // no ACTIVE subscription anywhere: move past everything final without reading it. The
+      // horizon is taken before the check, so a subscription made after the check only misses
+      // changes whose transactions had ended before it existed.
+      const horizon = await repo.horizon(tx);
+      if (!(await repo.anyActiveSubscription(tx))) {
+        const to = horizonPosition(horizon);
+        if (after(to, from)) await repo.moveDispatchCursor(tx, to);
+        return 0;
+      }
       const rows = await repo.changesOfAll(tx, from, BATCH);
       if (rows.length === 0) return 0;
       const subs = await repo.activeSubscriptionsOf(tx, [...new Set(rows.map((r) => r.account_id))]);

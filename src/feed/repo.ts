@@ -203,6 +203,11 @@ export async function changesOfAll(tx: Tx, from: Position, limit: number): Promi
     limit ${limit}`;
 }
 
+export async function anyActiveSubscription(db: Db): Promise<boolean> {
+  const [row] = await db<{ any: boolean }[]>`select exists (select 1 from state_change_subscriptions where status = 'ACTIVE') as any`;
+  return row.any;
+}
+
 export async function activeSubscriptionsOf(tx: Tx, accountIds: string[]): Promise<DispatchCandidate[]> {
   return tx<DispatchCandidate[]>`
     select s.id, s.account_id, s.registrar_id, s.new_states, s.thing_ids,

@@ -1,7 +1,6 @@
 import crypto from 'node:crypto';
 import type { Sql } from '../db/client.js';
 import type { Logger } from '../log.js';
-import { after, horizonPosition } from './cursor.js';
 import { itemOf } from './feed.js';
 import * as repo from './repo.js';
 
@@ -9,6 +8,8 @@ const BATCH = 500;
 const RETRY_ELSEWHERE_MS = 200;
 /** Changes arriving together are dispatched together: a round starts this long after a wake. */
 const GATHER_MS = 25;
+/** Accounts dispatched per round (more follow in the next round at once). */
+const ACCOUNTS_PER_ROUND = 50;
 
 /** Does a subscription want this change? Filters and the registrar's models, all ANDed. */
 function matches(s: repo.DispatchCandidate, r: repo.ChangeRow): boolean {
@@ -27,11 +28,12 @@ export function deliveryBody(r: repo.ChangeRow): string {
 
 /**
  * Turns the state-change log into webhook deliveries, after the fact: the transaction that made
- * a change never waits for it. It walks the log in the feed's order below the horizon (so no
- * change is passed over while it commits late), from a cursor row that one node at a time locks;
- * deliveries and the cursor move in one transaction, so a crash loses or repeats nothing (and
- * the unique (subscription, change) key would absorb a repeat). Woken by every committed change
- * (any node) and by a poll, for a horizon that moved on without a new change.
+ * a change never waits for it. Only accounts with an ACTIVE subscription are read (a tenant
+ * without one costs nothing); each is walked in the feed's order below the horizon (so no change
+ * is passed over while it commits late) from its cursor row, which one node at a time locks;
+ * deliveries and the cursor move in one transaction, so a crash loses or repeats nothing (and the
+ * unique (subscription, change) key would absorb a repeat). Woken by every committed change (any
+ * node) and by a poll, for a horizon that moved on without a new change.
  */
 export class Dispatcher {
   private running = false;
@@ -69,10 +71,10 @@ export class Dispatcher {
     try {
       do {
         this.again = false;
-        let n: number;
-        do n = await this.once(); while (n === BATCH && !this.stopped);
-        if (n === -1 && !this.stopped) {
-          // another node dispatches; look again shortly in case it read before our change was final
+        let r: { more: boolean; elsewhere: boolean };
+        do r = await this.once(); while (r.more && !this.stopped);
+        if (r.elsewhere && !this.stopped) {
+          // another node dispatches an account; look again shortly in case it read before our change was final
           clearTimeout(this.retry);
           this.retry = setTimeout(() => this.wake(), RETRY_ELSEWHERE_MS);
         }
@@ -82,40 +84,44 @@ export class Dispatcher {
     }
   }
 
-  /** One batch: the changes processed, or -1 when another node holds the cursor. */
-  async once(): Promise<number> {
-    // read without a lock first: an idle poll writes nothing
-    if (!(await repo.dispatchPending(this.d.sql))) return 0;
+  /** One round over the accounts with something to dispatch: is more waiting, was an account busy elsewhere. */
+  async once(): Promise<{ more: boolean; elsewhere: boolean }> {
+    const accounts = await repo.accountsToDispatch(this.d.sql, ACCOUNTS_PER_ROUND);
+    let more = accounts.length === ACCOUNTS_PER_ROUND;
+    let elsewhere = false;
     let inserted = 0;
-    const n = await this.d.sql.begin(async (tx) => {
-      const from = await repo.lockDispatchCursor(tx);
-      if (!from) return -1;
-      // no ACTIVE subscription anywhere: move past everything final without reading it. The
-      // horizon is taken before the check, so a subscription made after the check only misses
-      // changes whose transactions had ended before it existed.
-      const horizon = await repo.horizon(tx);
-      if (!(await repo.anyActiveSubscription(tx))) {
-        const to = horizonPosition(horizon);
-        if (after(to, from)) await repo.moveDispatchCursor(tx, to);
-        return 0;
+    for (const accountId of accounts) {
+      const r = await this.account(accountId);
+      if (r === undefined) elsewhere = true;
+      else {
+        inserted += r.inserted;
+        if (r.changes === BATCH) more = true;
       }
-      const rows = await repo.changesOfAll(tx, from, BATCH);
-      if (rows.length === 0) return 0;
-      const subs = await repo.activeSubscriptionsOf(tx, [...new Set(rows.map((r) => r.account_id))]);
-      if (subs.length) {
-        const deliveries = rows.flatMap((r) => {
-          const wanted = subs.filter((s) => matches(s, r));
-          if (wanted.length === 0) return [];
-          const body = deliveryBody(r);
-          return wanted.map((s) => ({ id: crypto.randomUUID(), subscription_id: s.id, event_seq: r.seq, body }));
-        });
-        for (let i = 0; i < deliveries.length; i += 5000) inserted += await repo.insertDeliveries(tx, deliveries.slice(i, i + 5000));
-      }
-      const last = rows[rows.length - 1];
-      await repo.moveDispatchCursor(tx, { xid: BigInt(last.xid), seq: BigInt(last.seq) });
-      return rows.length;
-    });
+    }
     if (inserted > 0) this.d.onDeliveries();
-    return n;
+    return { more, elsewhere };
+  }
+
+  /** One batch of an account's changes; undefined when another node holds its cursor. */
+  private async account(accountId: string): Promise<{ changes: number; inserted: number } | undefined> {
+    return this.d.sql.begin(async (tx) => {
+      const from = await repo.lockDispatchCursor(tx, accountId);
+      if (!from) return undefined;
+      const { rows } = await repo.changesPage(tx, { accountId, registrarId: null }, from, BATCH);
+      const batch = rows.slice(0, BATCH);
+      if (batch.length === 0) return { changes: 0, inserted: 0 };
+      const subs = await repo.activeSubscriptionsOf(tx, accountId);
+      const deliveries = batch.flatMap((r) => {
+        const wanted = subs.filter((s) => matches(s, r));
+        if (wanted.length === 0) return [];
+        const body = deliveryBody(r);
+        return wanted.map((s) => ({ id: crypto.randomUUID(), subscription_id: s.id, event_seq: r.seq, body }));
+      });
+      let inserted = 0;
+      for (let i = 0; i < deliveries.length; i += 5000) inserted += await repo.insertDeliveries(tx, deliveries.slice(i, i + 5000));
+      const last = batch[batch.length - 1];
+      await repo.moveDispatchCursor(tx, accountId, { xid: BigInt(last.xid), seq: BigInt(last.seq) });
+      return { changes: batch.length, inserted };
+    });
   }
 }

@@ -34,6 +34,20 @@ export function itemOf(r: repo.ChangeRow): ChangeItem {
   };
 }
 
+/** The full sync's keyset cursor: the last thing's identity (manufacturer, model, serial), base64url JSON. */
+function thingKeyOf(after: string): repo.ThingKey {
+  let key: unknown;
+  try {
+    key = JSON.parse(Buffer.from(after, 'base64url').toString('utf8'));
+  } catch {
+    key = undefined;
+  }
+  if (!Array.isArray(key) || key.length !== 3 || !key.every((k) => typeof k === 'string')) {
+    throw invalid('after: not a next_cursor of this listing; pass the next_cursor of the previous page, or omit it to start');
+  }
+  return { manufacturer: key[0], model: key[1], serial: key[2] };
+}
+
 const positionOf = (r: repo.ChangeRow): Position => ({ xid: BigInt(r.xid), seq: BigInt(r.seq) });
 
 export interface FeedPage {
@@ -78,12 +92,14 @@ export class StateChangeFeed {
   }
 
   async things(scope: Scope, q: { after?: string; limit: number }): Promise<ThingsPage> {
+    const after = q.after === undefined ? undefined : thingKeyOf(q.after);
     // taken before the things are read: a change made while the sync runs is in the feed after it
-    const feedCursor = q.after === undefined ? this.d.cursors.issue(horizonPosition(await repo.horizon(this.d.sql)), scope, this.d.clock.now()) : null;
-    const rows = await repo.thingsPage(this.d.sql, scope, q.after, q.limit);
+    const feedCursor = after === undefined ? this.d.cursors.issue(horizonPosition(await repo.horizon(this.d.sql)), scope, this.d.clock.now()) : null;
+    const rows = await repo.thingsPage(this.d.sql, scope, after, q.limit);
+    const last = rows[rows.length - 1];
     return {
       items: rows.map((r) => ({ thing_id: r.id, model_id: r.model_id, model: r.model, manufacturer: r.manufacturer, serial: r.serial, state: r.state, updated_at: iso(r.updated_at) })),
-      next_cursor: rows.length === q.limit ? rows[rows.length - 1].id : null,
+      next_cursor: rows.length === q.limit ? Buffer.from(JSON.stringify([last.manufacturer, last.model, last.serial])).toString('base64url') : null,
       feed_cursor: feedCursor,
     };
   }

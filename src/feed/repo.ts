@@ -71,15 +71,18 @@ export interface ThingRow {
   updated_at: Date;
 }
 
-/** Full sync: the scope's things (born, i.e. not merely REGISTERED), keyset by id. */
-export async function thingsPage(db: Db, scope: Scope, afterId: string | undefined, limit: number): Promise<ThingRow[]> {
+/** Full-sync keyset: a thing's identity in the account (unique: index things_identity). */
+export interface ThingKey { manufacturer: string; model: string; serial: string }
+
+/** Full sync: the scope's things (born, i.e. not merely REGISTERED), keyset by identity (index things_identity). */
+export async function thingsPage(db: Db, scope: Scope, after: ThingKey | undefined, limit: number): Promise<ThingRow[]> {
   return db<ThingRow[]>`
     select t.id, t.model_id, t.model, t.manufacturer, t.serial, t.lifecycle_state as state, coalesce(t.lifecycle_updated_at, t.created_at) as updated_at
     from things t
     where t.account_id = ${scope.accountId} and t.lifecycle_state <> 'REGISTERED'
-      ${afterId ? db`and t.id > ${afterId}` : db``}
+      ${after ? db`and (t.manufacturer, t.model, t.serial) > (${after.manufacturer}, ${after.model}, ${after.serial})` : db``}
       ${inScope(db, scope)}
-    order by t.id limit ${limit}`;
+    order by t.manufacturer, t.model, t.serial limit ${limit}`;
 }
 
 // --- subscriptions
@@ -153,7 +156,7 @@ export async function purgeSubscription(db: Tx, id: string): Promise<void> {
   await db`delete from actors where type = 'subscription' and id = ${id}`;
 }
 
-// --- dispatch: the log turned into deliveries
+// --- dispatch: the log turned into deliveries, account by account
 
 export interface DispatchCandidate {
   id: string;
@@ -165,56 +168,49 @@ export interface DispatchCandidate {
   registrar_models: string[] | null;
 }
 
-/** Locks the dispatch cursor, or undefined when another node holds it. */
-export async function lockDispatchCursor(tx: Tx): Promise<Position | undefined> {
-  const [row] = await tx<{ xid: string; seq: string }[]>`select xid::text, seq::text from feed_dispatch_cursor where id = 1 for update skip locked`;
+/**
+ * The account's dispatch cursor moves to the end of the log (the horizon) unless another of its
+ * subscriptions is ACTIVE: called in the transaction that makes a subscription ACTIVE.
+ */
+export async function startDispatchIfIdle(tx: Tx, accountId: string, subscriptionId: string): Promise<void> {
+  await tx`
+    insert into feed_dispatch_cursors (account_id, xid, seq)
+    select ${accountId}, (pg_snapshot_xmin(pg_current_snapshot())::text::numeric - 1)::text::xid8, 9223372036854775807
+    where not exists (select 1 from state_change_subscriptions where account_id = ${accountId} and status = 'ACTIVE' and id <> ${subscriptionId})
+    on conflict (account_id) do update set xid = excluded.xid, seq = excluded.seq, updated_at = now()`;
+}
+
+/** Accounts with an ACTIVE subscription and a change after their cursor below the horizon (no lock). */
+export async function accountsToDispatch(db: Db, limit: number): Promise<string[]> {
+  const rows = await db<{ account_id: string }[]>`
+    select c.account_id from feed_dispatch_cursors c
+    where exists (select 1 from state_change_subscriptions s where s.account_id = c.account_id and s.status = 'ACTIVE')
+      and exists (
+        select 1 from domain_events e
+        where e.account_id = c.account_id and ${thingChange(db)}
+          and (e.xid, e.seq) > (c.xid, c.seq) and e.xid < pg_snapshot_xmin(pg_current_snapshot()))
+    limit ${limit}`;
+  return rows.map((r) => r.account_id);
+}
+
+/** Locks an account's dispatch cursor, or undefined when another node holds it. */
+export async function lockDispatchCursor(tx: Tx, accountId: string): Promise<Position | undefined> {
+  const [row] = await tx<{ xid: string; seq: string }[]>`
+    select xid::text, seq::text from feed_dispatch_cursors where account_id = ${accountId} for update skip locked`;
   return row ? { xid: BigInt(row.xid), seq: BigInt(row.seq) } : undefined;
 }
 
-export async function moveDispatchCursor(tx: Tx, p: Position): Promise<void> {
-  await tx`update feed_dispatch_cursor set xid = ${p.xid.toString()}::xid8, seq = ${p.seq.toString()}::bigint, updated_at = now() where id = 1`;
+export async function moveDispatchCursor(tx: Tx, accountId: string, p: Position): Promise<void> {
+  await tx`update feed_dispatch_cursors set xid = ${p.xid.toString()}::xid8, seq = ${p.seq.toString()}::bigint, updated_at = now() where account_id = ${accountId}`;
 }
 
-/** Is there anything after the dispatch cursor below the horizon? (no lock: an idle poll writes nothing) */
-export async function dispatchPending(db: Db): Promise<boolean> {
-  const [cursor] = await db<{ xid: string; seq: string }[]>`select xid::text, seq::text from feed_dispatch_cursor where id = 1`;
-  // the cursor as parameters: the row comparison then runs on the index (domain_events_feed_all)
-  const [row] = await db<{ pending: boolean }[]>`
-    select exists (
-      select 1 from domain_events e
-      where ${thingChange(db)} and e.account_id is not null
-        and (e.xid, e.seq) > (${cursor.xid}::xid8, ${cursor.seq}::bigint) and e.xid < pg_snapshot_xmin(pg_current_snapshot())
-    ) as pending`;
-  return row.pending;
-}
-
-/** Every account's changes after `from` below the horizon, in log order. */
-export async function changesOfAll(tx: Tx, from: Position, limit: number): Promise<ChangeRow[]> {
-  return tx<ChangeRow[]>`
-    with h as materialized (select pg_snapshot_xmin(pg_current_snapshot()) as xmin)
-    select e.seq::text as seq, e.xid::text as xid, e.actor_id as thing_id, e.account_id,
-        e.payload ->> 'from' as from_state, e.payload ->> 'to' as to_state, e.payload ->> 'event' as event, e.payload ->> 'at' as at,
-      t.model_id, t.model, t.manufacturer, t.serial
-    from h, domain_events e left join things t on t.id = e.actor_id::uuid
-    where ${thingChange(tx)} and e.account_id is not null
-      and (e.xid, e.seq) > (${from.xid.toString()}::xid8, ${from.seq.toString()}::bigint)
-      and e.xid < h.xmin
-    order by e.xid, e.seq
-    limit ${limit}`;
-}
-
-export async function anyActiveSubscription(db: Db): Promise<boolean> {
-  const [row] = await db<{ any: boolean }[]>`select exists (select 1 from state_change_subscriptions where status = 'ACTIVE') as any`;
-  return row.any;
-}
-
-export async function activeSubscriptionsOf(tx: Tx, accountIds: string[]): Promise<DispatchCandidate[]> {
+export async function activeSubscriptionsOf(tx: Tx, accountId: string): Promise<DispatchCandidate[]> {
   return tx<DispatchCandidate[]>`
     select s.id, s.account_id, s.registrar_id, s.new_states, s.thing_ids,
       case when s.registrar_id is null then null else array(
         select f.model_id from factory_services f where f.account_id = s.account_id and f.registrar_id = s.registrar_id) end as registrar_models
     from state_change_subscriptions s
-    where s.status = 'ACTIVE' and s.account_id = any(${accountIds}::uuid[])`;
+    where s.status = 'ACTIVE' and s.account_id = ${accountId}`;
 }
 
 export async function insertDeliveries(tx: Tx, rows: { id: string; subscription_id: string; event_seq: string; body: string }[]): Promise<number> {

@@ -34,7 +34,7 @@ export const feedPageSchema = z.object({
 
 export const thingsQuery = z.strictObject({
   limit: z.coerce.number().int().min(1).max(THINGS_PAGE.max).default(THINGS_PAGE.default),
-  after: z.uuid().optional().describe('next_cursor of the previous page'),
+  after: z.string().max(2048).optional().describe('next_cursor of the previous page'),
 });
 
 export const thingsPageSchema = z.object({

@@ -103,6 +103,8 @@ export class Subscriptions {
         secret_sealed: this.d.sealer.seal(secret), created_by: caller.sub, created_at: now,
       });
       await uow.create(subscriptionKind, id, { id, accountId: caller.accountId, suspendAfter: this.d.suspendAfter, createdAt: now.toISOString() });
+      // deliveries start with the changes after this point (the log before it is not replayed)
+      await repo.startDispatchIfIdle(uow.sql, caller.accountId, id);
     });
     this.d.log.info({ subscriptionId: id, accountId: caller.accountId, by: caller.sub }, 'state-change subscription created');
     return { ...(await this.get(caller, id)), secret };
@@ -126,7 +128,7 @@ export class Subscriptions {
    * a status=ACTIVE in the same body could wake it.
    */
   async patch(caller: Caller, id: string, input: PatchInput): Promise<SubscriptionView> {
-    await this.get(caller, id);
+    const before = await this.get(caller, id);
     if (input.target_url !== undefined) this.checkTarget(input.target_url);
     const at = this.d.clock.now();
     const edits = input.target_url !== undefined || input.event_filter !== undefined;
@@ -140,6 +142,8 @@ export class Subscriptions {
       if (input.status) {
         await this.step(uow, id, { type: input.status === 'ACTIVE' ? 'ACTIVATE' : 'SUSPEND', at: at.toISOString(), by: caller.sub });
         if (input.status === 'SUSPENDED') await repo.dropPending(uow.sql, id);
+        // reactivated: changes made while it was suspended are not delivered later
+        else if (before.status === 'SUSPENDED') await repo.startDispatchIfIdle(uow.sql, caller.accountId, id);
       }
     });
     return this.get(caller, id);

@@ -8,7 +8,8 @@ import * as repo from '../../src/feed/repo.js';
 import { waitFor } from '../helpers/wait.js';
 
 // 0900 on a database with a state-change log already: the old changes are in the feed (with the
-// migration's xid), and the dispatcher starts at the end of the log (no deliveries of old changes).
+// migration's xid); an account's dispatch starts at the end of its log when its first
+// subscription appears (no deliveries of old changes).
 
 const THIS = '0900_feed.sql';
 let db: TestDatabase;
@@ -25,7 +26,7 @@ afterAll(async () => {
 });
 
 describe('migration 0900', () => {
-  it('keeps the existing log readable in order; the dispatcher has nothing old to deliver', async () => {
+  it('keeps the existing log readable in order; a new subscription gets nothing old to deliver', async () => {
     const accountId = crypto.randomUUID();
     await db.sql`insert into accounts (id, name) values (${accountId}, 'old')`;
     const things = [crypto.randomUUID(), crypto.randomUUID()];
@@ -40,13 +41,26 @@ describe('migration 0900', () => {
     const { rows } = await repo.changesPage(db.sql, { accountId, registrarId: null }, START, 10);
     expect(rows.map((r) => r.thing_id)).toEqual(things);
     expect(new Set(rows.map((r) => r.xid)).size).toBe(1);
-    expect(await repo.dispatchPending(db.sql)).toBe(false);
+    expect(await repo.accountsToDispatch(db.sql, 10)).toEqual([]);
 
-    // a change after the migration is after the dispatch cursor
+    const subscription = crypto.randomUUID();
+    await db.sql.begin(async (tx) => {
+      await tx`
+        insert into state_change_subscriptions (id, account_id, target_url, secret_sealed, created_by, created_at, updated_at)
+        values (${subscription}, ${accountId}, 'https://hooks.example.com', '\\x00', 'test', now(), now())`;
+      await repo.startDispatchIfIdle(tx, accountId, subscription);
+    });
+    expect(await repo.accountsToDispatch(db.sql, 10)).toEqual([]);
+
+    // a change after the subscription is after the account's dispatch cursor
     await db.sql`
       insert into domain_events (actor_type, actor_id, type, account_id, payload)
       values ('thing', ${crypto.randomUUID()}, 'thing.stateChanged', ${accountId}, ${db.sql.json({ from: 'ROLLEDOFF', to: 'ANNIHILATED', event: 'ANNIHILATE', at: '2026-11-02T10:00:00.000Z' })})`;
     // (once no older write transaction of the shared server is open: the horizon)
-    expect(await waitFor(() => repo.dispatchPending(db.sql), 30_000, 'the change to be dispatchable')).toBe(true);
+    const due = await waitFor(async () => {
+      const accounts = await repo.accountsToDispatch(db.sql, 10);
+      return accounts.length ? accounts : undefined;
+    }, 30_000, 'the change to be dispatchable');
+    expect(due).toEqual([accountId]);
   });
 });

@@ -8,14 +8,10 @@
 -- Rows written before this migration take the migration's own xid (all committed long ago).
 alter table domain_events add column xid xid8 not null default pg_current_xact_id();
 
--- the feed of one account, and the dispatcher's walk over every account's changes
+-- the feed of one account (and the dispatcher's walk over it): the only index this adds to the
+-- write path of a state change
 create index domain_events_feed on domain_events (account_id, xid, seq)
   where actor_type = 'thing' and type in ('thing.stateChanged', 'thing.enrolled');
-create index domain_events_feed_all on domain_events (xid, seq)
-  where actor_type = 'thing' and type in ('thing.stateChanged', 'thing.enrolled');
-
--- the full sync (GET /provisioning/v1/things): an account's things, keyset by id
-create index things_account_id on things (account_id, id);
 
 -- State-change subscriptions. status and consecutive_failures, suspended_at and
 -- suspended_reason are the projection of the subscription actor (written by the actor store only).
@@ -42,15 +38,16 @@ create table state_change_subscriptions (
 create index state_change_subscriptions_account on state_change_subscriptions (account_id, id);
 create index state_change_subscriptions_active on state_change_subscriptions (account_id) where status = 'ACTIVE';
 
--- How far the dispatcher has turned the log into deliveries: one row, locked by the node that
--- dispatches (the others skip it). Starts at the end of the log as it is now.
-create table feed_dispatch_cursor (
-  id integer primary key check (id = 1),
+-- How far the dispatcher has turned each account's log into deliveries. A row is set to the
+-- end of the log when the account's first ACTIVE subscription appears (created or reactivated);
+-- the dispatcher reads only accounts with an ACTIVE subscription, and the node that dispatches an
+-- account locks its row (the others skip it).
+create table feed_dispatch_cursors (
+  account_id uuid primary key references accounts (id),
   xid xid8 not null,
   seq bigint not null,
   updated_at timestamptz not null default now()
 );
-insert into feed_dispatch_cursor (id, xid, seq) values (1, pg_current_xact_id(), 9223372036854775807);
 
 -- Pending webhook deliveries: a durable queue (any node claims due rows with a lease; a crash
 -- lets the lease lapse and another node retries). A row goes when delivered or dropped.

@@ -64,11 +64,17 @@ export const configSchema = z.object({
   INGEST_RATE_WINDOW_SECONDS: positiveInt.default(60),
   INGEST_JOB_BODY_LIMIT_BYTES: positiveInt.default(64 * 1024 * 1024).describe('largest bulk job request body'),
   INGEST_JOB_MAX_ITEMS: positiveInt.default(500_000),
-  ALLOW_PRIVATE_TARGETS: bool.default(false).describe('let outbound calls (factory-service health checks and saga legs) reach loopback, link-local and private addresses (development and tests)'),
+  ALLOW_PRIVATE_TARGETS: bool.default(false).describe('let outbound calls (factory-service health checks, saga legs, webhook deliveries) reach loopback, link-local and private addresses (development and tests)'),
   OUTBOUND_CA_FILE: z.string().min(1).optional().describe('PEM file of extra CA certificates trusted for outbound HTTPS (factory backends), beside the system roots'),
   PROVISION_LEG_ATTEMPTS: positiveInt.max(20).default(5).describe('attempts per PROVISION saga leg before the run fails'),
   PROVISION_LEG_RETRY_SECONDS: positiveInt.default(30).describe('wait before the second attempt of a failed leg; doubled for each further one (at most 1 hour)'),
   PROVISION_LEG_TIMEOUT_SECONDS: positiveInt.default(600).describe('how long a dispatched leg waits for its provisioning-result before the attempt counts as failed'),
+  WEBHOOK_CA_FILE: z.string().min(1).optional().describe('PEM file of extra CA certificates that webhook receivers\' TLS certificates may chain to (besides the public roots)'),
+  WEBHOOK_TIMEOUT_MS: positiveInt.default(10_000).describe('a webhook receiver must answer within this time, else the attempt failed'),
+  WEBHOOK_MAX_ATTEMPTS: positiveInt.default(8).describe('attempts of one webhook delivery before it is dropped'),
+  WEBHOOK_RETRY_BASE_MS: positiveInt.default(5_000).describe('delay before the first retry of a delivery; doubled for each further attempt (with jitter), at most an hour'),
+  WEBHOOK_SUSPEND_AFTER: positiveInt.default(5).describe('dropped deliveries in a row that suspend a subscription'),
+  WEBHOOK_CONCURRENCY: positiveInt.default(64).describe('webhook deliveries in flight per node (at most about a quarter of them to one subscription)'),
 });
 
 export type RawConfig = z.infer<typeof configSchema>;

@@ -9,6 +9,7 @@ import { factoryDomain } from './factory/index.js';
 import { registryDomain } from './registry/index.js';
 import { blacklistDomain } from './blacklist/index.js';
 import { ingestDomain } from './ingest/index.js';
+import { feedDomain } from './feed/index.js';
 
 /**
  * Every domain of the gateway, in init/start order. Each declares the services it `provides` and
@@ -16,5 +17,5 @@ import { ingestDomain } from './ingest/index.js';
  * at start-up and names what to move). Stopped in reverse order.
  */
 export const domains: DomainModule[] = [
-  accountsDomain, quotasDomain, iamDomain, notificationsDomain, deviceSessionsDomain, blacklistDomain, trustDomain, registryDomain, factoryDomain, ingestDomain, brokerDomain,
+  accountsDomain, quotasDomain, iamDomain, notificationsDomain, deviceSessionsDomain, blacklistDomain, trustDomain, registryDomain, factoryDomain, feedDomain, ingestDomain, brokerDomain,
 ];

@@ -9,7 +9,8 @@ import type { DomainModule } from '../../src/gateway.js';
 
 /**
  * One gateway in this process for an HTTP benchmark: embedded PostgreSQL and a PKI in a temporary
- * folder, loopback listeners, no background jobs, warn-level logs. `stop` also removes the folder.
+ * folder, loopback listeners, no background jobs (unless `env` says JOBS=true), warn-level logs.
+ * `env` overrides settings. `stop` also removes the folder.
  */
 export async function startBenchGateway(name: string, options: { domains?: DomainModule[]; env?: Record<string, string> } = {}): Promise<RunningGateway> {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), `bench-${name}-`));

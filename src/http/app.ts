@@ -17,6 +17,7 @@ import { Problem, slugOf } from './problem.js';
 import { devRoutes } from './devRoutes.js';
 import { AuthFailures } from './authFailures.js';
 import { isTrustedProxy } from './trustedProxies.js';
+import { installEdge } from './edge.js';
 
 /**
  * Errors Node raises before a request reaches Fastify (request timeout, malformed HTTP): answered
@@ -105,6 +106,7 @@ export async function buildHttp(gw: Gateway, domains: DomainModule[], services: 
   AuthFailures.create({ limit: config.AUTH_FAILURE_LIMIT, windowSeconds: config.AUTH_FAILURE_WINDOW_SECONDS, redisUrl: config.REDIS_URL, cluster: gw.cluster, log: gw.log }).install(app);
   gw.auth.install(app);
   installHttpMetrics(app, gw.metrics);
+  installEdge(app);
 
   app.get('/healthz', { config: { auth: 'public' }, schema: { tags: ['ops'], summary: 'Liveness', response: { 200: z.object({ status: z.literal('ok') }) } } }, async () => ({ status: 'ok' as const }));
   app.get('/readyz', { config: { auth: 'public' }, logLevel: 'error' /* probes poll it while starting: not-ready is expected */, schema: { tags: ['ops'], summary: 'Readiness: database and broker up', response: { 200: z.object({ status: z.literal('ready'), checks: z.record(z.string(), z.boolean()) }) } } }, async () => {

@@ -1,0 +1,73 @@
+import { defineDomain, type Gateway } from '../gateway.js';
+import { resealAll, Sealer, type SealedColumn } from '../pki/sealer.js';
+import { Cursors } from './cursor.js';
+import { DeliveryWorker } from './delivery.js';
+import { Dispatcher } from './dispatcher.js';
+import { StateChangeFeed } from './feed.js';
+import { feedRoutes } from './routes.js';
+import { Subscriptions, subscriptionKind } from './subscriptions.js';
+
+const SEALED_COLUMNS: SealedColumn[] = [{ table: 'state_change_subscriptions', key: 'id', column: 'secret_sealed' }];
+/** The log's changes that wake the dispatcher (committed, from any node). */
+const CHANGE_EVENTS = ['thing.stateChanged', 'thing.enrolled'];
+/** The dispatcher also looks this often: the horizon may move on without a new change. */
+const DISPATCH_POLL_MS = 1000;
+
+interface Parts {
+  sealer: Sealer;
+  feed: StateChangeFeed;
+  subscriptions: Subscriptions;
+  dispatcher: Dispatcher;
+  worker: DeliveryWorker;
+  poll?: NodeJS.Timeout;
+  unlisten?: () => void;
+}
+const parts = new WeakMap<Gateway, Parts>();
+
+/** Domain module of src/feed/: the state-change feed, subscriptions and webhook delivery. */
+export const feedDomain = defineDomain({
+  name: 'feed',
+  kinds: [subscriptionKind],
+  init(gw) {
+    const { sql, actors, clock, log, config } = gw;
+    const sealer = new Sealer(gw.pki.sealingKeys);
+    const feed = new StateChangeFeed({ sql, cursors: new Cursors(gw.pki.sealingKeys), clock });
+    const subscriptions = new Subscriptions({
+      sql, actors, clock, log, sealer, allowPrivateTargets: config.ALLOW_PRIVATE_TARGETS, suspendAfter: config.WEBHOOK_SUSPEND_AFTER,
+    });
+    const worker = new DeliveryWorker({
+      sql, log: log.child({ component: 'webhooks' }), sealer, subscriptions, metrics: gw.metrics,
+      settings: {
+        timeoutMs: config.WEBHOOK_TIMEOUT_MS, maxAttempts: config.WEBHOOK_MAX_ATTEMPTS, retryBaseMs: config.WEBHOOK_RETRY_BASE_MS,
+        concurrency: config.WEBHOOK_CONCURRENCY, allowPrivateTargets: config.ALLOW_PRIVATE_TARGETS, caFile: config.WEBHOOK_CA_FILE,
+      },
+    });
+    const dispatcher = new Dispatcher({ sql, log: log.child({ component: 'feed-dispatch' }), onDeliveries: () => worker.wake() });
+    parts.set(gw, { sealer, feed, subscriptions, dispatcher, worker });
+  },
+  async routes(app, gw) {
+    const p = parts.get(gw)!;
+    await feedRoutes(app, p.feed, p.subscriptions);
+  },
+  async start(gw) {
+    const p = parts.get(gw)!;
+    const sealed = await resealAll(gw.sql, p.sealer, SEALED_COLUMNS);
+    if (sealed.unreadable) gw.log.warn(sealed, 'some webhook secrets open with no sealing key');
+    // JOBS=false: a node that serves requests only, while other nodes do the background work
+    if (!gw.config.JOBS) return;
+    const wake = () => p.dispatcher.wake();
+    for (const type of CHANGE_EVENTS) gw.bus.on(type, wake);
+    p.unlisten = () => CHANGE_EVENTS.forEach((type) => gw.bus.off(type, wake));
+    p.poll = setInterval(wake, DISPATCH_POLL_MS);
+    p.poll.unref();
+    p.worker.start();
+    p.dispatcher.wake();
+  },
+  async stop(gw) {
+    const p = parts.get(gw)!;
+    clearInterval(p.poll);
+    p.unlisten?.();
+    p.dispatcher.stop();
+    await p.worker.stop();
+  },
+});

@@ -6,7 +6,7 @@ import { expectProblem, startTestGateway, type HttpResponse, type TestGateway } 
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { enrollDevice } from '../helpers/devices.js';
 import { waitFor } from '../helpers/wait.js';
-import { bornThings, createModel, registerFactoryService, signed, step, type FeedItem } from './helpers.js';
+import { bornThings, createModel, registerFactoryService, signed, step, type FeedItem, approvedRegistrar } from './helpers.js';
 
 /**
  * The state-change feed over real HTTP and Postgres: the item shape, paging, the THM-501xx
@@ -130,7 +130,7 @@ describe('the feed (GET /provisioning/v1/state-changes)', () => {
 
   it("a registrar-bound factory service reads the changes of the things of its registrar's models only", async () => {
     const a = await createAccount(gw);
-    const registrar = crypto.randomUUID();
+    const registrar = await approvedRegistrar(gw, a);
     const bound = await registerFactoryService(gw, a, { registrarId: registrar });
     const otherModel = await createModel(gw, a);
     const [served] = await bornThings(gw, a.id, 1, { modelId: bound.modelId });
@@ -155,7 +155,7 @@ describe('THM codes of the feed', () => {
   });
 
   it('THM-50100 (400): registrar_id sent, by a signed request or a user', async () => {
-    const service = await registerFactoryService(gw, a, { registrarId: crypto.randomUUID() });
+    const service = await registerFactoryService(gw, a, { registrarId: await approvedRegistrar(gw, a) });
     const viaSigned = expectProblem(await signed(gw, clock, service.creds, 'GET', `${FEED}?registrar_id=${crypto.randomUUID()}`), 400);
     expect(viaSigned).toMatchObject({ code: 'THM-50100' });
     expect(viaSigned.detail).toMatch(/registrar_id must not be sent.*signed identity/);

@@ -1,3 +1,4 @@
+import { platformToken, registrar } from '../registry/helpers.js';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import https from 'node:https';
@@ -179,4 +180,9 @@ export function verifyStandardWebhook(secret: string, headers: Record<string, st
     const given = Buffer.from(sig, 'base64');
     return given.length === expected.length && crypto.timingSafeEqual(given, expected);
   });
+}
+
+/** An approved registrar of the account (factory registration and registrar approved by a platform operator): its id. */
+export async function approvedRegistrar(gw: TestGateway, account: TestAccount): Promise<string> {
+  return (await registrar(gw, account, await platformToken(gw))).id;
 }

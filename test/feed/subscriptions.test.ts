@@ -4,7 +4,7 @@ import { ManualClock } from '../../src/lib/clock.js';
 import { expectProblem, startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { waitFor } from '../helpers/wait.js';
-import { bornThings, registerFactoryService, signed } from './helpers.js';
+import { bornThings, registerFactoryService, signed, approvedRegistrar } from './helpers.js';
 
 /**
  * State-change subscriptions over real HTTP and Postgres: the body rules and their THM codes,
@@ -52,7 +52,7 @@ describe('create (POST /provisioning/v1/state-change-subscriptions)', () => {
   });
 
   it('a factory service subscribes with a signed request; its webhook secret is not its access secret; its registrar scopes the subscription', async () => {
-    const registrar = crypto.randomUUID();
+    const registrar = await approvedRegistrar(gw, a);
     const service = await registerFactoryService(gw, a, { registrarId: registrar });
     const res = await signed(gw, clock, service.creds, 'POST', PATH, valid);
     expect(res.status, res.text).toBe(201);

@@ -6,7 +6,7 @@ import { enrollDevice } from '../helpers/devices.js';
 import { waitFor } from '../helpers/wait.js';
 import crypto from 'node:crypto';
 import { ManualClock } from '../../src/lib/clock.js';
-import { bornThings, createModel, createTestCa, registerFactoryService, signed, startReceiver, step, verifyStandardWebhook, type TestCa } from './helpers.js';
+import { bornThings, createModel, createTestCa, registerFactoryService, signed, startReceiver, step, verifyStandardWebhook, type TestCa, approvedRegistrar } from './helpers.js';
 
 /**
  * Webhook delivery end to end: an HTTPS receiver inside the test (its certificate from a CA of
@@ -74,7 +74,7 @@ describe('webhook deliveries', () => {
 
   it("a subscription of a registrar-bound factory service gets the changes of its registrar's models only", async () => {
     const account = await createAccount(gw);
-    const service = await registerFactoryService(gw, account, { registrarId: crypto.randomUUID() });
+    const service = await registerFactoryService(gw, account, { registrarId: await approvedRegistrar(gw, account) });
     // signing time: now (the gateway runs on the system clock here), a second further per request
     const res = await signed(gw, new ManualClock(), service.creds, 'POST', PATH, { target_url: receiver.url('/registrar'), acknowledge_polling_still_mandatory: true });
     expect(res.status, res.text).toBe(201);

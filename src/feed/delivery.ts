@@ -16,7 +16,7 @@ export interface DeliverySettings {
   retryBaseMs: number;
   concurrency: number;
   allowPrivateTargets: boolean;
-  /** PEM of extra CAs receivers' certificates may chain to (WEBHOOK_CA_FILE) */
+  /** PEM of extra CAs receivers' certificates may chain to (OUTBOUND_CA_FILE) */
   caFile?: string;
 }
 
@@ -30,7 +30,7 @@ export function retryDelayMs(baseMs: number, attempt: number): number {
 }
 
 /**
- * The TLS trust of deliveries: the public roots, plus WEBHOOK_CA_FILE when set. Built once as a
+ * The TLS trust of deliveries: the public roots, plus OUTBOUND_CA_FILE when set. Built once as a
  * secure context: an agent given `ca` itself concatenates every root into its pool key on each
  * request (most of a delivery's CPU time, measured).
  */

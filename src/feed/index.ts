@@ -39,7 +39,7 @@ export const feedDomain = defineDomain({
       sql, log: log.child({ component: 'webhooks' }), sealer, subscriptions, metrics: gw.metrics,
       settings: {
         timeoutMs: config.WEBHOOK_TIMEOUT_MS, maxAttempts: config.WEBHOOK_MAX_ATTEMPTS, retryBaseMs: config.WEBHOOK_RETRY_BASE_MS,
-        concurrency: config.WEBHOOK_CONCURRENCY, allowPrivateTargets: config.ALLOW_PRIVATE_TARGETS, caFile: config.WEBHOOK_CA_FILE,
+        concurrency: config.WEBHOOK_CONCURRENCY, allowPrivateTargets: config.ALLOW_PRIVATE_TARGETS, caFile: config.OUTBOUND_CA_FILE,
       },
     });
     const dispatcher = new Dispatcher({ sql, log: log.child({ component: 'feed-dispatch' }), onDeliveries: () => worker.wake() });

@@ -83,7 +83,7 @@ export interface FeedItem { sequence: number; thing_id: string; old_state: strin
 
 export interface TestCa { caPem: string; caFile: string; keyPem: string; certPem: string; dir: string }
 
-/** A CA and a server certificate for 127.0.0.1 and localhost; the CA PEM written to a file (WEBHOOK_CA_FILE). */
+/** A CA and a server certificate for 127.0.0.1 and localhost; the CA PEM written to a file (OUTBOUND_CA_FILE). */
 export async function createTestCa(): Promise<TestCa> {
   x509.cryptoProvider.set(webcrypto);
   const alg = { name: 'ECDSA', namedCurve: 'P-256', hash: 'SHA-256' };

@@ -7,7 +7,7 @@ import { waitFor } from '../helpers/wait.js';
 import { bornThings, createTestCa, startReceiver, verifyStandardWebhook, type TestCa } from './helpers.js';
 
 /**
- * Webhook delivery across gateway nodes and restarts, and the trust of WEBHOOK_CA_FILE: an HTTPS
+ * Webhook delivery across gateway nodes and restarts, and the trust of OUTBOUND_CA_FILE: an HTTPS
  * receiver inside the test (certificate from a CA of the test) records every request.
  */
 let ca: TestCa;
@@ -15,7 +15,7 @@ let receiver: Awaited<ReturnType<typeof startReceiver>>;
 let gw: TestGateway;
 
 const settings = (ca: TestCa) => ({
-  ALLOW_PRIVATE_TARGETS: 'true', WEBHOOK_CA_FILE: ca.caFile, WEBHOOK_RETRY_BASE_MS: '50', WEBHOOK_MAX_ATTEMPTS: '3', WEBHOOK_SUSPEND_AFTER: '2', WEBHOOK_TIMEOUT_MS: '5000',
+  ALLOW_PRIVATE_TARGETS: 'true', OUTBOUND_CA_FILE: ca.caFile, WEBHOOK_RETRY_BASE_MS: '50', WEBHOOK_MAX_ATTEMPTS: '3', WEBHOOK_SUSPEND_AFTER: '2', WEBHOOK_TIMEOUT_MS: '5000',
 });
 
 beforeAll(async () => {
@@ -54,7 +54,7 @@ describe('two nodes', () => {
   });
 });
 
-describe('restarts and the trust of WEBHOOK_CA_FILE', () => {
+describe('restarts and the trust of OUTBOUND_CA_FILE', () => {
   it('a delivery that failed before the gateway stopped is retried by the restarted gateway, with the same webhook-id', async () => {
     const db = await createTestDatabase({ migrated: false });
     // a first retry 2 to 4 s away: the gateway stops before it
@@ -83,7 +83,7 @@ describe('restarts and the trust of WEBHOOK_CA_FILE', () => {
     }
   });
 
-  it("without WEBHOOK_CA_FILE the test CA is not trusted: the attempt fails in the TLS handshake and the receiver sees nothing", async () => {
+  it("without OUTBOUND_CA_FILE the test CA is not trusted: the attempt fails in the TLS handshake and the receiver sees nothing", async () => {
     const node = await startTestGateway({ ALLOW_PRIVATE_TARGETS: 'true', WEBHOOK_RETRY_BASE_MS: '60000' });
     try {
       const account = await createAccount(node);

@@ -10,7 +10,7 @@ import { bornThings, createModel, createTestCa, registerFactoryService, signed, 
 
 /**
  * Webhook delivery end to end: an HTTPS receiver inside the test (its certificate from a CA of
- * the test, trusted through WEBHOOK_CA_FILE) verifies every delivery with an independent
+ * the test, trusted through OUTBOUND_CA_FILE) verifies every delivery with an independent
  * Standard Webhooks implementation; retries after 500s keep their webhook-id; the failure rule
  * and a 410 suspend the subscription; deliveries never hold up the change (nodes and restarts:
  * webhookNodes.test.ts).
@@ -22,7 +22,7 @@ let gw: TestGateway;
 let a: TestAccount;
 
 const settings = (ca: TestCa) => ({
-  ALLOW_PRIVATE_TARGETS: 'true', WEBHOOK_CA_FILE: ca.caFile, WEBHOOK_RETRY_BASE_MS: '50', WEBHOOK_MAX_ATTEMPTS: '3', WEBHOOK_SUSPEND_AFTER: '2', WEBHOOK_TIMEOUT_MS: '5000',
+  ALLOW_PRIVATE_TARGETS: 'true', OUTBOUND_CA_FILE: ca.caFile, WEBHOOK_RETRY_BASE_MS: '50', WEBHOOK_MAX_ATTEMPTS: '3', WEBHOOK_SUSPEND_AFTER: '2', WEBHOOK_TIMEOUT_MS: '5000',
 });
 
 beforeAll(async () => {

@@ -38,7 +38,11 @@ describe('migration 0900', () => {
     folder.copy((f) => f === THIS);
     expect((await migrate(db.sql, folder.dir)).applied).toEqual([THIS]);
 
-    const { rows } = await repo.changesPage(db.sql, { accountId, registrarId: null }, START, 10);
+    // (served once no older write transaction of the shared server is open: the horizon)
+    const rows = await waitFor(async () => {
+      const page = await repo.changesPage(db.sql, { accountId, registrarId: null }, START, 10);
+      return page.rows.length === things.length ? page.rows : undefined;
+    }, 30_000, 'the old changes to be served');
     expect(rows.map((r) => r.thing_id)).toEqual(things);
     expect(new Set(rows.map((r) => r.xid)).size).toBe(1);
     expect(await repo.accountsToDispatch(db.sql, 10)).toEqual([]);

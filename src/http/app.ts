@@ -6,7 +6,7 @@ import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import websocket from '@fastify/websocket';
 import { z } from 'zod';
-import { jsonSchemaTransform, serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
+import { serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
 import type { DomainModule, Gateway, Services, ZodApp } from '../gateway.js';
 import { frameworkErrorHandler, MAX_PARAM_LENGTH, registerErrorHandling } from './errors.js';
 import { installInputGuard } from './inputGuard.js';
@@ -18,6 +18,7 @@ import { devRoutes } from './devRoutes.js';
 import { AuthFailures } from './authFailures.js';
 import { isTrustedProxy } from './trustedProxies.js';
 import { installEdge } from './edge.js';
+import { openapiTransform, openapiTransformObject } from './openapi.js';
 
 /**
  * Errors Node raises before a request reaches Fastify (request timeout, malformed HTTP): answered
@@ -96,7 +97,9 @@ export async function buildHttp(gw: Gateway, domains: DomainModule[], services: 
       },
       security: [{ bearer: [] }, { svc: [] }],
     },
-    transform: jsonSchemaTransform,
+    // operationIds, problem+json error responses and the Problem component: see openapi.ts
+    transform: openapiTransform,
+    transformObject: openapiTransformObject,
   });
   await app.register(swaggerUi, { routePrefix: '/docs' });
   // One WebSocket server for every domain (telemetry stream, notification stream).

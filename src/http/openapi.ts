@@ -100,7 +100,8 @@ export const openapiTransformObject: TransformObject = (documentObject) => {
       const op = item[method];
       if (!op) continue;
       op.operationId ??= operationIdOf(method, path);
-      const statuses = (op[MARKER] as number[] | undefined) ?? [];
+      // no marker when a route brings its own config.swaggerTransform: still the statuses of every route
+      const statuses = (op[MARKER] as number[] | undefined) ?? [500, 503];
       delete op[MARKER];
       const responses: Record<string, ResponseObject> = { ...op.responses };
       // error responses a route declares itself: every error body leaves through sendProblem as

@@ -8,6 +8,7 @@
  * the routes declare them, and problem bodies are always sent with JSON.stringify (sendProblem),
  * so nothing changes on the wire.
  */
+import { STATUS_CODES } from 'node:http';
 import type { FastifyDynamicSwaggerOptions } from '@fastify/swagger';
 import { jsonSchemaTransform } from 'fastify-type-provider-zod';
 import { PROBLEM_JSON } from './errors.js';
@@ -70,6 +71,9 @@ export function operationIdOf(method: string, path: string): string {
   return method.toLowerCase() + words.map((w) => w[0].toUpperCase() + w.slice(1)).join('');
 }
 
+/** the gateway's title of a status (as in its problem bodies), else Node's reason phrase */
+const titleOf = (status: number) => (/^(Client|Server) Error$/.test(statusTitle(status)) ? STATUS_CODES[status] ?? statusTitle(status) : statusTitle(status));
+
 const problemResponse = (description: string) => ({ description, content: { [PROBLEM_JSON]: { schema: { $ref: PROBLEM_REF } } } });
 
 type Transform = NonNullable<FastifyDynamicSwaggerOptions['transform']>;
@@ -109,9 +113,9 @@ export const openapiTransformObject: TransformObject = (documentObject) => {
       for (const [status, response] of Object.entries(responses)) {
         if (!isError(status) || response.content?.[PROBLEM_JSON]) continue;
         const own = response.description && response.description !== 'Default Response' ? response.description : undefined;
-        responses[status] = problemResponse(own ?? statusTitle(Number(status)));
+        responses[status] = problemResponse(own ?? titleOf(Number(status)));
       }
-      for (const status of statuses) responses[status] ??= problemResponse(statusTitle(status));
+      for (const status of statuses) responses[status] ??= problemResponse(titleOf(status));
       responses.default ??= problemResponse('Any other error (e.g. 410, 422, 502, 504)');
       op.responses = responses;
     }

@@ -79,10 +79,13 @@ describe('OpenAPI document', () => {
     expect(duplicates).toEqual([]);
     expect(doc.paths['/api/v1/things/{thingId}/state'].get.operationId).toBe('getApiV1ThingsThingIdState');
     expect(doc.paths['/platform/v1/accounts'].post.operationId).toBe('postPlatformV1Accounts');
+    expect(doc.paths['/healthz'].get.operationId).toBe('getHealthz');
   });
 
   it('every operation documents its error responses as problem+json of the shared Problem schema', () => {
     expect(doc.components.schemas.Problem).toEqual(PROBLEM_SCHEMA);
+    expect(Object.keys(doc.paths['/api/v1/things/{thingId}/state'].get.responses)).toEqual(['200', '400', '401', '403', '404', '414', '429', '500', '503', 'default']);
+    expect(doc.paths['/api/v1/things/{thingId}/state'].get.responses['414'].description).toBe('URI Too Long');
     const wrong: string[] = [];
     for (const { method, path, op } of ops) {
       const where = `${method.toUpperCase()} ${path}`;

@@ -72,7 +72,12 @@ export class RegistryService {
 
   async list(scope: ThingScope, q: ThingListQuery) {
     const after = q.cursor === undefined ? undefined : decodeCursor(q.cursor, q.sort);
-    const rows = await registryRepo.list(this.sql, scope, q, after);
+    const rows = await registryRepo.list(this.sql, scope, q, after).catch((err) => {
+      // a timestamp the patterns let through but Postgres refuses (2026-02-30, a forged cursor's key);
+      // timestamps go as text and are cast in SQL, so a cursor keeps Postgres' microseconds
+      if (err?.code === '22007' || err?.code === '22008') throw invalid('a timestamp in last_seen_before, last_seen_after or the cursor is not a valid date');
+      throw err;
+    });
     const page = rows.slice(0, q.limit);
     const last = page[page.length - 1];
     return {
@@ -192,12 +197,12 @@ const registryRepo = {
         ${q.claim_group === undefined ? db`` : db`and t.claim_group_id = ${q.claim_group}`}
         ${q.connected === undefined ? db`` : q.connected ? db`and c.connected` : db`and coalesce(c.connected, false) = false`}
         ${q.revoked === undefined ? db`` : q.revoked ? db`and t.revoked_at is not null` : db`and t.revoked_at is null`}
-        ${q.last_seen_before === undefined ? db`` : db`and c.last_seen < ${q.last_seen_before}::timestamptz`}
-        ${q.last_seen_after === undefined ? db`` : db`and c.last_seen >= ${q.last_seen_after}::timestamptz`}
+        ${q.last_seen_before === undefined ? db`` : db`and c.last_seen < ${q.last_seen_before}::text::timestamptz`}
+        ${q.last_seen_after === undefined ? db`` : db`and c.last_seen >= ${q.last_seen_after}::text::timestamptz`}
         ${q.tags === undefined ? db`` : db`and (select count(*) from thing_tags g where g.thing_id = t.id and g.tag = any(${q.tags})) = ${q.tags.length}`}
         ${after === undefined ? db`` : desc
-          ? db`and (${key}, t.id) < (${after.k}::timestamptz, ${after.i}::uuid)`
-          : db`and (${key}, t.id) > (${after.k}::timestamptz, ${after.i}::uuid)`}
+          ? db`and (${key}, t.id) < (${after.k}::text::timestamptz, ${after.i}::uuid)`
+          : db`and (${key}, t.id) > (${after.k}::text::timestamptz, ${after.i}::uuid)`}
       order by ${key} ${desc ? db`desc` : db`asc`}, t.id ${desc ? db`desc` : db`asc`}
       limit ${q.limit + 1}`;
   },

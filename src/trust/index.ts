@@ -4,7 +4,7 @@ import { DdiService } from './ddi.js';
 import { EnrollmentService } from './enrollment.js';
 import { ModelService } from './models.js';
 import { modelRoutes } from './model-routes.js';
-import { registryRoutes } from './registryRoutes.js';
+import { registryRoutes } from './registry-routes.js';
 import { deviceAuthenticators, trustRoutes } from './routes.js';
 import { resealAll, Sealer, type SealedColumn } from '../pki/sealer.js';
 import { TrustService } from './service.js';

@@ -199,7 +199,8 @@ const registryRepo = {
         ${q.revoked === undefined ? db`` : q.revoked ? db`and t.revoked_at is not null` : db`and t.revoked_at is null`}
         ${q.last_seen_before === undefined ? db`` : db`and c.last_seen < ${q.last_seen_before}::text::timestamptz`}
         ${q.last_seen_after === undefined ? db`` : db`and c.last_seen >= ${q.last_seen_after}::text::timestamptz`}
-        ${q.tags === undefined ? db`` : db`and (select count(*) from thing_tags g where g.thing_id = t.id and g.tag = any(${q.tags})) = ${q.tags.length}`}
+        ${q.tags === undefined ? db`` : db`and t.id in (
+          select g.thing_id from thing_tags g where g.tag = any(${q.tags}) group by g.thing_id having count(*) = ${q.tags.length})`}
         ${after === undefined ? db`` : desc
           ? db`and (${key}, t.id) < (${after.k}::text::timestamptz, ${after.i}::uuid)`
           : db`and (${key}, t.id) > (${after.k}::text::timestamptz, ${after.i}::uuid)`}

@@ -329,6 +329,7 @@ export class EnrollmentService {
     const { config, pki } = this.gw;
     const brokerPort = config.MQTT_PUBLIC_PORT ?? (config.MQTT_PORT === 0 ? this.mqtt.port : config.MQTT_PORT) ?? 8883;
     return {
+      thingId,
       certificate: issued.pem,
       ...(issued.privateKeyPem ? { privateKey: issued.privateKeyPem } : {}),
       caCertificate: pki.deviceCaPem,

@@ -4,6 +4,7 @@ import { DdiService } from './ddi.js';
 import { EnrollmentService } from './enrollment.js';
 import { ModelService } from './models.js';
 import { modelRoutes } from './model-routes.js';
+import { registryRoutes } from './registry-routes.js';
 import { deviceAuthenticators, trustRoutes } from './routes.js';
 import { resealAll, Sealer, type SealedColumn } from '../pki/sealer.js';
 import { TrustService } from './service.js';
@@ -67,6 +68,7 @@ export const trustDomain = defineDomain({
   async routes(app, gw) {
     await trustRoutes(app, gw, byGateway.get(gw)!);
     await modelRoutes(app, byGateway.get(gw)!.models, gw.clock);
+    await registryRoutes(app, gw);
   },
   async start(gw) {
     await byGateway.get(gw)!.crl.current();

@@ -91,6 +91,7 @@ export const enrollSchema = z.strictObject({
 export type EnrollBody = z.infer<typeof enrollSchema>;
 
 export const enrollmentResponseSchema = z.strictObject({
+  thingId: z.uuid().describe('the enrolled thing (its certificate CN)'),
   certificate: z.string(),
   privateKey: z.string().optional(),
   caCertificate: z.string(),

@@ -15,7 +15,8 @@ afterAll(async () => gw?.close());
 describe('claim enrollment', () => {
   it('returns exactly the enrollment response fields', async () => {
     const d = await enrollDevice(gw, account);
-    expect(Object.keys(d.response).sort()).toEqual(['caBundlePem', 'caCertificate', 'certificate', 'mqttBrokerPort', 'mqttBrokerUrl', 'privateKey', 'twinTopicPrefix']);
+    expect(Object.keys(d.response).sort()).toEqual(['caBundlePem', 'caCertificate', 'certificate', 'mqttBrokerPort', 'mqttBrokerUrl', 'privateKey', 'thingId', 'twinTopicPrefix']);
+    expect(d.response.thingId).toBe(d.thingId);
     expect(d.response.twinTopicPrefix).toMatch(/^devices\/[0-9a-f-]{36}$/);
     expect(d.thingId).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
     expect(d.response.privateKey).toContain('BEGIN PRIVATE KEY');

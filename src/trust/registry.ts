@@ -1,0 +1,221 @@
+import type { Db, Sql } from '../db/client.js';
+import { conflict, invalid, notFound } from '../lib/errors.js';
+import { iso } from '../lib/encoding.js';
+import { isUuid } from '../http/auth/principal.js';
+import type { ThingScope } from './lifecycle.js';
+import type { ThingState } from '../../machines/thing.js';
+
+/**
+ * The fleet registry read model (issue 18, item 1): things of an account listed with filters and
+ * keyset pages, one thing's full view, tags, and claim groups listed. It reads trust's tables and,
+ * for connectivity, twin versions and latest telemetry, the broker's tables in SQL (a read model
+ * joins them; it does not import the broker domain).
+ */
+
+export const SORTS = ['created_at', '-created_at', 'last_seen', '-last_seen'] as const;
+export type Sort = (typeof SORTS)[number];
+export const TAG_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$/;
+export const MAX_TAGS_PER_THING = 50;
+
+export interface ThingListQuery {
+  limit: number;
+  cursor?: string;
+  sort: Sort;
+  state?: ThingState[];
+  /** model id (uuid) or vid:pid descriptor */
+  model?: string;
+  claim_group?: string;
+  connected?: boolean;
+  revoked?: boolean;
+  last_seen_before?: string;
+  last_seen_after?: string;
+  tags?: string[];
+}
+
+/**
+ * The opaque cursor: the sort it belongs to, the last item's sort key as Postgres prints it (text
+ * keeps the microseconds a JS Date would lose) and its id. The next page starts strictly after
+ * (key, id), so an insert during paging never shifts the items not yet seen.
+ */
+interface Cursor { s: Sort; k: string; i: string }
+const PG_TIMESTAMP = /^(-infinity|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(\.\d{1,6})?[+-]\d\d(:\d\d){0,2})$/;
+
+export function encodeCursor(c: Cursor): string {
+  return Buffer.from(JSON.stringify(c)).toString('base64url');
+}
+
+export function decodeCursor(raw: string, sort: Sort): Cursor {
+  let c: Partial<Cursor>;
+  try { c = JSON.parse(Buffer.from(raw, 'base64url').toString('utf8')); } catch { throw invalid('cursor is not a cursor this API returned'); }
+  if (!c || typeof c !== 'object' || typeof c.k !== 'string' || !PG_TIMESTAMP.test(c.k) || typeof c.i !== 'string' || !isUuid(c.i) || !SORTS.includes(c.s as Sort)) {
+    throw invalid('cursor is not a cursor this API returned');
+  }
+  if (c.s !== sort) throw invalid(`cursor belongs to sort=${c.s}, not sort=${sort}: send the same sort with its cursor`);
+  return c as Cursor;
+}
+
+interface ThingRow {
+  id: string; model_id: string | null; model: string; manufacturer: string; serial: string; metadata: Record<string, unknown>;
+  state: ThingState; state_updated_at: Date | null; claim_group_id: string | null; enrolled_by: string | null; enrolled_at: Date | null;
+  revoked_at: Date | null; created_at: Date; sort_key: string; tags: string[];
+  cert_serial: string | null; cert_not_after: Date | null; cert_revoked: boolean | null;
+  connected: boolean | null; connected_at: Date | null; disconnected_at: Date | null; last_seen: Date | null; protocol_version: number | null;
+}
+
+interface ThingDetailRow extends ThingRow {
+  reported_version: number | null; reported_at: Date | null; desired_version: number | null; desired_at: Date | null;
+  telemetry: Record<string, unknown> | null; telemetry_at: Date | null;
+}
+
+export class RegistryService {
+  constructor(private readonly sql: Sql) {}
+
+  async list(scope: ThingScope, q: ThingListQuery) {
+    const after = q.cursor === undefined ? undefined : decodeCursor(q.cursor, q.sort);
+    const rows = await registryRepo.list(this.sql, scope, q, after).catch((err) => {
+      // a timestamp the patterns let through but Postgres refuses (2026-02-30, a forged cursor's key);
+      // timestamps go as text and are cast in SQL, so a cursor keeps Postgres' microseconds
+      if (err?.code === '22007' || err?.code === '22008') throw invalid('a timestamp in last_seen_before, last_seen_after or the cursor is not a valid date');
+      throw err;
+    });
+    const page = rows.slice(0, q.limit);
+    const last = page[page.length - 1];
+    return {
+      items: page.map(present),
+      next_cursor: rows.length > q.limit ? encodeCursor({ s: q.sort, k: last.sort_key, i: last.id }) : null,
+    };
+  }
+
+  async get(scope: ThingScope, id: string) {
+    const row = isUuid(id) ? await registryRepo.get(this.sql, scope, id) : undefined;
+    if (!row) throw notFound(`thing ${id} not found`);
+    return {
+      ...present(row),
+      metadata: row.metadata,
+      connectivity: row.connected === null ? null : {
+        connected: row.connected, connected_at: iso(row.connected_at), disconnected_at: iso(row.disconnected_at),
+        last_seen: iso(row.last_seen), protocol_version: row.protocol_version,
+      },
+      twin: row.reported_version === null ? null : {
+        reported_version: row.reported_version, reported_at: iso(row.reported_at), desired_version: row.desired_version!, desired_at: iso(row.desired_at),
+      },
+      telemetry: row.telemetry === null ? null : { values: row.telemetry, updated_at: iso(row.telemetry_at) },
+    };
+  }
+
+  /** Adds a tag (idempotent); 409 beyond MAX_TAGS_PER_THING. The thing's row lock serialises the count. */
+  async tag(scope: ThingScope, id: string, tag: string) {
+    checkTag(tag);
+    return this.sql.begin(async (tx) => {
+      await lockThing(tx, scope, id);
+      const [{ n }] = await tx<{ n: number }[]>`select count(*)::int as n from thing_tags where thing_id = ${id} and tag <> ${tag}`;
+      if (n >= MAX_TAGS_PER_THING) throw conflict(`thing ${id} has ${MAX_TAGS_PER_THING} tags, the most it may have: remove one first`);
+      await tx`insert into thing_tags (thing_id, tag) values (${id}, ${tag}) on conflict do nothing`;
+      return { thing_id: id, tags: await tagsOf(tx, id) };
+    });
+  }
+
+  /** Removes a tag (idempotent: an absent tag is no error). */
+  async untag(scope: ThingScope, id: string, tag: string) {
+    checkTag(tag);
+    return this.sql.begin(async (tx) => {
+      await lockThing(tx, scope, id);
+      await tx`delete from thing_tags where thing_id = ${id} and tag = ${tag}`;
+      return { thing_id: id, tags: await tagsOf(tx, id) };
+    });
+  }
+
+  /** The account's claim groups, keyset pages by id; status as the claim group actor would settle it now. */
+  async claimGroups(accountId: string, q: { limit: number; after?: string }) {
+    const rows = await this.sql<{ id: string; name: string; max_devices: number; ttl_days: number; created_at: Date; expires_at: Date | null; consumed: number; status: string }[]>`
+      select g.id, a.snapshot -> 'context' ->> 'name' as name, (a.snapshot -> 'context' ->> 'maxDevices')::int as max_devices,
+        (a.snapshot -> 'context' ->> 'ttlDays')::int as ttl_days, g.created_at, g.expires_at, g.consumed,
+        case when g.state in ('active', 'capped') and g.expires_at <= now() then 'expired' else g.state end as status
+      from claim_groups g join actors a on a.type = 'claimGroup' and a.id = g.id::text
+      where g.account_id = ${accountId} ${q.after === undefined ? this.sql`` : this.sql`and g.id > ${q.after}`}
+      order by g.id limit ${q.limit + 1}`;
+    const items = rows.slice(0, q.limit).map((r) => ({
+      id: r.id, name: r.name, maxDevices: r.max_devices, ttlDays: r.ttl_days, createdAt: iso(r.created_at), expiresAt: iso(r.expires_at),
+      consumed: r.consumed, status: r.status as 'active' | 'capped' | 'expired' | 'revoked', revoked: r.status === 'revoked',
+    }));
+    return { items, next_cursor: rows.length > q.limit ? items[items.length - 1].id : null };
+  }
+}
+
+function checkTag(tag: string): void {
+  if (!TAG_PATTERN.test(tag)) throw invalid(`tag ${JSON.stringify(tag.slice(0, 80))} must be 1-64 characters of A-Z a-z 0-9 _ . : - starting with a letter or digit`);
+}
+
+async function lockThing(tx: Db, scope: ThingScope, id: string): Promise<void> {
+  const [row] = isUuid(id) ? await tx`
+    select id from things where id = ${id} and account_id = ${scope.accountId}
+      ${scope.modelId === undefined ? tx`` : tx`and model_id = ${scope.modelId}`}
+    for update` : [];
+  if (!row) throw notFound(`thing ${id} not found`);
+}
+
+async function tagsOf(db: Db, id: string): Promise<string[]> {
+  return (await db<{ tag: string }[]>`select tag from thing_tags where thing_id = ${id} order by tag`).map((r) => r.tag);
+}
+
+function present(r: ThingRow) {
+  return {
+    id: r.id, model_id: r.model_id, model: r.model, manufacturer: r.manufacturer, serial: r.serial,
+    state: r.state, state_updated_at: iso(r.state_updated_at), claim_group_id: r.claim_group_id,
+    enrolled_by: r.enrolled_by, enrolled_at: iso(r.enrolled_at), revoked: r.revoked_at !== null, revoked_at: iso(r.revoked_at),
+    created_at: iso(r.created_at), tags: r.tags,
+    connected: r.connected ?? false, last_seen: iso(r.last_seen),
+    certificate: r.cert_serial === null ? null : { serial: r.cert_serial, not_after: iso(r.cert_not_after)!, revoked: r.cert_revoked! },
+  };
+}
+
+/** The sort key of a sort, as an expression over things t and device_connectivity c (never null, so keyset comparison is total). */
+const sortKey = (db: Db, sort: Sort) => sort.endsWith('last_seen') ? db`coalesce(c.last_seen, '-infinity'::timestamptz)` : db`t.created_at`;
+
+const columns = (db: Db, sort: Sort) => db`
+  t.id, t.model_id, t.model, t.manufacturer, t.serial, t.metadata, t.lifecycle_state as state, t.lifecycle_updated_at as state_updated_at,
+  t.claim_group_id, t.enrolled_by, t.enrolled_at, t.revoked_at, t.created_at, (${sortKey(db, sort)})::text as sort_key,
+  coalesce((select array_agg(g.tag order by g.tag) from thing_tags g where g.thing_id = t.id), '{}') as tags,
+  cert.serial as cert_serial, cert.not_after as cert_not_after, cert.revoked as cert_revoked,
+  c.connected, c.connected_at, c.disconnected_at, c.last_seen, c.protocol_version`;
+/** the thing's newest certificate; its connectivity row (broker table, keyed by the thing id as text) */
+const joins = (db: Db) => db`
+  left join lateral (select serial, not_after, revoked from device_certificates where thing_id = t.id order by created_at desc limit 1) cert on true
+  left join device_connectivity c on c.thing_id = t.id::text`;
+
+const registryRepo = {
+  async list(db: Db, scope: ThingScope, q: ThingListQuery, after: Cursor | undefined): Promise<ThingRow[]> {
+    const desc = q.sort.startsWith('-');
+    const key = sortKey(db, q.sort);
+    const byModel = q.model === undefined ? db`` : isUuid(q.model) ? db`and t.model_id = ${q.model}` : db`and t.model = ${q.model}`;
+    return db<ThingRow[]>`
+      select ${columns(db, q.sort)} from things t ${joins(db)}
+      where t.account_id = ${scope.accountId}
+        ${scope.modelId === undefined ? db`` : db`and t.model_id = ${scope.modelId}`}
+        ${q.state === undefined ? db`` : db`and t.lifecycle_state = any(${q.state})`}
+        ${byModel}
+        ${q.claim_group === undefined ? db`` : db`and t.claim_group_id = ${q.claim_group}`}
+        ${q.connected === undefined ? db`` : q.connected ? db`and c.connected` : db`and coalesce(c.connected, false) = false`}
+        ${q.revoked === undefined ? db`` : q.revoked ? db`and t.revoked_at is not null` : db`and t.revoked_at is null`}
+        ${q.last_seen_before === undefined ? db`` : db`and c.last_seen < ${q.last_seen_before}::text::timestamptz`}
+        ${q.last_seen_after === undefined ? db`` : db`and c.last_seen >= ${q.last_seen_after}::text::timestamptz`}
+        ${q.tags === undefined ? db`` : db`and t.id in (
+          select g.thing_id from thing_tags g where g.tag = any(${q.tags}) group by g.thing_id having count(*) = ${q.tags.length})`}
+        ${after === undefined ? db`` : desc
+          ? db`and (${key}, t.id) < (${after.k}::text::timestamptz, ${after.i}::uuid)`
+          : db`and (${key}, t.id) > (${after.k}::text::timestamptz, ${after.i}::uuid)`}
+      order by ${key} ${desc ? db`desc` : db`asc`}, t.id ${desc ? db`desc` : db`asc`}
+      limit ${q.limit + 1}`;
+  },
+  async get(db: Db, scope: ThingScope, id: string): Promise<ThingDetailRow | undefined> {
+    const [row] = await db<ThingDetailRow[]>`
+      select ${columns(db, 'created_at')}, w.reported_version, w.reported_at, w.desired_version, w.desired_at,
+        l.telemetry, l.updated_at as telemetry_at
+      from things t ${joins(db)}
+        left join device_twins w on w.thing_id = t.id::text
+        left join device_telemetry_latest l on l.thing_id = t.id::text
+      where t.id = ${id} and t.account_id = ${scope.accountId}
+        ${scope.modelId === undefined ? db`` : db`and t.model_id = ${scope.modelId}`}`;
+    return row;
+  },
+};

@@ -49,10 +49,13 @@ describe('graceful shutdown', () => {
         res.on('end', () => resolve({ status: res.statusCode!, text }));
       });
       req.on('error', reject);
-      // half the body now, SIGTERM, the rest later: the request is in flight when shutdown starts
+      // half the body now; SIGTERM once the gateway has the request (its log says so, however slow
+      // the machine); the rest later: the request is in flight when shutdown starts
       req.write(body.slice(0, 10));
-      setTimeout(() => child.kill('SIGTERM'), 300);
-      setTimeout(() => req.end(body.slice(10)), 900);
+      void waitFor(() => gateway!.output().includes('"url":"/dev/token"') || undefined, 20_000, 'the request to reach the gateway', 20).then(() => {
+        child.kill('SIGTERM');
+        setTimeout(() => req.end(body.slice(10)), 600);
+      }, reject);
     });
     const res = await response.catch((err) => { throw new Error(`${err.message}; gateway output:\n${gateway!.output()}`); });
     expect(res.status).toBe(200);

@@ -17,7 +17,8 @@ export const deviceCommandKind: ActorKind<typeof deviceCommandMachine> = {
     columns: ['status', 'delivered_at', 'completed_at', 'response'],
     project: (s, state) => ({
       status: state, delivered_at: s.context.deliveredAt, completed_at: s.context.completedAt,
-      response: s.context.response === null || s.context.response === undefined ? null : JSON.stringify(s.context.response),
+      // postgres.js serializes a jsonb parameter itself (a string reply becomes a JSON string)
+      response: s.context.response ?? null,
     }),
   },
 };

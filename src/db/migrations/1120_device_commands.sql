@@ -6,7 +6,7 @@ create table device_commands (
   account_id uuid not null references accounts (id) on delete cascade,
   thing_id text not null,
   name text not null,
-  payload jsonb not null default 'null',
+  payload jsonb, -- null: no payload
   ttl_seconds integer not null check (ttl_seconds > 0),
   status text not null default 'pending',
   created_at timestamptz not null,

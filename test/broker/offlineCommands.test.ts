@@ -121,6 +121,32 @@ describe('offline commands (ttlSeconds)', () => {
     await client.endAsync();
   });
 
+  it('publishes each pending command once, oldest first, when deliveries race (two subscribes at once)', async () => {
+    const device = await ownedDevice();
+    const ids: string[] = [];
+    for (let i = 0; i < 5; i += 1) ids.push((await send(device.thingId, { name: `c${i}`, ttlSeconds: 600 })).body.id);
+    const client = await connectDevice(port, device);
+    const received: string[] = [];
+    client.on('message', (topic, payload) => {
+      if (topic === `devices/${device.thingId}/commands`) received.push(JSON.parse(payload.toString()).id);
+    });
+    // both subscriptions cover the command topic: each starts a delivery of the pending commands
+    await Promise.all([
+      client.subscribeAsync(`devices/${device.thingId}/commands`, { qos: 1 }),
+      client.subscribeAsync(`devices/${device.thingId}/#`, { qos: 1 }),
+    ]);
+    await waitFor(async () => {
+      const pending = (await gw.http.get(`${commands(device.thingId)}?status=delivered`, { token: account.viewer })).body.items;
+      return pending.length === 5;
+    }, 10_000, 'all delivered');
+    // Aedes sends one copy per client even for overlapping subscriptions; a marker command sent
+    // now arrives after anything published before it on this connection
+    const marker = (await send(device.thingId, { name: 'marker', ttlSeconds: 60 })).body.id;
+    await waitFor(() => received.includes(marker), 10_000, 'marker received');
+    expect(received).toEqual([...ids, marker]);
+    await client.endAsync();
+  });
+
   it('answers 404 for another account\'s thing and command, 400 for bad input', async () => {
     const device = await ownedDevice();
     const c = (await send(device.thingId, { name: 'mine', ttlSeconds: 60 })).body;

@@ -147,6 +147,23 @@ describe('offline commands (ttlSeconds)', () => {
     await client.endAsync();
   });
 
+  it('delivers on reconnect of a persistent session, which does not subscribe again', async () => {
+    const device = await ownedDevice();
+    const persistent = { clean: false, properties: { sessionExpiryInterval: 300 } };
+    const first = await connectDevice(port, device, persistent);
+    await first.subscribeAsync(`devices/${device.thingId}/commands`, { qos: 1 });
+    await first.endAsync();
+    await waitFor(async () => !(await gw.http.get(`/api/v1/things/${device.thingId}/connectivity`, { token: account.viewer })).body.connected, 10_000, 'disconnected');
+    const c = (await send(device.thingId, { name: 'while-away', ttlSeconds: 600 })).body;
+    expect(c.status).toBe('pending');
+    const again = await connectDevice(port, device, persistent);
+    const received: string[] = [];
+    again.on('message', (_topic, payload) => received.push(JSON.parse(payload.toString()).id));
+    await waitFor(() => received.includes(c.id), 10_000, 'delivered to the resumed session');
+    expect((await status(device.thingId, c.id)).status).toBe('delivered');
+    await again.endAsync();
+  });
+
   it('answers 404 for another account\'s thing and command, 400 for bad input', async () => {
     const device = await ownedDevice();
     const c = (await send(device.thingId, { name: 'mine', ttlSeconds: 60 })).body;

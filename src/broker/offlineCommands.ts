@@ -2,7 +2,7 @@ import crypto from 'node:crypto';
 import type { AedesPublishPacket, Client } from 'aedes';
 import type { ActorKind } from '../actors/store.js';
 import type { Gateway } from '../gateway.js';
-import { notFound, unavailable } from '../lib/errors.js';
+import { conflict, notFound, unavailable } from '../lib/errors.js';
 import { deviceCommandMachine, type DeviceCommandStatus } from '../../machines/deviceCommand.js';
 import type { Broker } from './broker.js';
 import type { BrokerHost } from './host.js';
@@ -92,6 +92,12 @@ export class OfflineCommands {
     const now = this.gw.clock.now();
     const expiresAt = new Date(now.getTime() + ttlSeconds * 1000);
     await this.gw.actors.run(async (uow) => {
+      // one thing's submits queue on its lock, so the cap holds under concurrency
+      await uow.sql`select pg_advisory_xact_lock(hashtext(${`device-commands:${thingId}`}))`;
+      const [{ n }] = await uow.sql<{ n: number }[]>`
+        select count(*)::int as n from device_commands where thing_id = ${thingId} and status = 'pending'`;
+      const max = this.gw.config.COMMAND_MAX_PENDING;
+      if (n >= max) throw conflict(`thing ${thingId} already has ${n} pending commands (at most ${max}); wait for it to connect or for them to expire`, { type: 'too-many-pending-commands' });
       await uow.sql`
         insert into device_commands (id, account_id, thing_id, name, payload, ttl_seconds, created_at, expires_at)
         values (${id}, ${accountId}, ${thingId}, ${name}, ${uow.sql.json((payload ?? null) as never)}, ${ttlSeconds}, ${now}, ${expiresAt})`;

@@ -14,7 +14,7 @@ let other: TestAccount;
 let claimSecret: string;
 
 beforeAll(async () => {
-  gw = await startTestGateway();
+  gw = await startTestGateway({ COMMAND_MAX_PENDING: '8' });
   port = gw.mqttPort!;
   account = await createAccount(gw);
   other = await createAccount(gw);
@@ -162,6 +162,19 @@ describe('offline commands (ttlSeconds)', () => {
     await waitFor(() => received.includes(c.id), 10_000, 'delivered to the resumed session');
     expect((await status(device.thingId, c.id)).status).toBe('delivered');
     await again.endAsync();
+  });
+
+  it('caps the pending commands of one thing, also when submits race (409), and other things are unaffected', async () => {
+    const device = await ownedDevice();
+    const results = await Promise.all(Array.from({ length: 12 }, (_, i) => send(device.thingId, { name: `n${i}`, ttlSeconds: 600 })));
+    expect(results.filter((r) => r.status === 202)).toHaveLength(8);
+    const refused = results.filter((r) => r.status !== 202);
+    expect(refused).toHaveLength(4);
+    for (const r of refused) expect(expectProblem(r, 409).detail).toMatch(/pending commands/);
+    const pending = (await gw.http.get(`${commands(device.thingId)}?status=pending`, { token: account.viewer })).body.items;
+    expect(pending).toHaveLength(8);
+    const otherThing = await ownedDevice();
+    expect((await send(otherThing.thingId, { name: 'fine', ttlSeconds: 60 })).status).toBe(202);
   });
 
   it('answers 404 for another account\'s thing and command, 400 for bad input', async () => {

@@ -59,6 +59,7 @@ export const configSchema = z.object({
   MAIL_FROM: z.string().default('Device Gateway <gateway@localhost>'),
   SSE_HEARTBEAT_SECONDS: positiveInt.default(25),
   COMMAND_TIMEOUT_MS: positiveInt.default(10_000),
+  COMMAND_MAX_PENDING: positiveInt.default(1000).describe('commands with a TTL waiting for one offline thing (more: 409)'),
   JOBS: bool.default(true),
   INGEST_RATE_LIMIT: positiveInt.default(600).describe('ingest requests per partner per window (all nodes together when REDIS_URL is set)'),
   INGEST_RATE_WINDOW_SECONDS: positiveInt.default(60),

@@ -6,6 +6,8 @@ import { CrlWatcher } from './crl.js';
 import { BrokerHost } from './host.js';
 import { IngestBuffer } from './ingest.js';
 import { registerBrokerMetrics } from './metrics.js';
+import { OfflineCommands, EXPIRE_COMMANDS_JOB, deviceCommandKind } from './offlineCommands.js';
+import { offlineCommandRoutes } from './offlineCommandRoutes.js';
 import { BrokerRepo } from './repo.js';
 import { brokerRoutes } from './routes.js';
 import { ConnectedDeviceService } from './service.js';
@@ -22,7 +24,7 @@ declare module '../gateway.js' {
 /** seconds without a heartbeat after which a broker node's sessions count as gone */
 const NODE_TTL_SECONDS = 20;
 
-const parts = new WeakMap<Gateway, { ingest: IngestBuffer; sessions: ClusterSessions }>();
+const parts = new WeakMap<Gateway, { ingest: IngestBuffer; sessions: ClusterSessions; offline?: OfflineCommands }>();
 
 /**
  * Cluster-wide device sessions: a disconnect reaches whichever node holds the device. Its own
@@ -53,16 +55,20 @@ export const brokerDomain = defineDomain({
   name: 'broker',
   provides: ['devices'],
   requires: ['brokerHost', 'crl', 'thingDirectory', 'deviceSessions'],
+  kinds: [deviceCommandKind],
   init(gw, { brokerHost, thingDirectory }) {
     const repo = new BrokerRepo(gw.sql);
     const ingest = new IngestBuffer(repo, gw.log.child({ component: 'ingest' }));
     const devices = new ConnectedDeviceService(gw, repo, ingest, brokerHost, thingDirectory);
     parts.get(gw)!.ingest = ingest;
+    const offline = (parts.get(gw)!.offline = new OfflineCommands(gw, brokerHost));
+    gw.jobs.define(EXPIRE_COMMANDS_JOB, async () => void (await offline.expireDue()), { schedule: '* * * * *', retryLimit: 1 });
     registerBrokerMetrics(gw.metrics, () => brokerHost.broker, ingest);
     return { devices };
   },
   async routes(app, gw, { devices, deviceSessions }) {
-    await brokerRoutes(app, gw, devices, deviceSessions);
+    await brokerRoutes(app, gw, devices, deviceSessions, parts.get(gw)!.offline!);
+    await offlineCommandRoutes(app, devices, parts.get(gw)!.offline!);
   },
   async start(gw, { devices, brokerHost, crl: crlSource }) {
     const p = parts.get(gw)!;
@@ -80,12 +86,14 @@ export const brokerDomain = defineDomain({
     const commands = new CommandRouter(broker);
     await commands.start();
     brokerHost.attach({ broker, crl, commands });
+    await p.offline!.start(broker);
     p.ingest.start();
   },
   async stop(gw, { devices, brokerHost }) {
     const p = parts.get(gw)!;
     devices.stopping = true;
     brokerHost.crl?.stop();
+    await p.offline?.stop().catch(() => {});
     await brokerHost.commands?.stop().catch(() => {});
     await brokerHost.broker?.close();
     brokerHost.detach();

@@ -1,14 +1,16 @@
 import { z } from 'zod';
 import type { DeviceSessions, Gateway, ZodApp } from '../gateway.js';
 import { conflict, notFound, timedOut } from '../lib/errors.js';
+import { commandAccepted, commandWithTtlBody } from './offlineCommandRoutes.js';
+import type { OfflineCommands } from './offlineCommands.js';
 import type { ConnectedDeviceService } from './service.js';
-import { commandBody, commandResult, connectivitySchema, desiredBody, desiredSchema, telemetrySchema, thingParams, twinSchema } from './schemas.js';
+import { commandResult, connectivitySchema, desiredBody, desiredSchema, telemetrySchema, thingParams, twinSchema } from './schemas.js';
 
 const READERS = ['admin', 'operator', 'viewer'];
 const WRITERS = ['admin', 'operator'];
 
 /** Tenant endpoints for connected devices, and the broker's management interface. */
-export async function brokerRoutes(app: ZodApp, gw: Gateway, devices: ConnectedDeviceService, deviceSessions: DeviceSessions): Promise<void> {
+export async function brokerRoutes(app: ZodApp, gw: Gateway, devices: ConnectedDeviceService, deviceSessions: DeviceSessions, offline: OfflineCommands): Promise<void> {
   app.get('/api/v1/things/:thingId/connectivity', {
     config: { auth: { action: 'device:Connectivity:Read', roles: READERS } },
     schema: { tags: ['devices'], summary: "A thing's MQTT connectivity and last seen", params: thingParams, response: { 200: connectivitySchema } },
@@ -64,13 +66,19 @@ export async function brokerRoutes(app: ZodApp, gw: Gateway, devices: ConnectedD
   app.post('/api/v1/things/:thingId/commands', {
     config: { auth: { action: 'device:Command:Invoke', roles: WRITERS } },
     schema: {
-      tags: ['devices'], summary: 'Send a command to a connected device and wait for its reply (504 on timeout)',
-      params: thingParams, body: commandBody, response: { 200: commandResult },
+      tags: ['devices'], summary: 'Send a command to a connected device and wait for its reply (504 on timeout); with ttlSeconds: 202, delivered now or on reconnect',
+      params: thingParams, body: commandWithTtlBody, response: { 200: commandResult, 202: commandAccepted },
     },
-  }, async (request) => {
+  }, async (request, reply) => {
     const { thingId } = request.params;
     await devices.requireThing(request.principal!, thingId);
-    if (!(await devices.connectivity(thingId)).connected) throw conflict(`thing ${thingId} is not connected`, { type: 'device-not-connected' });
+    const { ttlSeconds, name, payload } = request.body;
+    const connected = (await devices.connectivity(thingId)).connected;
+    if (ttlSeconds !== undefined) {
+      const c = await offline.submit(request.principal!.accountId!, thingId, name, payload ?? null, ttlSeconds, connected);
+      return reply.code(202).send({ id: c.id, status: c.status, expiresAt: c.expiresAt });
+    }
+    if (!connected) throw conflict(`thing ${thingId} is not connected`, { type: 'device-not-connected' });
     const timeoutMs = request.body.timeoutMs ?? gw.config.COMMAND_TIMEOUT_MS;
     const result = await devices.invokeCommand(thingId, request.body.name, request.body.payload ?? null, timeoutMs);
     if (!result) throw timedOut(`thing ${thingId} did not answer command ${request.body.name} within ${timeoutMs} ms`, { type: 'command-timeout' });

@@ -1,0 +1,194 @@
+import type { MqttClient, IPublishPacket } from 'mqtt';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestGateway, expectProblem, type TestGateway } from '../helpers/gateway.js';
+import { createAccount, type TestAccount } from '../helpers/accounts.js';
+import { waitFor } from '../helpers/wait.js';
+import { enrollDevice, createClaimGroup } from '../helpers/devices.js';
+import { connectDevice, type TestDevice } from './fixtures.js';
+import { EXPIRE_COMMANDS_JOB } from '../../src/broker/offlineCommands.js';
+
+let gw: TestGateway;
+let port: number;
+let account: TestAccount;
+let other: TestAccount;
+let claimSecret: string;
+
+beforeAll(async () => {
+  gw = await startTestGateway({ COMMAND_MAX_PENDING: '8' });
+  port = gw.mqttPort!;
+  account = await createAccount(gw);
+  other = await createAccount(gw);
+  claimSecret = (await createClaimGroup(gw, account)).sharedSecret;
+});
+afterAll(async () => gw?.close());
+
+const ownedDevice = (): Promise<TestDevice> => enrollDevice(gw, account, { claimSecret });
+const commands = (thingId: string) => `/api/v1/things/${thingId}/commands`;
+const send = (thingId: string, body: Record<string, unknown>) => gw.http.post(commands(thingId), body, { token: account.operator });
+const status = async (thingId: string, id: string) => (await gw.http.get(`${commands(thingId)}/${id}`, { token: account.viewer })).body;
+
+/** Connects, records every command received, and subscribes to the command topic. */
+async function deviceClient(device: TestDevice): Promise<{ client: MqttClient; received: { body: { id: string; name: string; payload: unknown }; packet: IPublishPacket }[] }> {
+  const client = await connectDevice(port, device);
+  const received: { body: { id: string; name: string; payload: unknown }; packet: IPublishPacket }[] = [];
+  client.on('message', (topic, payload, packet) => {
+    if (topic === `devices/${device.thingId}/commands`) received.push({ body: JSON.parse(payload.toString()), packet });
+  });
+  await client.subscribeAsync(`devices/${device.thingId}/commands`, { qos: 1 });
+  return { client, received };
+}
+
+const answer = (client: MqttClient, packet: IPublishPacket, body: unknown) =>
+  client.publishAsync(packet.properties!.responseTopic!, JSON.stringify(body), { qos: 1, properties: { correlationData: packet.properties!.correlationData } });
+
+describe('offline commands (ttlSeconds)', () => {
+  it('stores a command for an offline device and delivers it after it connects, with a message expiry; the reply succeeds it', async () => {
+    const device = await ownedDevice();
+    const accepted = await send(device.thingId, { name: 'reboot', payload: { delay: 5 }, ttlSeconds: 600 });
+    expect(accepted.status, JSON.stringify(accepted.body)).toBe(202);
+    expect(accepted.body).toMatchObject({ status: 'pending' });
+    expect(Date.parse(accepted.body.expiresAt) - Date.now()).toBeGreaterThan(500_000);
+    const id: string = accepted.body.id;
+    expect(await status(device.thingId, id)).toMatchObject({ id, status: 'pending', deliveredAt: null, response: null, ttlSeconds: 600 });
+
+    const { client, received } = await deviceClient(device);
+    const [message] = await waitFor(() => (received.length ? received : undefined), 10_000, 'command delivered');
+    expect(message.body).toEqual({ id, name: 'reboot', payload: { delay: 5 } });
+    const expiry = message.packet.properties?.messageExpiryInterval;
+    expect(expiry).toBeGreaterThan(0);
+    expect(expiry).toBeLessThanOrEqual(600);
+    expect(Buffer.from(message.packet.properties!.correlationData!).toString()).toBe(id);
+    expect((await status(device.thingId, id)).status).toBe('delivered');
+
+    await answer(client, message.packet, { ok: true, uptime: 1 });
+    const done = await waitFor(async () => {
+      const s = await status(device.thingId, id);
+      return s.status === 'succeeded' ? s : undefined;
+    }, 10_000, 'succeeded');
+    expect(done.response).toEqual({ ok: true, uptime: 1 });
+    expect(done.deliveredAt).not.toBeNull();
+    expect(done.completedAt).not.toBeNull();
+    const list = await gw.http.get(`${commands(device.thingId)}?status=succeeded`, { token: account.viewer });
+    expect(list.body.items.map((c: { id: string }) => c.id)).toEqual([id]);
+    expect((await gw.http.get(`${commands(device.thingId)}?status=pending`, { token: account.viewer })).body.items).toEqual([]);
+    await client.endAsync();
+  });
+
+  it('never delivers a command whose TTL passed while offline: it is expired; the next one goes (and fails on an error reply)', async () => {
+    const device = await ownedDevice();
+    const stale = (await send(device.thingId, { name: 'old', ttlSeconds: 1 })).body;
+    await waitFor(() => Date.now() > Date.parse(stale.expiresAt) + 50, 5_000, 'TTL passed', 50);
+    const fresh = (await send(device.thingId, { name: 'new', ttlSeconds: 600 })).body;
+
+    const { client, received } = await deviceClient(device);
+    // delivery is oldest first: had the stale one gone out, it would have come before this one
+    await waitFor(() => received.some((m) => m.body.id === fresh.id), 10_000, 'fresh command delivered');
+    expect(received.map((m) => m.body.name)).toEqual(['new']);
+    expect(await status(device.thingId, stale.id)).toMatchObject({ status: 'expired', deliveredAt: null });
+
+    await answer(client, received[0].packet, { error: 'disk full' });
+    const failed = await waitFor(async () => {
+      const s = await status(device.thingId, fresh.id);
+      return s.status === 'failed' ? s : undefined;
+    }, 10_000, 'failed');
+    expect(failed.response).toEqual({ error: 'disk full' });
+    await client.endAsync();
+  });
+
+  it('the scheduled sweep expires a pending command once its TTL passes', async () => {
+    const device = await ownedDevice();
+    const c = (await send(device.thingId, { name: 'late', ttlSeconds: 1 })).body;
+    await waitFor(() => Date.now() > Date.parse(c.expiresAt) + 50, 5_000, 'TTL passed', 50);
+    expect((await status(device.thingId, c.id)).status).toBe('pending');
+    await gw.gw.jobs.send(EXPIRE_COMMANDS_JOB, {});
+    const expired = await waitFor(async () => {
+      const s = await status(device.thingId, c.id);
+      return s.status === 'expired' ? s : undefined;
+    }, 15_000, 'expired by the sweep');
+    expect(expired.completedAt).not.toBeNull();
+  });
+
+  it('delivers at once to a connected device (202 delivered); without ttlSeconds an offline device is still 409', async () => {
+    const device = await ownedDevice();
+    expectProblem(await send(device.thingId, { name: 'sync' }), 409);
+    const { client, received } = await deviceClient(device);
+    await waitFor(async () => (await gw.http.get(`/api/v1/things/${device.thingId}/connectivity`, { token: account.viewer })).body.connected, 10_000, 'connected');
+    const accepted = await send(device.thingId, { name: 'now', ttlSeconds: 30 });
+    expect(accepted.status, JSON.stringify(accepted.body)).toBe(202);
+    expect(accepted.body.status).toBe('delivered');
+    await waitFor(() => received.some((m) => m.body.id === accepted.body.id), 10_000, 'delivered');
+    expect(received).toHaveLength(1);
+    await client.endAsync();
+  });
+
+  it('publishes each pending command once, oldest first, when deliveries race (two subscribes at once)', async () => {
+    const device = await ownedDevice();
+    const ids: string[] = [];
+    for (let i = 0; i < 5; i += 1) ids.push((await send(device.thingId, { name: `c${i}`, ttlSeconds: 600 })).body.id);
+    const client = await connectDevice(port, device);
+    const received: string[] = [];
+    client.on('message', (topic, payload) => {
+      if (topic === `devices/${device.thingId}/commands`) received.push(JSON.parse(payload.toString()).id);
+    });
+    // both subscriptions cover the command topic: each starts a delivery of the pending commands
+    await Promise.all([
+      client.subscribeAsync(`devices/${device.thingId}/commands`, { qos: 1 }),
+      client.subscribeAsync(`devices/${device.thingId}/#`, { qos: 1 }),
+    ]);
+    await waitFor(async () => {
+      const pending = (await gw.http.get(`${commands(device.thingId)}?status=delivered`, { token: account.viewer })).body.items;
+      return pending.length === 5;
+    }, 10_000, 'all delivered');
+    // Aedes sends one copy per client even for overlapping subscriptions; a marker command sent
+    // now arrives after anything published before it on this connection
+    const marker = (await send(device.thingId, { name: 'marker', ttlSeconds: 60 })).body.id;
+    await waitFor(() => received.includes(marker), 10_000, 'marker received');
+    expect(received).toEqual([...ids, marker]);
+    await client.endAsync();
+  });
+
+  it('delivers on reconnect of a persistent session, which does not subscribe again', async () => {
+    const device = await ownedDevice();
+    const persistent = { clean: false, properties: { sessionExpiryInterval: 300 } };
+    const first = await connectDevice(port, device, persistent);
+    await first.subscribeAsync(`devices/${device.thingId}/commands`, { qos: 1 });
+    await first.endAsync();
+    await waitFor(async () => !(await gw.http.get(`/api/v1/things/${device.thingId}/connectivity`, { token: account.viewer })).body.connected, 10_000, 'disconnected');
+    const c = (await send(device.thingId, { name: 'while-away', ttlSeconds: 600 })).body;
+    expect(c.status).toBe('pending');
+    const again = await connectDevice(port, device, persistent);
+    const received: string[] = [];
+    again.on('message', (_topic, payload) => received.push(JSON.parse(payload.toString()).id));
+    await waitFor(() => received.includes(c.id), 10_000, 'delivered to the resumed session');
+    expect((await status(device.thingId, c.id)).status).toBe('delivered');
+    await again.endAsync();
+  });
+
+  it('caps the pending commands of one thing, also when submits race (409), and other things are unaffected', async () => {
+    const device = await ownedDevice();
+    const results = await Promise.all(Array.from({ length: 12 }, (_, i) => send(device.thingId, { name: `n${i}`, ttlSeconds: 600 })));
+    expect(results.filter((r) => r.status === 202)).toHaveLength(8);
+    const refused = results.filter((r) => r.status !== 202);
+    expect(refused).toHaveLength(4);
+    for (const r of refused) expect(expectProblem(r, 409).detail).toMatch(/pending commands/);
+    const pending = (await gw.http.get(`${commands(device.thingId)}?status=pending`, { token: account.viewer })).body.items;
+    expect(pending).toHaveLength(8);
+    const otherThing = await ownedDevice();
+    expect((await send(otherThing.thingId, { name: 'fine', ttlSeconds: 60 })).status).toBe(202);
+  });
+
+  it('answers 404 for another account\'s thing and command, 400 for bad input', async () => {
+    const device = await ownedDevice();
+    const c = (await send(device.thingId, { name: 'mine', ttlSeconds: 60 })).body;
+    expectProblem(await gw.http.get(`${commands(device.thingId)}/${c.id}`, { token: other.viewer }), 404);
+    expectProblem(await gw.http.get(commands(device.thingId), { token: other.viewer }), 404);
+    expectProblem(await gw.http.post(commands(device.thingId), { name: 'x', ttlSeconds: 60 }, { token: other.operator }), 404);
+    // a command id of this account under another of its things is not found either
+    const second = await ownedDevice();
+    expectProblem(await gw.http.get(`${commands(second.thingId)}/${c.id}`, { token: account.viewer }), 404);
+    expectProblem(await send(device.thingId, { name: 'x', ttlSeconds: 0 }), 400);
+    expectProblem(await gw.http.get(`${commands(device.thingId)}?status=done`, { token: account.viewer }), 400);
+    const list = await gw.http.get(commands(device.thingId), { token: account.viewer });
+    expect(list.body.items.map((i: { id: string }) => i.id)).toEqual([c.id]);
+  });
+});

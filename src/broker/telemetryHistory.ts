@@ -98,7 +98,7 @@ export class TelemetryHistoryRepo {
     }
     await this.sql`
       insert into telemetry_history (thing_id, key, at, num, val)
-      select * from unnest(${ids}::text[], ${keys}::text[], ${ats}::timestamptz[], ${nums as number[]}::float8[], ${vals as string[]}::jsonb[])`;
+      select t, k, a, n, v::jsonb from unnest(${ids}::text[], ${keys}::text[], ${ats}::timestamptz[], ${nums as number[]}::float8[], ${vals as string[]}::text[]) as x(t, k, a, n, v)`;
   }
 
   /** Raw points in [from, to), oldest first; one more than `limit` tells that more remain. */

@@ -1,12 +1,12 @@
 import postgres from 'postgres';
 import type { Logger } from '../log.js';
 import type { BrokerRepo } from './repo.js';
-import { historyRows, type HistoryRow, type TelemetryHistoryRepo } from './telemetryHistory.js';
+import type { HistoryRow, TelemetryHistoryRepo } from './telemetryHistory.js';
 
 const FLUSH_MS = 250;
 const MAX_PENDING = 2_000;
-/** history rows (one per key of a message) that trigger a flush before the timer */
-const MAX_HISTORY_ROWS = 20_000;
+/** history rows (one a message) that trigger a flush before the timer */
+const MAX_HISTORY_ROWS = 10_000;
 
 /** the batched writes, the `table` label of `broker_ingest_rows_dropped_total` */
 export type IngestTable = 'telemetry' | 'last_seen' | 'history';
@@ -29,7 +29,7 @@ export class IngestBuffer {
   private flushing: Promise<void> = Promise.resolve();
   /** rows not written (read by /metrics) */
   readonly dropped: Record<IngestTable, number> = { telemetry: 0, last_seen: 0, history: 0 };
-  /** every telemetry message, one row per key, in arrival order (when history is on) */
+  /** every telemetry message, in arrival order (when history is on) */
   private historyPending: HistoryRow[] = [];
 
   /** `history`: where every message is also appended (telemetry_history); without it, latest values only */
@@ -55,8 +55,8 @@ export class IngestBuffer {
   addTelemetry(thingId: string, values: Record<string, unknown>): void {
     const now = Date.now();
     if (this.history) {
-      // before the merge below, which mutates the first message's object
-      historyRows(thingId, now, values, this.historyPending);
+      // as text now: the merge below mutates the first message's object
+      this.historyPending.push({ thing_id: thingId, at: now, telemetry: JSON.stringify(values) });
       if (this.historyPending.length >= MAX_HISTORY_ROWS) void this.flush();
     }
     const entry = this.pending.get(thingId);

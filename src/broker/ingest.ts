@@ -5,8 +5,8 @@ import type { HistoryRow, TelemetryHistoryRepo } from './telemetryHistory.js';
 
 const FLUSH_MS = 250;
 const MAX_PENDING = 2_000;
-/** history rows (one a message) that trigger a flush before the timer */
-const MAX_HISTORY_ROWS = 10_000;
+/** telemetry messages waiting for the history that trigger a flush before the timer */
+const MAX_HISTORY_MESSAGES = 20_000;
 
 /** the batched writes, the `table` label of `broker_ingest_rows_dropped_total` */
 export type IngestTable = 'telemetry' | 'last_seen' | 'history';
@@ -29,8 +29,9 @@ export class IngestBuffer {
   private flushing: Promise<void> = Promise.resolve();
   /** rows not written (read by /metrics) */
   readonly dropped: Record<IngestTable, number> = { telemetry: 0, last_seen: 0, history: 0 };
-  /** every telemetry message, in arrival order (when history is on) */
-  private historyPending: HistoryRow[] = [];
+  /** per thing: its telemetry messages of this batch as `[epoch ms,{values}]` JSON texts, in arrival order (when history is on) */
+  private historyPending = new Map<string, { first: number; last: number; points: string[] }>();
+  private historyMessages = 0;
 
   /** `history`: where every message is also appended (telemetry_history); without it, latest values only */
   constructor(private readonly repo: BrokerRepo, private readonly log: Logger, private readonly history?: TelemetryHistoryRepo) {}
@@ -56,8 +57,11 @@ export class IngestBuffer {
     const now = Date.now();
     if (this.history) {
       // as text now: the merge below mutates the first message's object
-      this.historyPending.push({ thing_id: thingId, at: now, telemetry: JSON.stringify(values) });
-      if (this.historyPending.length >= MAX_HISTORY_ROWS) void this.flush();
+      const point = `[${now},${JSON.stringify(values)}]`;
+      const list = this.historyPending.get(thingId);
+      if (list) { list.points.push(point); list.last = now; }
+      else this.historyPending.set(thingId, { first: now, last: now, points: [point] });
+      if (++this.historyMessages >= MAX_HISTORY_MESSAGES) void this.flush();
     }
     const entry = this.pending.get(thingId);
     if (!entry) return this.add(thingId, { at: now, values });
@@ -74,11 +78,13 @@ export class IngestBuffer {
   /** Writes what is pending; batches never overlap (the next waits for the previous). */
   flush(): Promise<void> {
     this.flushing = this.flushing.then(async () => {
-      if (this.pending.size === 0 && this.historyPending.length === 0) return;
+      if (this.pending.size === 0 && this.historyPending.size === 0) return;
       const batch = this.pending;
       this.pending = new Map();
-      const history = this.historyPending;
-      this.historyPending = [];
+      const history: HistoryRow[] = [];
+      for (const [thing_id, h] of this.historyPending) history.push({ thing_id, first: h.first, last: h.last, points: `[${h.points.join(',')}]` });
+      this.historyPending = new Map();
+      this.historyMessages = 0;
       const telemetry: { thing_id: string; telemetry: Record<string, unknown>; at: string }[] = [];
       const seen: { thing_id: string; at: string }[] = [];
       for (const [thing_id, entry] of batch) {

@@ -5,11 +5,14 @@ import type { Sql } from '../db/client.js';
 import { invalid } from '../lib/errors.js';
 import type { Logger } from '../log.js';
 
-/** One telemetry message: what a history row holds (`at` in epoch ms, the values as JSON text). */
+/** The messages of one thing in one ingest batch: a history row. */
 export interface HistoryRow {
   thing_id: string;
-  at: number;
-  telemetry: string;
+  /** epoch ms of its first and last message */
+  first: number;
+  last: number;
+  /** JSON text `[[epoch ms, {values}], ...]`, oldest first */
+  points: string;
 }
 
 /**
@@ -87,17 +90,17 @@ export class TelemetryHistoryRepo {
    */
   async insert(rows: HistoryRow[]): Promise<void> {
     let text = '';
-    for (const r of rows) text += `${copyText(r.thing_id)}\t${new Date(r.at).toISOString()}\t${copyText(r.telemetry)}\n`;
-    const stream = await this.sql`copy telemetry_history (thing_id, at, telemetry) from stdin`.writable();
+    for (const r of rows) text += `${copyText(r.thing_id)}\t${new Date(r.first).toISOString()}\t${new Date(r.last).toISOString()}\t${copyText(r.points)}\n`;
+    const stream = await this.sql`copy telemetry_history (thing_id, first_at, last_at, points) from stdin`.writable();
     await pipeline(Readable.from([text]), stream);
   }
 
   /** Raw values of `key` in [from, to), oldest first; one more than `limit` tells that more remain. */
   async points(thingId: string, key: string, from: Date, to: Date, limit: number): Promise<{ at: Date; value: unknown }[]> {
     return this.sql<{ at: Date; value: unknown }[]>`
-      select at, telemetry -> ${key} as value from telemetry_history
-      where thing_id = ${thingId} and at >= ${from} and at < ${to} and telemetry ? ${key}
-      order by at limit ${limit + 1}`;
+      select at, value from (${this.messages(thingId, key, from, to)}) m
+      where value is not null
+      order by at, first_at, ord limit ${limit + 1}`;
   }
 
   /** Non-empty buckets of the numeric values of `key` in [from, to). */
@@ -106,11 +109,21 @@ export class TelemetryHistoryRepo {
       select date_bin(make_interval(secs => ${bucketMs / 1000}), at, timestamptz '2000-01-01 00:00:00+00') as start,
         avg(v) as avg, min(v) as min, max(v) as max, count(v)::int as count
       from (
-        select at, case when jsonb_typeof(telemetry -> ${key}) = 'number' then (telemetry ->> ${key})::float8 end as v
-        from telemetry_history
-        where thing_id = ${thingId} and at >= ${from} and at < ${to} and telemetry ? ${key}
+        select at, case when json_typeof(value) = 'number' then (value #>> '{}')::float8 end as v
+        from (${this.messages(thingId, key, from, to)}) m
+        where value is not null
       ) p
       group by 1 order by 1`;
+  }
+
+  /** The messages of a thing in [from, to), each with its value of `key` (null when it has none). */
+  private messages(thingId: string, key: string, from: Date, to: Date) {
+    return this.sql`
+      select at, value, first_at, ord from (
+        select timestamptz 'epoch' + (e ->> 0)::bigint * interval '1 millisecond' as at, e -> 1 -> ${key} as value, h.first_at, x.ord
+        from telemetry_history h, json_array_elements(h.points) with ordinality as x(e, ord)
+        where h.thing_id = ${thingId} and h.first_at < ${to} and h.last_at >= ${from}
+      ) m0 where at >= ${from} and at < ${to}`;
   }
 
   /**

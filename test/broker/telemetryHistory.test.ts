@@ -28,7 +28,7 @@ async function publishing(messages: Record<string, unknown>[]): Promise<{ device
   const client = await connectDevice(gw.mqttPort!, device);
   for (const m of messages) await client.publishAsync(`devices/${device.thingId}/telemetry`, JSON.stringify(m), { qos: 1 });
   await waitFor(async () => {
-    const [{ n }] = await gw.db.sql<{ n: number }[]>`select count(*)::int as n from telemetry_history where thing_id = ${device.thingId}`;
+    const [{ n }] = await gw.db.sql<{ n: number }[]>`select coalesce(sum(json_array_length(points)), 0)::int as n from telemetry_history where thing_id = ${device.thingId}`;
     return n === messages.length;
   }, 10_000, 'history rows written');
   return { device, client };
@@ -113,7 +113,7 @@ describe('partitions and retention', () => {
     const name = (d: Date) => `telemetry_history_p${d.toISOString().slice(0, 10).replaceAll('-', '')}`;
     // an old partition with a row in it, as if written 40 days ago
     await gw.db.sql`select telemetry_history_ensure_partitions(${day(-40).toISOString().slice(0, 10)}::date, 1)`;
-    await gw.db.sql`insert into telemetry_history (thing_id, at, telemetry) values ('old', ${new Date(day(-40).getTime() + 3_600_000)}, '{"k": 1}')`;
+    await gw.db.sql`insert into telemetry_history (thing_id, first_at, last_at, points) values ('old', ${new Date(day(-40).getTime() + 3_600_000)}, ${new Date(day(-40).getTime() + 3_600_000)}, '[[0, {"k": 1}]]')`;
     const { dropped } = await repo.maintain(30, now);
     expect(dropped).toContain(name(day(-40)));
     const parts = (await gw.db.sql<{ name: string }[]>`

@@ -1,5 +1,3 @@
-import { Readable } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
 import { z } from 'zod';
 import type { Sql } from '../db/client.js';
 import { invalid } from '../lib/errors.js';
@@ -14,13 +12,6 @@ export interface HistoryRow {
   /** JSON text `[[epoch ms, {values}], ...]`, oldest first */
   points: string;
 }
-
-/**
- * A value in COPY's text format: backslash, tab, newline and carriage return escaped. JSON text
- * has no raw control characters, so for it only backslashes (in its own escapes) change.
- */
-const copyText = (v: string) => (/[\\\t\n\r]/.test(v) ? v.replace(/[\\\t\n\r]/g, (c) => COPY_ESCAPES[c]) : v);
-const COPY_ESCAPES: Record<string, string> = { '\\': '\\\\', '\t': '\\t', '\n': '\\n', '\r': '\\r' };
 
 /** partitions kept ready ahead of today (UTC), so a write never lands where no partition is */
 const DAYS_AHEAD = 3;
@@ -84,15 +75,20 @@ export class TelemetryHistoryRepo {
   constructor(private readonly sql: Sql) {}
 
   /**
-   * One COPY per batch: the cheapest bulk write Postgres has (no statement to plan, no array
-   * parameters to escape and unnest), and like a statement all or nothing, so the ingest buffer's
-   * halving of a refused batch works the same.
+   * One multi-row insert per batch (arrays unnested server-side: one parameter per column), a row
+   * per thing. Not COPY: postgres.js never settles a COPY FROM STDIN that the server refuses, and
+   * with a row per thing rather than per message the statement costs about the same.
    */
   async insert(rows: HistoryRow[]): Promise<void> {
-    let text = '';
-    for (const r of rows) text += `${copyText(r.thing_id)}\t${new Date(r.first).toISOString()}\t${new Date(r.last).toISOString()}\t${copyText(r.points)}\n`;
-    const stream = await this.sql`copy telemetry_history (thing_id, first_at, last_at, points) from stdin`.writable();
-    await pipeline(Readable.from([text]), stream);
+    const n = rows.length;
+    const ids = new Array<string>(n), firsts = new Array<string>(n), lasts = new Array<string>(n), points = new Array<string>(n);
+    for (let i = 0; i < n; i++) {
+      const r = rows[i];
+      ids[i] = r.thing_id; firsts[i] = new Date(r.first).toISOString(); lasts[i] = new Date(r.last).toISOString(); points[i] = r.points;
+    }
+    await this.sql`
+      insert into telemetry_history (thing_id, first_at, last_at, points)
+      select t, f, l, p::json from unnest(${ids}::text[], ${firsts}::timestamptz[], ${lasts}::timestamptz[], ${points}::text[]) as x(t, f, l, p)`;
   }
 
   /** Raw values of `key` in [from, to), oldest first; one more than `limit` tells that more remain. */

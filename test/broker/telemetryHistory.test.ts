@@ -5,7 +5,11 @@ import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { waitFor } from '../helpers/wait.js';
 import { enrollDevice, createClaimGroup } from '../helpers/devices.js';
 import { connectDevice, type TestDevice } from './fixtures.js';
+import crypto from 'node:crypto';
 import { TelemetryHistoryRepo } from '../../src/broker/telemetryHistory.js';
+import { IngestBuffer } from '../../src/broker/ingest.js';
+import { BrokerRepo } from '../../src/broker/repo.js';
+import { createLogger } from '../../src/log.js';
 
 let gw: TestGateway;
 let account: TestAccount;
@@ -36,7 +40,7 @@ async function publishing(messages: Record<string, unknown>[]): Promise<{ device
 
 describe('telemetry history over MQTT', () => {
   it('stores every message (not only the latest), raw points oldest first, non-numeric values as sent', async () => {
-    // a string with what COPY's text format must escape (tab, newline, backslash) and quotes
+    // a string with tab, newline, backslash and quotes (escaped in JSON, in the array parameter)
     const tricky = 'tab\there "quoted" back\\slash\nline \\N';
     const { device, client } = await publishing([{ temp: 20, mode: tricky }, { temp: 21.5 }, { temp: 0, mode: { fan: true } }]);
     await client.endAsync();
@@ -125,6 +129,42 @@ describe('partitions and retention', () => {
     // a partition still inside the retention is kept
     await gw.db.sql`select telemetry_history_ensure_partitions(${day(-5).toISOString().slice(0, 10)}::date, 1)`;
     expect((await repo.maintain(30, now)).dropped).toEqual([]);
+  });
+});
+
+describe('batched history writes', () => {
+  it('a history row the database refuses costs only that thing: the rest of the batch and its latest values are stored', async () => {
+    // a cap the broker does not know: at most 3 messages per thing per batch (for this test's things)
+    await gw.db.sql`alter table telemetry_history add constraint history_capped check (thing_id not like 'capped-%' or json_array_length(points) <= 3)`;
+    try {
+      const logs: Record<string, unknown>[] = [];
+      const log = createLogger('error', false, { write: (line: string) => void logs.push(JSON.parse(line)) });
+      const ingest = new IngestBuffer(new BrokerRepo(gw.db.sql), log, new TelemetryHistoryRepo(gw.db.sql));
+      const things = Array.from({ length: 9 }, () => `capped-${crypto.randomUUID()}`);
+      const chatty = things[4];
+      for (const t of things) for (let i = 0; i < (t === chatty ? 5 : 2); i++) ingest.addTelemetry(t, { i });
+      await ingest.flush();
+      const rows = await gw.db.sql<{ thing_id: string; n: number }[]>`
+        select thing_id, json_array_length(points) as n from telemetry_history where thing_id in ${gw.db.sql(things)}`;
+      expect(rows.map((r) => r.thing_id).sort()).toEqual(things.filter((t) => t !== chatty).sort());
+      for (const r of rows) expect(r.n).toBe(2);
+      const [{ latest }] = await gw.db.sql<{ latest: number }[]>`select count(*)::int as latest from device_telemetry_latest where thing_id in ${gw.db.sql(things)}`;
+      expect(latest).toBe(9);
+      expect(ingest.dropped).toEqual({ telemetry: 0, last_seen: 0, history: 1 });
+      expect(logs).toMatchObject([{ table: 'history', thingId: chatty, code: '23514' }]);
+    } finally {
+      await gw.db.sql`alter table telemetry_history drop constraint history_capped`;
+    }
+  });
+
+  it('two nodes maintaining the partitions at once: no error, each partition once', async () => {
+    const repo = new TelemetryHistoryRepo(gw.db.sql);
+    const future = new Date(Date.now() + 20 * 86_400_000);
+    await Promise.all([repo.maintain(30, future), repo.maintain(30, future), repo.maintain(30, future)]);
+    const [{ n }] = await gw.db.sql<{ n: number }[]>`
+      select count(*)::int as n from pg_inherits i join pg_class c on c.oid = i.inhrelid
+      where i.inhparent = 'telemetry_history'::regclass and c.relname = ${`telemetry_history_p${future.toISOString().slice(0, 10).replaceAll('-', '')}`}`;
+    expect(n).toBe(1);
   });
 });
 

@@ -75,20 +75,20 @@ export class TelemetryHistoryRepo {
   constructor(private readonly sql: Sql) {}
 
   /**
-   * One multi-row insert per batch (arrays unnested server-side: one parameter per column), a row
-   * per thing. Not COPY: postgres.js never settles a COPY FROM STDIN that the server refuses, and
-   * with a row per thing rather than per message the statement costs about the same.
+   * One multi-row insert per batch, a row per thing, each value its own text parameter: the
+   * points go to the server as they are (an array parameter would escape every quote of them on
+   * the gateway's CPU). Not COPY: postgres.js never settles a COPY FROM STDIN the server refuses.
+   * Unprepared: the statement's text changes with the number of things.
    */
   async insert(rows: HistoryRow[]): Promise<void> {
-    const n = rows.length;
-    const ids = new Array<string>(n), firsts = new Array<string>(n), lasts = new Array<string>(n), points = new Array<string>(n);
-    for (let i = 0; i < n; i++) {
-      const r = rows[i];
-      ids[i] = r.thing_id; firsts[i] = new Date(r.first).toISOString(); lasts[i] = new Date(r.last).toISOString(); points[i] = r.points;
+    const params: string[] = [];
+    const tuples: string[] = [];
+    for (const r of rows) {
+      const i = params.length;
+      tuples.push(`($${i + 1}::text, $${i + 2}::text::timestamptz, $${i + 3}::text::timestamptz, $${i + 4}::text::json)`);
+      params.push(r.thing_id, new Date(r.first).toISOString(), new Date(r.last).toISOString(), r.points);
     }
-    await this.sql`
-      insert into telemetry_history (thing_id, first_at, last_at, points)
-      select t, f, l, p::json from unnest(${ids}::text[], ${firsts}::timestamptz[], ${lasts}::timestamptz[], ${points}::text[]) as x(t, f, l, p)`;
+    await this.sql.unsafe(`insert into telemetry_history (thing_id, first_at, last_at, points) values ${tuples.join(', ')}`, params, { prepare: false });
   }
 
   /** Raw values of `key` in [from, to), oldest first; one more than `limit` tells that more remain. */

@@ -10,7 +10,7 @@
  * messages of the round in telemetry_history. Messages/s = messages of the
  * round / that time.
  *
- *   npm run bench:telemetry                (DEVICES=100, MESSAGES=500, ROUNDS=3)
+ *   npm run bench:telemetry                (DEVICES=100, MESSAGES=3000, ROUNDS=5)
  *   DEVICES=20 MESSAGES=200 ROUNDS=2 npm run bench:telemetry
  *
  * Prints only (the lead copies the figures into docs/benchmarks.md).
@@ -23,8 +23,8 @@ import postgres from 'postgres';
 import { connectMany, freePort, issueDevices, startGatewayProcess, type GatewayProcess } from './lib/brokers.js';
 
 const DEVICES = Number(process.env.DEVICES ?? 100);
-const MESSAGES = Number(process.env.MESSAGES ?? 500);
-const ROUNDS = Number(process.env.ROUNDS ?? 3);
+const MESSAGES = Number(process.env.MESSAGES ?? 3000);
+const ROUNDS = Number(process.env.ROUNDS ?? 5);
 const KEYS = 3;
 const TIMEOUT_MS = 300_000;
 

@@ -12,6 +12,7 @@ import { BrokerRepo } from './repo.js';
 import { brokerRoutes } from './routes.js';
 import { ConnectedDeviceService } from './service.js';
 import { ClusterSessions } from './sessions.js';
+import { TelemetryHistory, TelemetryHistoryRepo } from './telemetryHistory.js';
 
 declare module '../gateway.js' {
   interface Services {
@@ -23,8 +24,10 @@ declare module '../gateway.js' {
 
 /** seconds without a heartbeat after which a broker node's sessions count as gone */
 const NODE_TTL_SECONDS = 20;
+/** creates telemetry history partitions ahead and drops those past retention */
+const HISTORY_PARTITIONS_JOB = 'telemetry.partitions';
 
-const parts = new WeakMap<Gateway, { ingest: IngestBuffer; sessions: ClusterSessions; offline?: OfflineCommands }>();
+const parts = new WeakMap<Gateway, { ingest: IngestBuffer; sessions: ClusterSessions; offline?: OfflineCommands; history?: TelemetryHistory }>();
 
 /**
  * Cluster-wide device sessions: a disconnect reaches whichever node holds the device. Its own
@@ -58,21 +61,27 @@ export const brokerDomain = defineDomain({
   kinds: [deviceCommandKind],
   init(gw, { brokerHost, thingDirectory }) {
     const repo = new BrokerRepo(gw.sql);
-    const ingest = new IngestBuffer(repo, gw.log.child({ component: 'ingest' }));
+    const historyRepo = new TelemetryHistoryRepo(gw.sql);
+    const history = new TelemetryHistory(historyRepo, gw.config.TELEMETRY_RETENTION_DAYS, gw.log.child({ component: 'telemetry-history' }));
+    const ingest = new IngestBuffer(repo, gw.log.child({ component: 'ingest' }), gw.config.TELEMETRY_HISTORY ? historyRepo : undefined);
     const devices = new ConnectedDeviceService(gw, repo, ingest, brokerHost, thingDirectory);
-    parts.get(gw)!.ingest = ingest;
-    const offline = (parts.get(gw)!.offline = new OfflineCommands(gw, brokerHost));
+    const offline = new OfflineCommands(gw, brokerHost);
+    Object.assign(parts.get(gw)!, { ingest, history, offline });
     gw.jobs.define(EXPIRE_COMMANDS_JOB, async () => void (await offline.expireDue()), { schedule: '* * * * *', retryLimit: 1 });
+    // hourly: partitions stay DAYS_AHEAD days ahead and retention is applied (also run at start)
+    gw.jobs.define(HISTORY_PARTITIONS_JOB, () => history.maintain(), { schedule: '7 * * * *', retryLimit: 1 });
     registerBrokerMetrics(gw.metrics, () => brokerHost.broker, ingest);
     return { devices };
   },
   async routes(app, gw, { devices, deviceSessions }) {
-    await brokerRoutes(app, gw, devices, deviceSessions, parts.get(gw)!.offline!);
+    await brokerRoutes(app, gw, devices, deviceSessions, parts.get(gw)!.offline!, parts.get(gw)!.history!);
     await offlineCommandRoutes(app, devices, parts.get(gw)!.offline!);
   },
   async start(gw, { devices, brokerHost, crl: crlSource }) {
     const p = parts.get(gw)!;
     await new BrokerRepo(gw.sql).releaseDeadNodes(gw.cluster.nodeId, NODE_TTL_SECONDS);
+    // the partitions of today and the next days exist before the first message is written
+    await p.history!.maintain();
     const broker = await Broker.start({
       host: gw.config.MQTT_HOST,
       port: gw.config.MQTT_PORT,

@@ -1,12 +1,15 @@
 import postgres from 'postgres';
 import type { Logger } from '../log.js';
 import type { BrokerRepo } from './repo.js';
+import type { HistoryRow, TelemetryHistoryRepo } from './telemetryHistory.js';
 
 const FLUSH_MS = 250;
 const MAX_PENDING = 2_000;
+/** telemetry messages waiting for the history that trigger a flush before the timer */
+const MAX_HISTORY_MESSAGES = 20_000;
 
 /** the batched writes, the `table` label of `broker_ingest_rows_dropped_total` */
-export type IngestTable = 'telemetry' | 'last_seen';
+export type IngestTable = 'telemetry' | 'last_seen' | 'history';
 
 /**
  * The database refused the data of some row (SQLSTATE class 22 data exception, 23 integrity
@@ -25,9 +28,13 @@ export class IngestBuffer {
   private timer?: NodeJS.Timeout;
   private flushing: Promise<void> = Promise.resolve();
   /** rows not written (read by /metrics) */
-  readonly dropped: Record<IngestTable, number> = { telemetry: 0, last_seen: 0 };
+  readonly dropped: Record<IngestTable, number> = { telemetry: 0, last_seen: 0, history: 0 };
+  /** per thing: its telemetry messages of this batch as `[epoch ms,{values}]` JSON texts, in arrival order (when history is on) */
+  private historyPending = new Map<string, { first: number; last: number; points: string[] }>();
+  private historyMessages = 0;
 
-  constructor(private readonly repo: BrokerRepo, private readonly log: Logger) {}
+  /** `history`: where every message is also appended (telemetry_history); without it, latest values only */
+  constructor(private readonly repo: BrokerRepo, private readonly log: Logger, private readonly history?: TelemetryHistoryRepo) {}
 
   start(): void {
     this.timer = setInterval(() => void this.flush(), FLUSH_MS);
@@ -45,11 +52,23 @@ export class IngestBuffer {
     else this.add(thingId, { at: Date.now() });
   }
 
-  /** `values` is the caller's freshly parsed object: kept as is, not copied */
-  addTelemetry(thingId: string, values: Record<string, unknown>): void {
+  /**
+   * `values` is the caller's freshly parsed object: kept as is, not copied. `payload`, the checked
+   * JSON text it was parsed from, goes to the history as sent (saves re-encoding `values`).
+   */
+  addTelemetry(thingId: string, values: Record<string, unknown>, payload?: Buffer): void {
+    const now = Date.now();
+    if (this.history) {
+      // as text now: the merge below mutates the first message's object
+      const point = `[${now},${payload ? payload.toString('utf8') : JSON.stringify(values)}]`;
+      const list = this.historyPending.get(thingId);
+      if (list) { list.points.push(point); list.last = now; }
+      else this.historyPending.set(thingId, { first: now, last: now, points: [point] });
+      if (++this.historyMessages >= MAX_HISTORY_MESSAGES) void this.flush();
+    }
     const entry = this.pending.get(thingId);
-    if (!entry) return this.add(thingId, { at: Date.now(), values });
-    entry.at = Date.now();
+    if (!entry) return this.add(thingId, { at: now, values });
+    entry.at = now;
     if (entry.values) Object.assign(entry.values, values);
     else entry.values = values;
   }
@@ -62,9 +81,13 @@ export class IngestBuffer {
   /** Writes what is pending; batches never overlap (the next waits for the previous). */
   flush(): Promise<void> {
     this.flushing = this.flushing.then(async () => {
-      if (this.pending.size === 0) return;
+      if (this.pending.size === 0 && this.historyPending.size === 0) return;
       const batch = this.pending;
       this.pending = new Map();
+      const history: HistoryRow[] = [];
+      for (const [thing_id, h] of this.historyPending) history.push({ thing_id, first: h.first, last: h.last, points: `[${h.points.join(',')}]` });
+      this.historyPending = new Map();
+      this.historyMessages = 0;
       const telemetry: { thing_id: string; telemetry: Record<string, unknown>; at: string }[] = [];
       const seen: { thing_id: string; at: string }[] = [];
       for (const [thing_id, entry] of batch) {
@@ -74,6 +97,7 @@ export class IngestBuffer {
       }
       await this.write('telemetry', telemetry, (rows) => this.repo.writeTelemetry(rows));
       await this.write('last_seen', seen, (rows) => this.repo.writeSeen(rows));
+      if (this.history) await this.write('history', history, (rows) => this.history!.insert(rows));
     });
     return this.flushing;
   }

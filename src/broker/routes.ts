@@ -4,13 +4,16 @@ import { conflict, notFound, timedOut } from '../lib/errors.js';
 import { commandAccepted, commandWithTtlBody } from './offlineCommandRoutes.js';
 import type { OfflineCommands } from './offlineCommands.js';
 import type { ConnectedDeviceService } from './service.js';
+import { historyQuery, historySchema, wantsHistory, type TelemetryHistory } from './telemetryHistory.js';
 import { commandResult, connectivitySchema, desiredBody, desiredSchema, telemetrySchema, thingParams, twinSchema } from './schemas.js';
 
 const READERS = ['admin', 'operator', 'viewer'];
 const WRITERS = ['admin', 'operator'];
 
 /** Tenant endpoints for connected devices, and the broker's management interface. */
-export async function brokerRoutes(app: ZodApp, gw: Gateway, devices: ConnectedDeviceService, deviceSessions: DeviceSessions, offline: OfflineCommands): Promise<void> {
+export async function brokerRoutes(
+  app: ZodApp, gw: Gateway, devices: ConnectedDeviceService, deviceSessions: DeviceSessions, offline: OfflineCommands, history: TelemetryHistory,
+): Promise<void> {
   app.get('/api/v1/things/:thingId/connectivity', {
     config: { auth: { action: 'device:Connectivity:Read', roles: READERS } },
     schema: { tags: ['devices'], summary: "A thing's MQTT connectivity and last seen", params: thingParams, response: { 200: connectivitySchema } },
@@ -21,9 +24,14 @@ export async function brokerRoutes(app: ZodApp, gw: Gateway, devices: ConnectedD
 
   app.get('/api/v1/things/:thingId/telemetry', {
     config: { auth: { action: 'device:Telemetry:Read', roles: READERS } },
-    schema: { tags: ['devices'], summary: 'Latest telemetry values of a thing', params: thingParams, response: { 200: telemetrySchema } },
+    schema: {
+      tags: ['devices'],
+      summary: 'Latest telemetry values of a thing; with `key` (and `from`, `to`, `bucket`, `limit`) the history of one key, raw or downsampled',
+      params: thingParams, querystring: historyQuery, response: { 200: z.union([telemetrySchema, historySchema]) },
+    },
   }, async (request) => {
     await devices.requireThing(request.principal!, request.params.thingId);
+    if (wantsHistory(request.query)) return history.read(request.params.thingId, request.query);
     return devices.telemetry(request.params.thingId);
   });
 

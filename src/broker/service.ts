@@ -120,7 +120,7 @@ export class ConnectedDeviceService {
       // checked and parsed by refusePayload (a payload that failed never gets here)
       case 'telemetry': {
         const values = this.parsed.get(packet.payload as object) as Record<string, unknown> | undefined;
-        if (values) this.ingest.addTelemetry(client.id, values);
+        if (values) this.ingest.addTelemetry(client.id, values, packet.payload as Buffer);
         else this.ingest.seenNow(client.id);
         return;
       }

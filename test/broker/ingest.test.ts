@@ -42,7 +42,7 @@ describe('batched telemetry writes', () => {
       const [{ count }] = await db.sql<{ count: number }[]>`
         select count(*)::int as count from device_connectivity where thing_id in ${db.sql(things)} and last_seen is not null`;
       expect(count).toBe(40);
-      expect(ingest.dropped).toEqual({ telemetry: 1, last_seen: 0 });
+      expect(ingest.dropped).toEqual({ telemetry: 1, last_seen: 0, history: 0 });
       // logged once, with the device, without the row's values
       expect(logs).toHaveLength(1);
       expect(logs[0]).toMatchObject({ table: 'telemetry', thingId: big, code: '23514' });
@@ -62,7 +62,7 @@ describe('batched telemetry writes', () => {
     } finally {
       await db.sql`alter table device_telemetry_latest_away rename to device_telemetry_latest`;
     }
-    expect(ingest.dropped).toEqual({ telemetry: 5, last_seen: 0 });
+    expect(ingest.dropped).toEqual({ telemetry: 5, last_seen: 0, history: 0 });
     expect(logs).toHaveLength(1);
     expect(logs[0]).toMatchObject({ table: 'telemetry', things: 5 });
     ingest.addTelemetry(things[0], { a: 2 });

@@ -1,0 +1,188 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { MqttClient } from 'mqtt';
+import { startTestGateway, expectProblem, type TestGateway } from '../helpers/gateway.js';
+import { createAccount, type TestAccount } from '../helpers/accounts.js';
+import { waitFor } from '../helpers/wait.js';
+import { enrollDevice, createClaimGroup } from '../helpers/devices.js';
+import { connectDevice, type TestDevice } from './fixtures.js';
+import crypto from 'node:crypto';
+import { TelemetryHistoryRepo } from '../../src/broker/telemetryHistory.js';
+import { IngestBuffer } from '../../src/broker/ingest.js';
+import { BrokerRepo } from '../../src/broker/repo.js';
+import { createLogger } from '../../src/log.js';
+
+let gw: TestGateway;
+let account: TestAccount;
+let other: TestAccount;
+let claimSecret: string;
+
+beforeAll(async () => {
+  gw = await startTestGateway();
+  account = await createAccount(gw);
+  other = await createAccount(gw);
+  claimSecret = (await createClaimGroup(gw, account)).sharedSecret;
+});
+afterAll(async () => gw?.close());
+
+const history = (thingId: string, query: string, token = account.viewer) => gw.http.get(`/api/v1/things/${thingId}/telemetry?${query}`, { token });
+
+/** A device of `account`, connected over MQTT 5 with its certificate, that published `messages` (QoS 1) and whose history is stored. */
+async function publishing(messages: Record<string, unknown>[]): Promise<{ device: TestDevice; client: MqttClient }> {
+  const device = await enrollDevice(gw, account, { claimSecret });
+  const client = await connectDevice(gw.mqttPort!, device);
+  for (const m of messages) await client.publishAsync(`devices/${device.thingId}/telemetry`, JSON.stringify(m), { qos: 1 });
+  await waitFor(async () => {
+    const [{ n }] = await gw.db.sql<{ n: number }[]>`select coalesce(sum(json_array_length(points)), 0)::int as n from telemetry_history where thing_id = ${device.thingId}`;
+    return n === messages.length;
+  }, 10_000, 'history rows written');
+  return { device, client };
+}
+
+describe('telemetry history over MQTT', () => {
+  it('stores every message (not only the latest), raw points oldest first, non-numeric values as sent', async () => {
+    // a string with tab, newline, backslash and quotes (escaped in JSON, in the array parameter)
+    const tricky = 'tab\there "quoted" back\\slash\nline \\N';
+    const { device, client } = await publishing([{ temp: 20, mode: tricky }, { temp: 21.5 }, { temp: 0, mode: { fan: true } }]);
+    await client.endAsync();
+    const temp = await history(device.thingId, 'key=temp');
+    expect(temp.status).toBe(200);
+    expect(temp.body.points.map((p: { value: unknown }) => p.value)).toEqual([20, 21.5, 0]);
+    expect(temp.body).toMatchObject({ thingId: device.thingId, key: 'temp', bucket: null, nextFrom: null });
+    const ats = temp.body.points.map((p: { at: string }) => Date.parse(p.at));
+    expect([...ats].sort((a, b) => a - b)).toEqual(ats);
+    const mode = await history(device.thingId, 'key=mode');
+    expect(mode.body.points.map((p: { value: unknown }) => p.value)).toEqual([tricky, { fan: true }]);
+    // without history parameters the route still answers the latest values
+    const latest = await gw.http.get(`/api/v1/things/${device.thingId}/telemetry`, { token: account.viewer });
+    expect(latest.body.telemetry).toEqual({ temp: 0, mode: { fan: true } });
+  });
+
+  it('downsamples into buckets: avg, min, max and count per bucket', async () => {
+    const { device, client } = await publishing([{ t: 1 }, { t: 2 }, { t: 6 }, { t: 'n/a' }]);
+    await client.endAsync();
+    const res = await history(device.thingId, 'key=t&bucket=1d');
+    expect(res.status).toBe(200);
+    const buckets = res.body.buckets as { start: string; avg: number; min: number; max: number; count: number }[];
+    // the four messages fall into one day, or two when the test runs across midnight UTC
+    expect(buckets.reduce((s, b) => s + b.count, 0)).toBe(3);
+    if (buckets.length === 1) expect(buckets[0]).toMatchObject({ avg: 3, min: 1, max: 6, count: 3 });
+    for (const b of buckets) expect(Date.parse(b.start) % 86_400_000).toBe(0);
+  });
+
+  it('pages raw points with a bounded page size: every point once, in order', async () => {
+    const values = Array.from({ length: 25 }, (_, i) => ({ n: i }));
+    const { device, client } = await publishing(values);
+    await client.endAsync();
+    const seen: number[] = [];
+    let query = 'key=n&limit=7';
+    for (let page = 0; page < 10; page++) {
+      const res = await history(device.thingId, query);
+      expect(res.status).toBe(200);
+      expect(res.body.points.length).toBeLessThanOrEqual(7);
+      seen.push(...res.body.points.map((p: { value: number }) => p.value));
+      if (!res.body.nextFrom) break;
+      query = `key=n&limit=7&from=${encodeURIComponent(res.body.nextFrom)}`;
+    }
+    expect(seen).toEqual(values.map((v) => v.n));
+    expectProblem(await history(device.thingId, 'key=n&limit=1001'), 400);
+  });
+
+  it("404 for another account's thing; 400 for bad ranges, buckets and a missing key", async () => {
+    const { device, client } = await publishing([{ x: 1 }]);
+    await client.endAsync();
+    expect(expectProblem(await history(device.thingId, 'key=x', other.viewer), 404).detail).toMatch(/not found/);
+    const now = new Date().toISOString();
+    const earlier = new Date(Date.now() - 60_000).toISOString();
+    const bad = [
+      `key=x&from=${now}&to=${earlier}`,
+      `key=x&from=${now}&to=${now}`,
+      'key=x&from=yesterday',
+      'key=x&bucket=5w',
+      'key=x&bucket=0m',
+      `key=x&bucket=1s&from=${encodeURIComponent(new Date(Date.now() - 86_400_000).toISOString())}`,
+      'from=2026-01-01T00:00:00Z',
+    ];
+    for (const q of bad) {
+      const problem = expectProblem(await history(device.thingId, q.replaceAll('+', '%2B')), 400);
+      expect(problem.detail.length).toBeGreaterThan(0);
+    }
+  });
+});
+
+describe('partitions and retention', () => {
+  it('creates daily partitions ahead and drops only those wholly past TELEMETRY_RETENTION_DAYS', async () => {
+    const repo = new TelemetryHistoryRepo(gw.db.sql);
+    const now = new Date();
+    const day = (offset: number) => new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate() + offset));
+    const name = (d: Date) => `telemetry_history_p${d.toISOString().slice(0, 10).replaceAll('-', '')}`;
+    // an old partition with a row in it, as if written 40 days ago
+    await gw.db.sql`select telemetry_history_ensure_partitions(${day(-40).toISOString().slice(0, 10)}::date, 1)`;
+    await gw.db.sql`insert into telemetry_history (thing_id, first_at, last_at, points) values ('old', ${new Date(day(-40).getTime() + 3_600_000)}, ${new Date(day(-40).getTime() + 3_600_000)}, '[[0, {"k": 1}]]')`;
+    const { dropped } = await repo.maintain(30, now);
+    expect(dropped).toContain(name(day(-40)));
+    const parts = (await gw.db.sql<{ name: string }[]>`
+      select c.relname as name from pg_inherits i join pg_class c on c.oid = i.inhrelid where i.inhparent = 'telemetry_history'::regclass`).map((r) => r.name);
+    expect(parts).not.toContain(name(day(-40)));
+    for (const offset of [0, 1, 2, 3]) expect(parts).toContain(name(day(offset)));
+    const [{ n }] = await gw.db.sql<{ n: number }[]>`select count(*)::int as n from telemetry_history where thing_id = 'old'`;
+    expect(n).toBe(0);
+    // a partition still inside the retention is kept
+    await gw.db.sql`select telemetry_history_ensure_partitions(${day(-5).toISOString().slice(0, 10)}::date, 1)`;
+    expect((await repo.maintain(30, now)).dropped).toEqual([]);
+  });
+});
+
+describe('batched history writes', () => {
+  it('a history row the database refuses costs only that thing: the rest of the batch and its latest values are stored', async () => {
+    // a cap the broker does not know: at most 3 messages per thing per batch (for this test's things)
+    await gw.db.sql`alter table telemetry_history add constraint history_capped check (thing_id not like 'capped-%' or json_array_length(points) <= 3)`;
+    try {
+      const logs: Record<string, unknown>[] = [];
+      const log = createLogger('error', false, { write: (line: string) => void logs.push(JSON.parse(line)) });
+      const ingest = new IngestBuffer(new BrokerRepo(gw.db.sql), log, new TelemetryHistoryRepo(gw.db.sql));
+      const things = Array.from({ length: 9 }, () => `capped-${crypto.randomUUID()}`);
+      const chatty = things[4];
+      for (const t of things) for (let i = 0; i < (t === chatty ? 5 : 2); i++) ingest.addTelemetry(t, { i });
+      await ingest.flush();
+      const rows = await gw.db.sql<{ thing_id: string; n: number }[]>`
+        select thing_id, json_array_length(points) as n from telemetry_history where thing_id in ${gw.db.sql(things)}`;
+      expect(rows.map((r) => r.thing_id).sort()).toEqual(things.filter((t) => t !== chatty).sort());
+      for (const r of rows) expect(r.n).toBe(2);
+      const [{ latest }] = await gw.db.sql<{ latest: number }[]>`select count(*)::int as latest from device_telemetry_latest where thing_id in ${gw.db.sql(things)}`;
+      expect(latest).toBe(9);
+      expect(ingest.dropped).toEqual({ telemetry: 0, last_seen: 0, history: 1 });
+      expect(logs).toMatchObject([{ table: 'history', thingId: chatty, code: '23514' }]);
+    } finally {
+      await gw.db.sql`alter table telemetry_history drop constraint history_capped`;
+    }
+  });
+
+  it('two nodes maintaining the partitions at once: no error, each partition once', async () => {
+    const repo = new TelemetryHistoryRepo(gw.db.sql);
+    const future = new Date(Date.now() + 20 * 86_400_000);
+    await Promise.all([repo.maintain(30, future), repo.maintain(30, future), repo.maintain(30, future)]);
+    const [{ n }] = await gw.db.sql<{ n: number }[]>`
+      select count(*)::int as n from pg_inherits i join pg_class c on c.oid = i.inhrelid
+      where i.inhparent = 'telemetry_history'::regclass and c.relname = ${`telemetry_history_p${future.toISOString().slice(0, 10).replaceAll('-', '')}`}`;
+    expect(n).toBe(1);
+  });
+});
+
+describe('TELEMETRY_HISTORY=false', () => {
+  it('keeps the latest values only', async () => {
+    const off = await startTestGateway({ TELEMETRY_HISTORY: 'false' });
+    try {
+      const acc = await createAccount(off);
+      const secret = (await createClaimGroup(off, acc)).sharedSecret;
+      const device = await enrollDevice(off, acc, { claimSecret: secret });
+      const client = await connectDevice(off.mqttPort!, device);
+      await client.publishAsync(`devices/${device.thingId}/telemetry`, JSON.stringify({ v: 7 }), { qos: 1 });
+      await client.endAsync();
+      await waitFor(async () => (await off.http.get(`/api/v1/things/${device.thingId}/telemetry`, { token: acc.viewer })).body.telemetry?.v === 7, 10_000, 'latest stored');
+      const [{ n }] = await off.db.sql<{ n: number }[]>`select count(*)::int as n from telemetry_history where thing_id = ${device.thingId}`;
+      expect(n).toBe(0);
+    } finally {
+      await off.close();
+    }
+  });
+});

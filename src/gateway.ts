@@ -33,6 +33,13 @@ export interface Services {
   quotaGate: QuotaGate;
   /** blacklist domain: is a (model, serial) on the identity blacklist; who acts when one is added */
   blacklist: IdentityBlacklist;
+  /** trust domain: a device authenticated with this certificate (a renewed one's first use revokes the older ones) */
+  certificateUse: CertificateUse;
+}
+
+export interface CertificateUse {
+  /** `serial` as hex in any case; resolves once the older certificates are revoked (a no-op for most calls) */
+  used(thingId: string, serial: string): Promise<void>;
 }
 
 /** An identity just put on the blacklist: `model` as things carry it (`VID:PID` or the name a device sent). */

@@ -43,6 +43,11 @@ export function certificateCn(client: Client): string | undefined {
   return Array.isArray(cn) ? cn[0] : cn;
 }
 
+/** The serial (hex) of the client certificate presented on this MQTT connection. */
+export function certificateSerial(client: Client): string | undefined {
+  return peerCertificate(client)?.serialNumber;
+}
+
 function peerCertificate(client: Client): tls.PeerCertificate | undefined {
   const conn = client.conn as unknown as tls.TLSSocket;
   return typeof conn.getPeerCertificate === 'function' ? conn.getPeerCertificate() : undefined;

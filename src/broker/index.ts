@@ -1,5 +1,6 @@
-import { defineDomain, type Gateway } from '../gateway.js';
-import { Broker } from './broker.js';
+import { defineDomain, type CertificateUse, type Gateway } from '../gateway.js';
+import { Broker, certificateSerial, type BrokerHooks } from './broker.js';
+import type { Logger } from '../log.js';
 import { redisAedesOptions } from './cluster.js';
 import { CommandRouter } from './commands.js';
 import { CrlWatcher } from './crl.js';
@@ -57,7 +58,7 @@ export const deviceSessionsDomain = defineDomain({
 export const brokerDomain = defineDomain({
   name: 'broker',
   provides: ['devices'],
-  requires: ['brokerHost', 'crl', 'thingDirectory', 'deviceSessions'],
+  requires: ['brokerHost', 'crl', 'thingDirectory', 'deviceSessions', 'certificateUse'],
   kinds: [deviceCommandKind],
   init(gw, { brokerHost, thingDirectory }) {
     const repo = new BrokerRepo(gw.sql);
@@ -77,7 +78,7 @@ export const brokerDomain = defineDomain({
     await brokerRoutes(app, gw, devices, deviceSessions, parts.get(gw)!.offline!, parts.get(gw)!.history!);
     await offlineCommandRoutes(app, devices, parts.get(gw)!.offline!);
   },
-  async start(gw, { devices, brokerHost, crl: crlSource }) {
+  async start(gw, { devices, brokerHost, crl: crlSource, certificateUse }) {
     const p = parts.get(gw)!;
     await new BrokerRepo(gw.sql).releaseDeadNodes(gw.cluster.nodeId, NODE_TTL_SECONDS);
     // the partitions of today and the next days exist before the first message is written
@@ -88,7 +89,7 @@ export const brokerDomain = defineDomain({
       pki: gw.pki,
       log: gw.log.child({ component: 'broker' }),
       aedes: { id: gw.cluster.nodeId, ...(gw.config.REDIS_URL ? redisAedesOptions(gw.config.REDIS_URL) : {}) },
-      hooks: devices.hooks(),
+      hooks: withCertificateUse(devices.hooks(), certificateUse, gw.log),
     });
     const crl = new CrlWatcher(gw, broker, crlSource);
     await crl.start();
@@ -112,3 +113,15 @@ export const brokerDomain = defineDomain({
   },
   ready: (_gw, { brokerHost }) => Boolean(brokerHost.broker?.server.listening),
 });
+
+/** Tells trust of every accepted CONNECT's certificate: a renewed certificate's first use revokes the older ones. */
+function withCertificateUse(hooks: BrokerHooks, use: CertificateUse, log: Logger): BrokerHooks {
+  return {
+    ...hooks,
+    connected(client) {
+      hooks.connected?.(client);
+      const serial = certificateSerial(client);
+      if (serial) use.used(client.id, serial).catch((err) => log.error({ err, thingId: client.id }, 'certificate use not recorded'));
+    },
+  };
+}

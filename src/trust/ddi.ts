@@ -38,6 +38,9 @@ export async function denyOpenLicenseRequest(uow: UnitOfWork, thingId: string, b
  * authentication callback.
  */
 export class DdiService {
+  /** told when a renewed certificate authenticates for the first time (src/trust/rotation.ts) */
+  onFirstUse?: (thingId: string, serial: string) => Promise<void>;
+
   constructor(private readonly gw: Gateway) {}
 
   /** The thing an enrollment token authenticates (valid until the token's expiry, used or not). */
@@ -66,6 +69,7 @@ export class DdiService {
     const stored = await repo.certificate(this.gw.sql, cert.serialNumber.toLowerCase());
     if (!isUuid(thingId) || !stored || stored.thing_id !== thingId.toLowerCase()) throw unauthenticated('client certificate is not known');
     if (stored.revoked) throw refused('client certificate is revoked');
+    if (stored.awaiting_first_use) await this.onFirstUse?.(stored.thing_id, stored.serial);
     return stored.thing_id;
   }
 

@@ -12,6 +12,7 @@ import { ThingLifecycleService } from './lifecycle.js';
 import { FactoryEnrollments } from './enrollments.js';
 import { claimGroupKind, enrollmentTokenKind, thingKind } from './kinds.js';
 import { revokeBlacklisted } from './blacklisted.js';
+import { CertificateRotation, rotationRoutes } from './rotation.js';
 
 export interface TrustServices {
   trust: TrustService;
@@ -21,6 +22,7 @@ export interface TrustServices {
   crl: CrlService;
   lifecycle: ThingLifecycleService;
   enrollments: FactoryEnrollments;
+  rotation: CertificateRotation;
 }
 
 declare module '../gateway.js' {
@@ -44,7 +46,7 @@ const sealers = new WeakMap<Gateway, Sealer>();
 /** Domain module of src/trust/: PKI services, models, things, claim groups, enrollment, revocation. */
 export const trustDomain = defineDomain({
   name: 'trust',
-  provides: ['trust', 'models', 'enrollment', 'crl', 'thingDirectory', 'thingLifecycle'],
+  provides: ['trust', 'models', 'enrollment', 'crl', 'thingDirectory', 'thingLifecycle', 'certificateUse'],
   requires: ['deviceSessions', 'mqttEndpoint', 'blacklist'],
   kinds: [claimGroupKind, enrollmentTokenKind, thingKind],
   init(gw, { deviceSessions, mqttEndpoint, blacklist }) {
@@ -55,7 +57,9 @@ export const trustDomain = defineDomain({
     const enrollment = new EnrollmentService(gw, models, sealer, mqttEndpoint, blacklist);
     const services: TrustServices = {
       trust, models, crl, enrollment, ddi: new DdiService(gw), lifecycle: new ThingLifecycleService(gw, trust), enrollments: new FactoryEnrollments(gw.sql, models, enrollment),
+      rotation: new CertificateRotation(gw, crl),
     };
+    services.ddi.onFirstUse = (thingId, serial) => services.rotation.used(thingId, serial);
     byGateway.set(gw, services);
     blacklist.onAdded((identity) => revokeBlacklisted(gw, trust, identity));
     sealers.set(gw, sealer);
@@ -63,12 +67,13 @@ export const trustDomain = defineDomain({
     for (const [name, authenticator] of Object.entries(deviceAuthenticators(gw, services.ddi))) gw.auth.registerAuthenticator(name, authenticator);
     gw.jobs.define('trust.crl-refresh', () => crl.refreshIfOld(), { schedule: '17 * * * *' });
     gw.jobs.define('trust.claim-group-expiry', async () => { await trust.expireClaimGroups(); }, { schedule: '7 * * * *' });
-    return { trust, models, enrollment, crl, thingDirectory: trust, thingLifecycle: services.lifecycle };
+    return { trust, models, enrollment, crl, thingDirectory: trust, thingLifecycle: services.lifecycle, certificateUse: services.rotation };
   },
   async routes(app, gw) {
     await trustRoutes(app, gw, byGateway.get(gw)!);
     await modelRoutes(app, byGateway.get(gw)!.models, gw.clock);
     await registryRoutes(app, gw);
+    await rotationRoutes(app, byGateway.get(gw)!.rotation);
   },
   async start(gw) {
     await byGateway.get(gw)!.crl.current();

@@ -64,6 +64,8 @@ export interface CertificateRow {
   not_after: Date;
   revoked: boolean;
   revoked_at: Date | null;
+  /** a renewed certificate not used yet (src/trust/rotation.ts) */
+  awaiting_first_use: boolean;
 }
 
 export interface ClaimContextRow {

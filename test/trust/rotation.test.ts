@@ -1,0 +1,141 @@
+import 'reflect-metadata';
+import https from 'node:https';
+import * as x509 from '@peculiar/x509';
+import mqtt from 'mqtt';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
+import { createAccount, type TestAccount } from '../helpers/accounts.js';
+import { enrollDevice, revokeDevice } from '../helpers/devices.js';
+import { waitFor } from '../helpers/wait.js';
+
+let gw: TestGateway;
+let account: TestAccount;
+
+beforeAll(async () => {
+  gw = await startTestGateway({ HTTPS_PORT: '0' });
+  account = await createAccount(gw, { capabilities: ['enroll_things'] });
+});
+afterAll(async () => gw?.close());
+
+interface KeyPair { cert: string; key: string }
+
+/** A request on the mutual-TLS listener over a fresh connection (no TLS session reuse). */
+function mtls(method: string, path: string, client: KeyPair, body?: unknown): Promise<{ status: number; body: any }> {
+  return new Promise((resolve, reject) => {
+    const req = https.request({
+      host: '127.0.0.1', port: gw.httpsPort, path, method, agent: false, ca: gw.gw.pki.rootPem, ...client,
+      headers: body === undefined ? {} : { 'content-type': 'application/json' },
+    }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => { text += c; });
+      res.on('end', () => resolve({ status: res.statusCode!, body: text ? JSON.parse(text) : undefined }));
+    });
+    req.on('error', reject);
+    req.end(body === undefined ? undefined : JSON.stringify(body));
+  });
+}
+
+/** A fresh P-256 key and its PKCS#10 request. */
+async function newKey(): Promise<{ key: string; csr: string }> {
+  const keys = await crypto.subtle.generateKey({ name: 'ECDSA', namedCurve: 'P-256' }, true, ['sign', 'verify']);
+  const csr = await x509.Pkcs10CertificateRequestGenerator.create({ name: 'CN=device', keys, signingAlgorithm: { name: 'ECDSA', hash: 'SHA-256' } });
+  const pkcs8 = Buffer.from(await crypto.subtle.exportKey('pkcs8', keys.privateKey)).toString('base64');
+  return { key: `-----BEGIN PRIVATE KEY-----\n${pkcs8.match(/.{1,64}/g)!.join('\n')}\n-----END PRIVATE KEY-----\n`, csr: csr.toString('pem') };
+}
+
+/** Renews with `current`; the new key pair. */
+async function renew(thingId: string, current: KeyPair): Promise<KeyPair & { serial: string }> {
+  const { key, csr } = await newKey();
+  const res = await mtls('POST', `/ddi/v1/${thingId}/certificate/renew`, current, { csr });
+  expect(res.status, JSON.stringify(res.body)).toBe(201);
+  return { cert: res.body.certificate, key, serial: res.body.serial };
+}
+
+/** 'connected' or 'refused' (TLS handshake or CONNACK), a fresh MQTT connection each time. */
+async function mqttOutcome(thingId: string, pair: KeyPair): Promise<'connected' | 'refused'> {
+  const client = mqtt.connect(`mqtts://127.0.0.1:${gw.mqttPort}`, {
+    key: pair.key, cert: pair.cert, ca: gw.gw.pki.bundlePem, servername: 'localhost', rejectUnauthorized: true,
+    clientId: thingId, username: thingId, protocolVersion: 5, reconnectPeriod: 0, connectTimeout: 5000,
+  });
+  const outcome = await new Promise<'connected' | 'refused'>((resolve) => {
+    client.once('connect', () => resolve('connected'));
+    client.once('error', () => resolve('refused'));
+    client.once('close', () => resolve('refused'));
+  });
+  await client.endAsync(true);
+  return outcome;
+}
+
+const revokedOf = async (serial: string) =>
+  (await gw.db.sql<{ revoked: boolean }[]>`select revoked from device_certificates where serial = ${serial}`)[0]?.revoked;
+
+describe('certificate rotation', () => {
+  it('over MQTT: the old certificate works until the new one is used, then the CRL refuses it; the thingId stays', async () => {
+    const d = await enrollDevice(gw, account);
+    const old = { cert: d.certPem, key: d.keyPem! };
+    expect(await mqttOutcome(d.thingId, old)).toBe('connected');
+    const renewed = await renew(d.thingId, old);
+    const cert = new x509.X509Certificate(renewed.cert);
+    expect(cert.subject).toBe(`CN=${d.thingId}`);
+    expect(cert.issuer).toBe(gw.gw.pki.deviceCaCert.subject);
+    expect(renewed.serial).not.toBe(d.serial);
+    // both valid until the new one is used
+    expect(await mqttOutcome(d.thingId, old)).toBe('connected');
+    expect(await revokedOf(d.serial)).toBe(false);
+    expect(await mqttOutcome(d.thingId, renewed)).toBe('connected');
+    await waitFor(async () => (await revokedOf(d.serial)) === true, 10_000, 'old certificate revoked');
+    const [{ der }] = await gw.db.sql<{ der: Buffer }[]>`select der from crl`;
+    const crl = new x509.X509Crl(der);
+    expect(crl.entries.map((e) => e.serialNumber.toLowerCase().replace(/^0+/, ''))).toContain(d.serial.replace(/^0+/, ''));
+    await waitFor(async () => (await mqttOutcome(d.thingId, old)) === 'refused', 10_000, 'old certificate refused by the broker');
+    expect(await mqttOutcome(d.thingId, renewed)).toBe('connected');
+    // same thing, not revoked, the new certificate is its current one
+    const status = await mtls('GET', `/ddi/v1/${d.thingId}/device/status`, renewed);
+    expect(status.status).toBe(200);
+    expect(status.body).toMatchObject({ thingId: d.thingId, revoked: false, certificate: { serial: renewed.serial, revoked: false } });
+    // the superseded certificate can renew no more (revoked: 403)
+    const { csr } = await newKey();
+    expect((await mtls('POST', `/ddi/v1/${d.thingId}/certificate/renew`, old, { csr })).status).toBe(403);
+  });
+
+  it('over HTTP: the first device-cert request with the new certificate revokes the old one', async () => {
+    const d = await enrollDevice(gw, account);
+    const old = { cert: d.certPem, key: d.keyPem! };
+    const renewed = await renew(d.thingId, old);
+    expect((await mtls('GET', `/ddi/v1/${d.thingId}/device/status`, old)).status).toBe(200);
+    expect((await mtls('GET', `/ddi/v1/${d.thingId}/device/status`, renewed)).status).toBe(200);
+    expect(await revokedOf(d.serial)).toBe(true);
+    expect((await mtls('GET', `/ddi/v1/${d.thingId}/device/status`, old)).status).toBe(403);
+    expect((await mtls('GET', `/ddi/v1/${d.thingId}/device/status`, renewed)).status).toBe(200);
+  });
+
+  it('refuses a CSR that is not PKCS#10 (400, nothing stored) and a revoked thing (403)', async () => {
+    const d = await enrollDevice(gw, account);
+    const old = { cert: d.certPem, key: d.keyPem! };
+    const bad = await mtls('POST', `/ddi/v1/${d.thingId}/certificate/renew`, old, { csr: '-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----' });
+    expect(bad.status).toBe(400);
+    expect(bad.body.detail).toContain('PKCS#10');
+    expect((await mtls('POST', `/ddi/v1/${d.thingId}/certificate/renew`, old, {})).status).toBe(400);
+    expect((await gw.db.sql`select count(*)::int as n from device_certificates where thing_id = ${d.thingId}`)[0].n).toBe(1);
+    // another thing's certificate cannot renew this one
+    const other = await enrollDevice(gw, account);
+    const { csr } = await newKey();
+    expect((await mtls('POST', `/ddi/v1/${d.thingId}/certificate/renew`, { cert: other.certPem, key: other.keyPem! }, { csr })).status).toBe(403);
+    await revokeDevice(gw, account, d.thingId);
+    expect((await mtls('POST', `/ddi/v1/${d.thingId}/certificate/renew`, old, { csr })).status).toBe(403);
+    expect((await gw.db.sql`select count(*)::int as n from device_certificates where thing_id = ${d.thingId}`)[0].n).toBe(1);
+  });
+
+  it('two renewals used at once: exactly one certificate of the thing stays valid', async () => {
+    const d = await enrollDevice(gw, account);
+    const old = { cert: d.certPem, key: d.keyPem! };
+    const [a, b] = [await renew(d.thingId, old), await renew(d.thingId, old)];
+    await Promise.all([a, b].map((pair) => mtls('GET', `/ddi/v1/${d.thingId}/device/status`, pair)));
+    const valid = await gw.db.sql<{ serial: string }[]>`select serial from device_certificates where thing_id = ${d.thingId} and not revoked`;
+    expect(valid).toHaveLength(1);
+    expect([a.serial, b.serial]).toContain(valid[0].serial);
+    const thing = await gw.db.sql`select revoked_at from things where id = ${d.thingId}`;
+    expect(thing[0].revoked_at).toBeNull();
+  });
+});

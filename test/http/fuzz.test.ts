@@ -39,7 +39,8 @@ const statuses = new Map<number, number>();
 const failures: string[] = [];
 
 beforeAll(async () => {
-  gw = await startTestGateway();
+  // a trusted proxy (this test's own address) may forward the device certificate (device-cert scheme)
+  gw = await startTestGateway({ TRUSTED_PROXIES: '127.0.0.1,::1' });
   const account = await createAccount(gw, { capabilities: [...CAPABILITIES] });
   const thing = await enrollDevice(gw, account, { via: 'token' });
   known = { accountId: account.id, thingId: thing.thingId };
@@ -49,6 +50,7 @@ beforeAll(async () => {
     await bearer({ realm: 'platform', sub: 'fuzz-root', roles: ['platform-admin', 'notification-publisher'] }),
     await bearer({ realm: 'idc-fuzz', sub: 'fuzz-user', roles: ['admin'] }),
     { authorization: `TargetToken ${thing.enrollmentToken}` },
+    { 'x-ssl-client-cert': encodeURIComponent(thing.certPem) },
     { 'x-internal-secret': gw.gw.auth.internalSecret },
   ];
 });

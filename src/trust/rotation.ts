@@ -48,12 +48,12 @@ export class CertificateRotation implements CertificateUse {
   /** First use of a renewed certificate revokes the thing's others (CRL included); any other call changes nothing. */
   async used(thingId: string, serial: string): Promise<void> {
     const hex = serial.toLowerCase().replace(/^0+(?=.)/, '');
+    // cheap miss first, outside a transaction: nothing of this thing awaits its first use (the usual connect)
+    const [pending] = await this.gw.sql<{ serial: string }[]>`
+      select serial from device_certificates
+      where thing_id = ${thingId} and awaiting_first_use and not revoked and ltrim(serial, '0') = ${hex}`;
+    if (!pending) return;
     const number = await this.gw.sql.begin(async (tx) => {
-      // cheap miss first: nothing of this thing awaits its first use (the usual connect)
-      const [pending] = await tx<{ serial: string }[]>`
-        select serial from device_certificates
-        where thing_id = ${thingId} and awaiting_first_use and not revoked and ltrim(serial, '0') = ${hex}`;
-      if (!pending) return undefined;
       // the thing's row serialises rotations of one thing (two new certificates used at once)
       await tx`select 1 from things where id = ${thingId} for update`;
       const [first] = await tx`

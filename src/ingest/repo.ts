@@ -174,14 +174,15 @@ export async function claimRequest(db: Db, accountId: string, correlationId: str
   return rows.length === 1;
 }
 
-export async function storedRequest(db: Db, accountId: string, correlationId: string): Promise<{ request_hash: string; status: number; response: unknown } | undefined> {
-  const [row] = await db<{ request_hash: string; status: number; response: unknown }[]>`
-    select request_hash, status, response from ingest_requests where account_id = ${accountId} and correlation_id = ${correlationId}`;
+export async function storedRequest(db: Db, accountId: string, correlationId: string): Promise<{ request_hash: string; response_status: number; response: unknown } | undefined> {
+  const [row] = await db<{ request_hash: string; response_status: number; response: unknown }[]>`
+    select request_hash, response_status, response from ingest_requests where account_id = ${accountId} and correlation_id = ${correlationId}`;
   return row;
 }
 
-export async function completeRequest(db: Db, accountId: string, correlationId: string, status: number, response: unknown): Promise<void> {
-  await db`update ingest_requests set status = ${status}, response = ${db.json(response as never)}
+/** Stores the first answer (HTTP status code and body) that retries of the request replay. */
+export async function completeRequest(db: Db, accountId: string, correlationId: string, httpStatus: number, response: unknown): Promise<void> {
+  await db`update ingest_requests set response_status = ${httpStatus}, response = ${db.json(response as never)}
     where account_id = ${accountId} and correlation_id = ${correlationId}`;
 }
 

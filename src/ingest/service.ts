@@ -153,7 +153,7 @@ export class IngestService {
         if (!stored || stored.request_hash !== hash) {
           throw conflict(`correlation_id ${correlationId} was already used for a different request; use a new correlation_id for new content`, { type: 'correlation-id-reused' });
         }
-        return { status: stored.status, body: stored.response as T, replayed: true };
+        return { status: stored.response_status, body: stored.response as T, replayed: true };
       }
       const answer = await work(tx, uow);
       await repo.completeRequest(tx, caller.accountId, correlationId, answer.status, answer.body);

@@ -50,7 +50,8 @@ create table ingest_requests (
   account_id uuid not null,
   correlation_id text not null,
   request_hash text not null,
-  status integer,
+  -- the first answer, replayed to retries: its HTTP status code and body (not a lifecycle state)
+  response_status integer,
   response jsonb,
   created_at timestamptz not null default now(),
   primary key (account_id, correlation_id)

@@ -1,3 +1,4 @@
+import { Gauge } from 'prom-client';
 import { defineDomain, type CertificateUse, type Gateway } from '../gateway.js';
 import { Broker, certificateSerial, type BrokerHooks } from './broker.js';
 import type { Logger } from '../log.js';
@@ -74,6 +75,9 @@ export const brokerDomain = defineDomain({
     // hourly: partitions stay DAYS_AHEAD days ahead and retention is applied (also run at start)
     gw.jobs.define(HISTORY_PARTITIONS_JOB, () => history.maintain(), { schedule: '7 * * * *', retryLimit: 1 });
     registerBrokerMetrics(gw.metrics, () => brokerHost.broker, ingest);
+    new Gauge({ name: 'connectivity_streams_open', help: 'Open connectivity streams (WebSocket) on this node', registers: [gw.metrics], collect() {
+      this.set(connectivity.size);
+    } });
     return { devices };
   },
   async routes(app, gw, { devices, deviceSessions }) {

@@ -71,6 +71,7 @@ async function load(index) {
     $('empty').textContent = filtered ? 'No things match these filters.' : 'This account has no things yet. Enroll a device to see it here.';
     $('empty').classList.toggle('hidden', items.length > 0);
     $('things').classList.toggle('hidden', items.length === 0);
+    $('pager').classList.toggle('hidden', items.length === 0 && index === 0);
     $('page-info').textContent = items.length ? `Page ${index + 1} · ${items.length} thing${items.length === 1 ? '' : 's'}` : '';
     $('first').disabled = $('prev').disabled = index === 0;
     $('next').disabled = !next;

@@ -2,7 +2,6 @@
 // min/max band. Built with createElementNS and textContent only.
 
 const NS = 'http://www.w3.org/2000/svg';
-const W = 640;
 const H = 200;
 const PAD = { left: 52, right: 12, top: 10, bottom: 24 };
 export const COLORS = ['#2755d8', '#e07b00', '#1b9e5a', '#c2185b', '#6a4fc7', '#00838f', '#8d6e63'];
@@ -27,7 +26,7 @@ function fmtTime(t, span) {
  * (t in ms, oldest first). The container's data-points holds the number of points drawn.
  */
 export function lineChart(container, { emptyText = 'No data.' } = {}) {
-  const svg = svgEl('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img' });
+  const svg = svgEl('svg', { role: 'img' });
   const legend = document.createElement('div');
   legend.className = 'legend';
   container.classList.add('chart');
@@ -39,6 +38,9 @@ export function lineChart(container, { emptyText = 'No data.' } = {}) {
     container.dataset.points = String(count);
     svg.replaceChildren();
     legend.replaceChildren();
+    // drawn at the container's width, so text keeps its size
+    const W = Math.max(320, Math.round(container.clientWidth || 640));
+    svg.setAttribute('viewBox', `0 0 ${W} ${H}`);
     const x0 = PAD.left;
     const x1 = W - PAD.right;
     const y0 = H - PAD.bottom;
@@ -68,6 +70,8 @@ export function lineChart(container, { emptyText = 'No data.' } = {}) {
         const upper = s.band.map((b) => `${sx(b.t)},${sy(b.hi)}`);
         const lower = s.band.map((b) => `${sx(b.t)},${sy(b.lo)}`).reverse();
         svg.append(svgEl('polygon', { points: [...upper, ...lower].join(' '), fill: color, 'fill-opacity': 0.15, stroke: 'none' }));
+        // whiskers too: a band of one bucket has no area
+        for (const b of s.band) svg.append(svgEl('line', { x1: sx(b.t), y1: sy(b.lo), x2: sx(b.t), y2: sy(b.hi), stroke: color, 'stroke-opacity': 0.45, 'stroke-width': 2 }));
       }
       if (s.points.length === 0) return;
       svg.append(svgEl('polyline', { points: s.points.map((p) => `${sx(p.t)},${sy(p.v)}`).join(' '), fill: 'none', stroke: color, 'stroke-width': 2, 'data-series': s.name, 'data-count': s.points.length }));

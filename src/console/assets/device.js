@@ -95,7 +95,20 @@ function onTelemetry(m) {
     if (points.length > LIVE_POINTS) points.shift();
   }
   showValues();
-  liveChart.render([...live.series].map(([name, points]) => ({ name, points })));
+  showLiveChart();
+}
+
+/** The live chart shows one key (keys differ in scale); the select lists every numeric key seen. */
+function showLiveChart() {
+  const select = $('live-key');
+  const keys = [...live.series.keys()].sort();
+  if (keys.join('\n') !== [...select.options].map((o) => o.value).join('\n')) {
+    const chosen = select.value;
+    select.replaceChildren(...keys.map((key) => el('option', { value: key }, key)));
+    select.value = keys.includes(chosen) ? chosen : keys[0];
+  }
+  const key = select.value;
+  liveChart.render(key ? [{ name: key, points: live.series.get(key) }] : []);
 }
 
 // ---------------------------------------------------------------- history
@@ -230,6 +243,7 @@ $('history-form').addEventListener('submit', (e) => {
   void loadHistory();
 });
 $('revoke').onclick = askRevoke;
+$('live-key').onchange = showLiveChart;
 $('revoke-dialog').addEventListener('close', () => void revoke());
 
 page({

@@ -140,6 +140,7 @@ describe.skipIf(!hasChromium)('console device page in headless Chromium', () => 
     await textIs(page, '#conn-text', 'offline');
     await textHas(page, '#identity .revoked-flag', 'yes');
     expect(await page.isDisabled('#revoke')).toBe(true);
+    expect(await page.isVisible('#revoked-badge')).toBe(true);
     expect((await api('')).body).toMatchObject({ revoked: true, connected: false });
     await screenshot(page, 'device-revoked');
     expect(errors).toEqual([]);

@@ -49,11 +49,13 @@ export async function api(method, path, body) {
 /**
  * A WebSocket to `path` authenticated by the bearer subprotocol (browsers cannot set headers on
  * a WebSocket); calls onMessage with each parsed JSON message. Reconnects after a drop (not
- * after close()) and calls onOpen again, so a page can reload what it may have missed.
+ * after close()), backing off while it is refused, and calls onOpen at every subscription, so a
+ * page can reload what it may have missed.
  */
 export function liveSocket(path, { onMessage, onStatus = () => {}, onOpen = () => {} }) {
   let ws;
   let stopped = false;
+  let failures = 0;
   const open = () => {
     const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}${path}`;
     ws = new WebSocket(url, ['bearer', session.token]);
@@ -61,6 +63,7 @@ export function liveSocket(path, { onMessage, onStatus = () => {}, onOpen = () =
     ws.onmessage = (ev) => {
       const m = JSON.parse(ev.data);
       if (m.type === 'subscribed') {
+        failures = 0;
         onStatus('live');
         onOpen();
       }
@@ -68,8 +71,9 @@ export function liveSocket(path, { onMessage, onStatus = () => {}, onOpen = () =
     };
     ws.onclose = () => {
       if (stopped || !session.token) return;
-      onStatus('reconnecting…');
-      setTimeout(() => !stopped && session.token && open(), 2000);
+      failures++;
+      onStatus(failures > 2 ? 'live updates unavailable, retrying…' : 'reconnecting…');
+      setTimeout(() => !stopped && session.token && open(), Math.min(60_000, 1000 * 2 ** failures));
     };
   };
   open();

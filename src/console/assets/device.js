@@ -57,6 +57,7 @@ async function refreshDetail() {
     ['MQTT protocol', k?.protocol_version === 5 ? 'MQTT 5' : k?.protocol_version === 4 ? 'MQTT 3.1.1' : '—'],
   ]);
   $('revoke').disabled = t.revoked;
+  $('revoked-badge').classList.toggle('hidden', !t.revoked);
 }
 
 function showConnected(connected) {

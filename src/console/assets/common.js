@@ -1,6 +1,6 @@
 // Shared by every console page: sign-in (development token issuer or a pasted token), the API
 // client, a WebSocket with the bearer subprotocol, and DOM helpers. Text goes in with
-// textContent only (never innerHTML): device data is untrusted.
+// textContent only, never parsed as markup: device data is untrusted.
 
 export const $ = (id) => document.getElementById(id);
 

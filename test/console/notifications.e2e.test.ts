@@ -33,6 +33,8 @@ describe.skipIf(!hasChromium)('console notifications page in headless Chromium',
 
     const { page, errors } = await openPage(browser);
     await page.goto(`${gw.httpUrl}/console/`);
+    await page.waitForSelector('#signin:not(.hidden)');
+    await screenshot(page, 'signin');
     await signIn(page, `acc-${account.id}`, 'eve');
     await page.waitForSelector('li.item');
     expect(await page.textContent('#feed')).toContain('before sign-in');

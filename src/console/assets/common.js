@@ -95,6 +95,7 @@ export async function refreshBadge() {
   const { count } = await api('GET', '/console/notifications/unseen/count');
   $('badge').textContent = String(count);
   $('badge').classList.toggle('zero', count === 0);
+  $('badge').classList.remove('hidden');
 }
 
 export function signOut(message) {
@@ -106,6 +107,7 @@ export function signOut(message) {
   $('signout').classList.add('hidden');
   $('signin').classList.remove('hidden');
   $('who').textContent = '';
+  $('badge').classList.add('hidden');
   $('signin-error').textContent = message || '';
 }
 

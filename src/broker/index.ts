@@ -1,8 +1,10 @@
+import { Gauge } from 'prom-client';
 import { defineDomain, type CertificateUse, type Gateway } from '../gateway.js';
 import { Broker, certificateSerial, type BrokerHooks } from './broker.js';
 import type { Logger } from '../log.js';
 import { redisAedesOptions } from './cluster.js';
 import { CommandRouter } from './commands.js';
+import { ConnectivityHub } from './connectivityStream.js';
 import { CrlWatcher } from './crl.js';
 import { BrokerHost } from './host.js';
 import { IngestBuffer } from './ingest.js';
@@ -10,7 +12,7 @@ import { registerBrokerMetrics } from './metrics.js';
 import { OfflineCommands, EXPIRE_COMMANDS_JOB, deviceCommandKind } from './offlineCommands.js';
 import { offlineCommandRoutes } from './offlineCommandRoutes.js';
 import { BrokerRepo } from './repo.js';
-import { brokerRoutes } from './routes.js';
+import { brokerRoutes, connectivityStreamRoute } from './routes.js';
 import { ConnectedDeviceService } from './service.js';
 import { ClusterSessions } from './sessions.js';
 import { TelemetryHistory, TelemetryHistoryRepo } from './telemetryHistory.js';
@@ -28,7 +30,7 @@ const NODE_TTL_SECONDS = 20;
 /** creates telemetry history partitions ahead and drops those past retention */
 const HISTORY_PARTITIONS_JOB = 'telemetry.partitions';
 
-const parts = new WeakMap<Gateway, { ingest: IngestBuffer; sessions: ClusterSessions; offline?: OfflineCommands; history?: TelemetryHistory }>();
+const parts = new WeakMap<Gateway, { ingest: IngestBuffer; sessions: ClusterSessions; offline?: OfflineCommands; history?: TelemetryHistory; connectivity?: ConnectivityHub }>();
 
 /**
  * Cluster-wide device sessions: a disconnect reaches whichever node holds the device. Its own
@@ -67,16 +69,21 @@ export const brokerDomain = defineDomain({
     const ingest = new IngestBuffer(repo, gw.log.child({ component: 'ingest' }), gw.config.TELEMETRY_HISTORY ? historyRepo : undefined);
     const devices = new ConnectedDeviceService(gw, repo, ingest, brokerHost, thingDirectory);
     const offline = new OfflineCommands(gw, brokerHost);
-    Object.assign(parts.get(gw)!, { ingest, history, offline });
+    const connectivity = new ConnectivityHub(gw.bus, gw.config.SSE_HEARTBEAT_SECONDS * 1000);
+    Object.assign(parts.get(gw)!, { ingest, history, offline, connectivity });
     gw.jobs.define(EXPIRE_COMMANDS_JOB, async () => void (await offline.expireDue()), { schedule: '* * * * *', retryLimit: 1 });
     // hourly: partitions stay DAYS_AHEAD days ahead and retention is applied (also run at start)
     gw.jobs.define(HISTORY_PARTITIONS_JOB, () => history.maintain(), { schedule: '7 * * * *', retryLimit: 1 });
     registerBrokerMetrics(gw.metrics, () => brokerHost.broker, ingest);
+    new Gauge({ name: 'connectivity_streams_open', help: 'Open connectivity streams (WebSocket) on this node', registers: [gw.metrics], collect() {
+      this.set(connectivity.size);
+    } });
     return { devices };
   },
   async routes(app, gw, { devices, deviceSessions }) {
     await brokerRoutes(app, gw, devices, deviceSessions, parts.get(gw)!.offline!, parts.get(gw)!.history!);
     await offlineCommandRoutes(app, devices, parts.get(gw)!.offline!);
+    await connectivityStreamRoute(app, devices, parts.get(gw)!.connectivity!);
   },
   async start(gw, { devices, brokerHost, crl: crlSource, certificateUse }) {
     const p = parts.get(gw)!;
@@ -98,10 +105,12 @@ export const brokerDomain = defineDomain({
     brokerHost.attach({ broker, crl, commands });
     await p.offline!.start(broker);
     p.ingest.start();
+    p.connectivity!.start();
   },
   async stop(gw, { devices, brokerHost }) {
     const p = parts.get(gw)!;
     devices.stopping = true;
+    p.connectivity?.stop();
     brokerHost.crl?.stop();
     await p.offline?.stop().catch(() => {});
     await brokerHost.commands?.stop().catch(() => {});

@@ -118,9 +118,9 @@ export class ProductService {
 
   async update(accountId: string, id: string, patch: ProductPatch): Promise<ProductView> {
     const row = await this.own(accountId, id);
-    const changes: ProductChanges = { name: patch.name, description: patch.description, version: patch.version };
-    if (patch.bundles) changes.bundles = pickBundles((await this.ownModel(accountId, row.model_id)).bundles, patch.bundles);
-    for (const k of Object.keys(changes) as (keyof ProductChanges)[]) if (changes[k] === undefined) delete changes[k];
+    const { bundles, ...rest } = patch;
+    const changes: ProductChanges = Object.fromEntries(Object.entries(rest).filter(([, v]) => v !== undefined));
+    if (bundles) changes.bundles = pickBundles((await this.ownModel(accountId, row.model_id)).bundles, bundles);
     return this.step(accountId, id, { type: 'UPDATE', at: this.now(), changes });
   }
 
@@ -136,8 +136,9 @@ export class ProductService {
   async delete(accountId: string, id: string): Promise<void> {
     await this.own(accountId, id);
     await this.gw.actors.run(async (uow) => {
-      const result = await uow.trySend(marketplaceProductKind, id, { type: 'DELETE', at: this.now() });
-      if ('refused' in result) throw this.refusal(id, result.state, result.snapshot.context, 'DELETE');
+      const event = { type: 'DELETE', at: this.now() } as const;
+      const result = await uow.trySend(marketplaceProductKind, id, event);
+      if ('refused' in result) throw refusal(id, result.state, result.snapshot.context, event);
       await repo.deleteProduct(uow.sql, id);
     });
   }
@@ -165,19 +166,20 @@ export class ProductService {
     await this.own(accountId, id);
     await this.gw.actors.run(async (uow) => {
       const result = await uow.trySend(marketplaceProductKind, id, event);
-      if ('refused' in result) throw this.refusal(id, result.state, result.snapshot.context, event.type, event);
+      if ('refused' in result) throw refusal(id, result.state, result.snapshot.context, event);
     });
     return this.read(accountId, id);
   }
+}
 
-  private refusal(id: string, state: string, c: MarketplaceProductContext, type: MarketplaceProductEvent['type'], event?: MarketplaceProductEvent): DomainError {
-    if (state === 'DELETED') return notFound(`product ${id} not found in your account`);
-    const extra = { state, event: type };
-    const why = type === 'PUBLISH' && state !== 'PUBLISHED' ? whyNotPublishable(c)
-      : event?.type === 'UPDATE' && state === 'PUBLISHED' ? whyNotLiveUpdatable(c, event.changes)
-        : undefined;
-    if (why) return conflict(`product ${id} cannot be ${type === 'PUBLISH' ? 'published' : 'updated'}: ${why}`, { type: 'product-change-refused', extra });
-    const hint = type === 'DELETE' ? ' (only a never-published draft is deleted; unpublish it instead)' : '';
-    return conflict(`product ${id} is ${state}: ${type} is not accepted in that state${hint}`, { type: 'product-state-conflict', extra });
-  }
+/** A refused event as a domain error: 409 with the machine's own reason; 404 for a deleted product. */
+function refusal(id: string, state: string, c: MarketplaceProductContext, event: MarketplaceProductEvent): DomainError {
+  if (state === 'DELETED') return notFound(`product ${id} not found in your account`);
+  const extra = { state, event: event.type };
+  const why = event.type === 'PUBLISH' && state !== 'PUBLISHED' ? whyNotPublishable(c)
+    : event.type === 'UPDATE' && state === 'PUBLISHED' ? whyNotLiveUpdatable(c, event.changes)
+      : undefined;
+  if (why) return conflict(`product ${id} cannot be ${event.type === 'PUBLISH' ? 'published' : 'updated'}: ${why}`, { type: 'product-change-refused', extra });
+  const hint = event.type === 'DELETE' ? ' (only a never-published draft is deleted; unpublish it instead)' : '';
+  return conflict(`product ${id} is ${state}: ${event.type} is not accepted in that state${hint}`, { type: 'product-state-conflict', extra });
 }

@@ -31,8 +31,9 @@ function cursorOf(r: repo.ProductRow): string {
 function readCursor(cursor: string): { createdAt: Date; id: string } {
   try {
     const v = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')) as unknown;
+    // exactly what cursorOf writes: a year Postgres cannot hold must not reach it
     if (Array.isArray(v) && v.length === 2 && typeof v[0] === 'string' && typeof v[1] === 'string'
-      && /^[0-9a-f-]{36}$/.test(v[1]) && !Number.isNaN(Date.parse(v[0]))) {
+      && /^[0-9a-f-]{36}$/.test(v[1]) && /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/.test(v[0]) && !Number.isNaN(Date.parse(v[0]))) {
       return { createdAt: new Date(v[0]), id: v[1] };
     }
   } catch {
@@ -87,7 +88,7 @@ export class ProductService {
     const picked = pickBundles(bundles, input.bundles ?? []);
     const id = crypto.randomUUID();
     const now = this.gw.clock.now();
-    await this.gw.actors.run(async (uow) => {
+    return this.gw.actors.run(async (uow) => {
       // one account's creates queue on its lock, so the cap holds under concurrency
       await uow.sql`select pg_advisory_xact_lock(hashtext(${`marketplace-products:${accountId}`}))`;
       const max = this.gw.config.MARKETPLACE_MAX_PRODUCTS;
@@ -98,8 +99,8 @@ export class ProductService {
         id, accountId, modelId: model.id, name: input.name, description: input.description ?? '', version: input.version ?? DEFAULT_VERSION,
         bundles: picked, at: now.toISOString(),
       });
+      return present((await repo.productById(uow.sql, id))!);
     });
-    return this.read(accountId, id);
   }
 
   /** A PUBLISHED product, or one of the caller's account in any state; 404 otherwise. */
@@ -164,11 +165,12 @@ export class ProductService {
   /** One event to the product's actor; a refusal is a 409 that says why (the machine's own reasons). */
   private async step(accountId: string, id: string, event: MarketplaceProductEvent): Promise<ProductView> {
     await this.own(accountId, id);
-    await this.gw.actors.run(async (uow) => {
+    return this.gw.actors.run(async (uow) => {
       const result = await uow.trySend(marketplaceProductKind, id, event);
       if ('refused' in result) throw refusal(id, result.state, result.snapshot.context, event);
+      // the row as this transition left it (a later change may commit before a read after it)
+      return present((await repo.productById(uow.sql, id))!);
     });
-    return this.read(accountId, id);
   }
 }
 

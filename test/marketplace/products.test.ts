@@ -147,6 +147,11 @@ describe('product lifecycle over HTTP', () => {
     expectProblem(await gw.http.patch(`${PRODUCTS}/${p.id}`, { bundles: [{ name: 'firmware', version: '2.0.0' }] }, { token: seller.operator }), 400);
     expect((await gw.http.patch(`${PRODUCTS}/${p.id}`, { bundles: [{ name: 'firmware', version: '3.0.0' }], version: '2.0.0' }, { token: seller.operator })).body)
       .toMatchObject({ version: '2.0.0', bundles: [software('firmware', '3.0.0')] });
+    // the model may even go: the product keeps what it offers; a new bundle selection has nothing to choose from
+    expect((await gw.http.delete(`/api/v1/models/${model.id}`, { token: seller.admin })).status).toBe(204);
+    expect((await gw.http.get(`${PRODUCTS}/${p.id}`, { token: buyer.viewer })).body).toMatchObject({ state: 'PUBLISHED', descriptor: model.descriptor, bundles: [software('firmware', '3.0.0')] });
+    expect((await gw.http.patch(`${PRODUCTS}/${p.id}`, { description: 'still here' }, { token: seller.operator })).body.version).toBe('2.0.1');
+    expectProblem(await gw.http.patch(`${PRODUCTS}/${p.id}`, { bundles: [] }, { token: seller.operator }), 404);
   });
 });
 

@@ -178,6 +178,16 @@ describe('capability and roles', () => {
     expect((await gw.http.get(`${PRODUCTS}/mine`, { token: buyer.viewer })).status).toBe(200);
   });
 
+  it('a revoked capability stops further writes; what the account published stays listed', async () => {
+    const a = await createAccount(gw, { capabilities: [CAP] });
+    const p = await createProduct(gw, a, (await createModel(gw, a)).id);
+    await publish(gw, a.operator, p.id);
+    expect((await gw.http.delete(`/platform/v1/accounts/${a.id}/capabilities/${CAP}`, { token: platform })).status).toBe(204);
+    expect(expectProblem(await unpublish(gw, a.operator, p.id), 403).detail).toMatch(/not qualified/);
+    expect((await gw.http.get(`${PRODUCTS}/${p.id}`, { token: buyer.viewer })).body.state).toBe('PUBLISHED');
+    expect((await gw.http.get(`${PRODUCTS}/mine`, { token: a.viewer })).body.items.map((x: any) => x.id)).toEqual([p.id]);
+  });
+
   it('a viewer of a qualified account gets the role 403; reads need a token', async () => {
     const model = await createModel(gw, seller);
     const p = expectProblem(await gw.http.post(PRODUCTS, { model_id: model.id, name: 'x' }, { token: seller.viewer }), 403);

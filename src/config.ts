@@ -59,6 +59,7 @@ export const configSchema = z.object({
   MAIL_FROM: z.string().default('Device Gateway <gateway@localhost>'),
   SSE_HEARTBEAT_SECONDS: positiveInt.default(25),
   COMMAND_TIMEOUT_MS: positiveInt.default(10_000),
+  MARKETPLACE_MAX_PRODUCTS: positiveInt.default(1000).describe('marketplace products one account holds in any state (more: 409)'),
   COMMAND_MAX_PENDING: positiveInt.default(1000).describe('commands with a TTL waiting for one offline thing (more: 409)'),
   JOBS: bool.default(true),
   TELEMETRY_HISTORY: bool.default(true).describe('store every telemetry message in telemetry_history (off: latest values only)'),

@@ -1,6 +1,7 @@
 import 'reflect-metadata';
 import https from 'node:https';
 import * as x509 from '@peculiar/x509';
+import mqtt from 'mqtt';
 import type { TestGateway } from './gateway.js';
 
 export interface KeyPair { cert: string; key: string }
@@ -29,4 +30,19 @@ export async function newKey(name = '', algorithm: EcKeyGenParams | RsaHashedKey
   const csr = await x509.Pkcs10CertificateRequestGenerator.create({ name, keys, signingAlgorithm });
   const pkcs8 = Buffer.from(await crypto.subtle.exportKey('pkcs8', keys.privateKey)).toString('base64');
   return { key: `-----BEGIN PRIVATE KEY-----\n${pkcs8.match(/.{1,64}/g)!.join('\n')}\n-----END PRIVATE KEY-----\n`, csr: csr.toString('pem') };
+}
+
+/** 'connected' or 'refused' (TLS handshake or CONNACK), a fresh MQTT 5 connection each time (closed again). */
+export async function mqttOutcome(gw: TestGateway, thingId: string, pair: KeyPair): Promise<'connected' | 'refused'> {
+  const client = mqtt.connect(`mqtts://127.0.0.1:${gw.mqttPort}`, {
+    key: pair.key, cert: pair.cert, ca: gw.gw.pki.bundlePem, servername: 'localhost', rejectUnauthorized: true,
+    clientId: thingId, username: thingId, protocolVersion: 5, reconnectPeriod: 0, connectTimeout: 5000,
+  });
+  const outcome = await new Promise<'connected' | 'refused'>((resolve) => {
+    client.once('connect', () => resolve('connected'));
+    client.once('error', () => resolve('refused'));
+    client.once('close', () => resolve('refused'));
+  });
+  await client.endAsync(true);
+  return outcome;
 }

@@ -1,12 +1,11 @@
 import 'reflect-metadata';
 import * as x509 from '@peculiar/x509';
-import mqtt from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { enrollDevice, revokeDevice } from '../helpers/devices.js';
 import { waitFor } from '../helpers/wait.js';
-import { mtls as mtlsRequest, newKey, type KeyPair } from '../helpers/rotation.js';
+import { mqttOutcome as mqttOutcomeOf, mtls as mtlsRequest, newKey, type KeyPair } from '../helpers/rotation.js';
 
 let gw: TestGateway;
 let account: TestAccount;
@@ -27,20 +26,7 @@ async function renew(thingId: string, current: KeyPair): Promise<KeyPair & { ser
   return { cert: res.body.certificate, key, serial: res.body.serial };
 }
 
-/** 'connected' or 'refused' (TLS handshake or CONNACK), a fresh MQTT connection each time. */
-async function mqttOutcome(thingId: string, pair: KeyPair): Promise<'connected' | 'refused'> {
-  const client = mqtt.connect(`mqtts://127.0.0.1:${gw.mqttPort}`, {
-    key: pair.key, cert: pair.cert, ca: gw.gw.pki.bundlePem, servername: 'localhost', rejectUnauthorized: true,
-    clientId: thingId, username: thingId, protocolVersion: 5, reconnectPeriod: 0, connectTimeout: 5000,
-  });
-  const outcome = await new Promise<'connected' | 'refused'>((resolve) => {
-    client.once('connect', () => resolve('connected'));
-    client.once('error', () => resolve('refused'));
-    client.once('close', () => resolve('refused'));
-  });
-  await client.endAsync(true);
-  return outcome;
-}
+const mqttOutcome = (thingId: string, pair: KeyPair) => mqttOutcomeOf(gw, thingId, pair);
 
 const revokedOf = async (serial: string) =>
   (await gw.db.sql<{ revoked: boolean }[]>`select revoked from device_certificates where serial = ${serial}`)[0]?.revoked;

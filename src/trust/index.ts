@@ -13,6 +13,7 @@ import { FactoryEnrollments } from './enrollments.js';
 import { claimGroupKind, enrollmentTokenKind, thingKind } from './kinds.js';
 import { revokeBlacklisted } from './blacklisted.js';
 import { CertificateRotation, rotationRoutes } from './rotation.js';
+import { CERTIFICATE_EXPIRY_JOB, CertificateExpiryWarnings } from './expiryWarnings.js';
 
 export interface TrustServices {
   trust: TrustService;
@@ -66,6 +67,9 @@ export const trustDomain = defineDomain({
     // devices authenticate through the auth hook (routes declare { schemes: ['device-token', 'device-cert'] })
     for (const [name, authenticator] of Object.entries(deviceAuthenticators(gw, services.ddi))) gw.auth.registerAuthenticator(name, authenticator);
     gw.jobs.define('trust.crl-refresh', () => crl.refreshIfOld(), { schedule: '17 * * * *' });
+    const expiry = new CertificateExpiryWarnings(gw);
+    // daily (idempotent: each certificate is warned of once)
+    gw.jobs.define(CERTIFICATE_EXPIRY_JOB, async () => { await expiry.run(); }, { schedule: '37 3 * * *', retryLimit: 3 });
     gw.jobs.define('trust.claim-group-expiry', async () => { await trust.expireClaimGroups(); }, { schedule: '7 * * * *' });
     return { trust, models, enrollment, crl, thingDirectory: trust, thingLifecycle: services.lifecycle, certificateUse: services.rotation, certificateRenewal: services.rotation };
   },

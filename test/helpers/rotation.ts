@@ -1,5 +1,6 @@
 import 'reflect-metadata';
 import https from 'node:https';
+import type { webcrypto } from 'node:crypto';
 import * as x509 from '@peculiar/x509';
 import mqtt from 'mqtt';
 import type { TestGateway } from './gateway.js';
@@ -24,8 +25,8 @@ export function mtls(gw: TestGateway, method: string, path: string, client: KeyP
 }
 
 /** A fresh key pair and its PKCS#10 request with subject `name` (default: no subject). */
-export async function newKey(name = '', algorithm: EcKeyGenParams | RsaHashedKeyGenParams = { name: 'ECDSA', namedCurve: 'P-256' }): Promise<{ key: string; csr: string }> {
-  const keys = await crypto.subtle.generateKey(algorithm, true, ['sign', 'verify']) as CryptoKeyPair;
+export async function newKey(name = '', algorithm: webcrypto.EcKeyGenParams | webcrypto.RsaHashedKeyGenParams = { name: 'ECDSA', namedCurve: 'P-256' }): Promise<{ key: string; csr: string }> {
+  const keys = await crypto.subtle.generateKey(algorithm, true, ['sign', 'verify']) as webcrypto.CryptoKeyPair;
   const signingAlgorithm = algorithm.name === 'ECDSA' ? { name: 'ECDSA', hash: 'SHA-256' } : algorithm;
   const csr = await x509.Pkcs10CertificateRequestGenerator.create({ name, keys, signingAlgorithm });
   const pkcs8 = Buffer.from(await crypto.subtle.exportKey('pkcs8', keys.privateKey)).toString('base64');

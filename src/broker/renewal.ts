@@ -3,7 +3,9 @@ import { z } from 'zod';
 import type { CertificateRenewal, Gateway } from '../gateway.js';
 import { DomainError } from '../lib/errors.js';
 import { certificateSerial, type Broker } from './broker.js';
-import { deviceTopic, ownTopicKind } from './topics.js';
+import { deviceTopic, ownTopicKind, TOPICS } from './topics.js';
+
+const RENEW_SUFFIX = `/${TOPICS.certificateRenew.suffix}`;
 
 const request = z.strictObject({
   csr: z.string().min(1).max(16_384),
@@ -31,7 +33,8 @@ export class MqttRenewal {
 
   start(): void {
     const onPublish = (packet: AedesPublishPacket, client: Client | null) => {
-      if (client && ownTopicKind(client.id, packet.topic) === 'certificateRenew') this.receive(packet, client);
+      // every device publish on this node passes here: one endsWith for the others
+      if (client && packet.topic.endsWith(RENEW_SUFFIX) && ownTopicKind(client.id, packet.topic) === 'certificateRenew') this.receive(packet, client);
     };
     this.broker.aedes.on('publish', onPublish);
     this.off = () => void this.broker.aedes.off('publish', onPublish);

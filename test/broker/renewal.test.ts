@@ -7,6 +7,7 @@ import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { enrollDevice, type EnrolledDevice } from '../helpers/devices.js';
 import { mqttOutcome, mtls, newKey } from '../helpers/rotation.js';
 import { waitFor } from '../helpers/wait.js';
+import { REDIS_URL, redisReachable } from '../helpers/redis.js';
 import { closed, connectDevice, nextMessage, type TestDevice } from './fixtures.js';
 
 // Certificate renewal over MQTT (src/broker/renewal.ts) and the end of sessions on a replaced certificate.
@@ -142,6 +143,43 @@ describe('a session still on the old certificate', () => {
       await Promise.all([fresh.endAsync(), bystanderSession.endAsync()]);
     } finally {
       await nodeB.stop();
+    }
+  });
+});
+
+const redis = await redisReachable();
+if (!redis) console.warn(`cluster renewal test skipped: Redis at ${REDIS_URL} is not reachable`);
+
+describe.skipIf(!redis)('renewal over MQTT in a cluster (Redis)', () => {
+  it('is answered once, by the node the device is connected to', async () => {
+    // a Redis database of its own isolates this run's sessions and messages
+    const redisUrl = `${REDIS_URL.replace(/\/\d*$/, '')}/${1 + Math.floor(Math.random() * 15)}`;
+    const a = await startTestGateway({ NODE_ID: 'renewal-a', REDIS_URL: redisUrl }, { db: gw.db });
+    const b = await startTestGateway({ NODE_ID: 'renewal-b', REDIS_URL: redisUrl }, { db: gw.db });
+    try {
+      const d = await enrollDevice(gw, account);
+      const client = await connectDevice(b.mqttPort!, asDevice(d));
+      const topic = `devices/${d.thingId}/certificate/renewed`;
+      await client.subscribeAsync(topic, { qos: 1 });
+      const answers: { requestId?: string; serial?: string }[] = [];
+      client.on('message', (t, payload) => {
+        if (t === topic) answers.push(JSON.parse(payload.toString()));
+      });
+      for (const requestId of ['one', 'two']) {
+        await client.publishAsync(`devices/${d.thingId}/certificate/renew`, JSON.stringify({ csr: (await newKey()).csr, requestId }), { qos: 1 });
+        await waitFor(() => answers.some((x) => x.requestId === requestId), 10_000, `answer ${requestId}`);
+      }
+      // had another node handled a request too, a second answer or certificate would exist by now
+      const marker = JSON.stringify({ csr: 'x', requestId: 'marker' });
+      await client.publishAsync(`devices/${d.thingId}/certificate/renew`, marker, { qos: 1 });
+      await waitFor(() => answers.some((x) => x.requestId === 'marker'), 10_000, 'marker answered');
+      expect(answers.map((x) => x.requestId)).toEqual(['one', 'two', 'marker']);
+      expect(answers.slice(0, 2).every((x) => typeof x.serial === 'string')).toBe(true);
+      expect(await certificateCount(d.thingId)).toBe(3);
+      await client.endAsync();
+    } finally {
+      await b.stop();
+      await a.stop();
     }
   });
 });

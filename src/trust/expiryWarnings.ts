@@ -31,9 +31,11 @@ export class CertificateExpiryWarnings {
             select c.serial from device_certificates c join things t on t.id = c.thing_id
             where not c.revoked and c.expiry_warned_at is null and c.not_after > ${now} and c.not_after <= ${horizon}
               and t.revoked_at is null
+              -- a renewal (a later valid certificate of the thing, used or not) supersedes it; by
+              -- creation, not not_after (whole seconds: a renewal of the same second would tie)
               and not exists (
                 select 1 from device_certificates newer
-                where newer.thing_id = c.thing_id and not newer.revoked and newer.not_after > c.not_after)
+                where newer.thing_id = c.thing_id and not newer.revoked and newer.created_at > c.created_at)
             order by c.not_after limit ${BATCH}
             for update of c skip locked)
           update device_certificates c set expiry_warned_at = ${now}

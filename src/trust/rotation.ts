@@ -39,25 +39,25 @@ export class CertificateRotation implements CertificateUse, CertificateRenewal {
       const [thing] = await tx<{ revoked_at: Date | null }[]>`select revoked_at from things where id = ${thingId} for update`;
       if (!thing) throw notFound(`thing ${thingId} not found`);
       if (thing.revoked_at) throw refused(`thing ${thingId} is revoked; it cannot renew its certificate`);
-      const now = this.gw.clock.now();
-      const certs = await tx<{ serial: string; pem: string; awaiting_first_use: boolean; revoked: boolean; created_at: Date }[]>`
-        select serial, pem, awaiting_first_use, revoked, created_at from device_certificates where thing_id = ${thingId}`;
+      // database time, like every certificate's created_at (it also orders renewals: see expiryWarnings.ts)
+      const certs = await tx<{ serial: string; pem: string; awaiting_first_use: boolean; revoked: boolean; age_ms: number }[]>`
+        select serial, pem, awaiting_first_use, revoked, extract(epoch from now() - created_at) * 1000 as age_ms
+        from device_certificates where thing_id = ${thingId}`;
       if (presented !== undefined && !certs.some((c) => !c.revoked && bareSerial(c.serial) === bareSerial(presented))) {
         throw refused('the certificate this device authenticated with is revoked or replaced; it cannot renew');
       }
       if (certs.some((c) => publicKeyOf(c.pem).equals(spki))) throw invalid('the CSR carries a key this thing already had a certificate for; generate a new key pair');
-      const recent = certs.filter((c) => c.awaiting_first_use && !c.revoked && now.getTime() - c.created_at.getTime() < RENEWAL_WINDOW_MS)
-        .map((c) => c.created_at.getTime()).sort((a, b) => a - b);
+      const ages = certs.filter((c) => c.awaiting_first_use && !c.revoked && Number(c.age_ms) < RENEWAL_WINDOW_MS).map((c) => Number(c.age_ms));
       const max = config.CERT_RENEWAL_MAX_PENDING;
-      if (recent.length >= max) {
-        throw tooMany(`thing ${thingId} already has ${recent.length} renewed certificates not yet used (at most ${max} per 24 h); connect with one of them`, {
-          type: 'too-many-pending-renewals', retryAfterSeconds: (recent[0] + RENEWAL_WINDOW_MS - now.getTime()) / 1000,
+      if (ages.length >= max) {
+        throw tooMany(`thing ${thingId} already has ${ages.length} renewed certificates not yet used (at most ${max} per 24 h); connect with one of them`, {
+          type: 'too-many-pending-renewals', retryAfterSeconds: (RENEWAL_WINDOW_MS - Math.max(...ages)) / 1000,
         });
       }
       const cert = await pki.signDeviceCertificate(thingId, spki, config.DEVICE_CERT_DAYS);
       await tx`
-        insert into device_certificates (serial, thing_id, pem, sealed_private_key, not_after, awaiting_first_use, created_at)
-        values (${cert.serial}, ${thingId}, ${cert.pem}, null, ${cert.notAfter}, true, ${now})`;
+        insert into device_certificates (serial, thing_id, pem, sealed_private_key, not_after, awaiting_first_use)
+        values (${cert.serial}, ${thingId}, ${cert.pem}, null, ${cert.notAfter}, true)`;
       return cert;
     });
     return {

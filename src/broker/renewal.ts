@@ -59,7 +59,8 @@ export class MqttRenewal {
       return this.send(to, { ...echo, error: { kind: 'too_many', type: 'renewal-in-progress', detail: 'a renewal of this device is in progress; wait for its answer' } });
     }
     this.inFlight.add(thingId);
-    void this.renewal.renew(thingId, body.csr, certificateSerial(client))
+    // no serial matches no certificate: refused
+    void this.renewal.renew(thingId, body.csr, certificateSerial(client) ?? '')
       .then((renewed): RenewalReply => ({ ...echo, ...renewed }), (err: unknown): RenewalReply => ({ ...echo, error: errorOf(err, this.gw, thingId) }))
       .then((reply) => this.send(to, reply))
       .finally(() => this.inFlight.delete(thingId));

@@ -53,6 +53,8 @@ export const configSchema = z.object({
   ENROLLMENT_TOKEN_TTL: positiveInt.default(24 * 3600).describe('seconds'),
   DEVICE_CERT_DAYS: positiveInt.default(365),
   CRL_REFRESH_SECONDS: positiveInt.default(60),
+  CERT_RENEWAL_MAX_PENDING: positiveInt.max(100).default(3).describe('renewed certificates not yet used that one thing may obtain per 24 h (more: 429)'),
+  CERT_EXPIRY_WARNING_DAYS: positiveInt.max(365).default(30).describe('the account is notified once of each current device certificate expiring within this many days'),
   INTERNAL_API_SECRET: z.string().min(32, 'at least 32 characters').optional().describe('shared secret of internal endpoints (X-Internal-Secret); unset = they answer only this gateway'),
   NOTIFY_AUTHZ_URL: url.optional(),
   SMTP_URL: z.string().optional(),

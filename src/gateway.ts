@@ -35,6 +35,27 @@ export interface Services {
   blacklist: IdentityBlacklist;
   /** trust domain: a device authenticated with this certificate (a renewed one's first use revokes the older ones) */
   certificateUse: CertificateUse;
+  /** trust domain: a device renews its certificate with a CSR (the HTTP route and MQTT apply the same rules) */
+  certificateRenewal: CertificateRenewal;
+}
+
+export interface RenewedCertificate {
+  thingId: string;
+  /** PEM, CN = thingId */
+  certificate: string;
+  serial: string;
+  notAfter: string;
+  caCertificate: string;
+  caBundlePem: string;
+}
+
+export interface CertificateRenewal {
+  /**
+   * `presented`: the serial (hex) of the certificate the device authenticated with, when the caller
+   * has not checked it (MQTT: a session outlives a revocation until it is dropped). Throws domain
+   * errors: invalid (bad CSR), refused (revoked thing or certificate), not_found, too_many (pending renewals).
+   */
+  renew(thingId: string, csr: string, presented?: string): Promise<RenewedCertificate>;
 }
 
 export interface CertificateUse {
@@ -58,9 +79,14 @@ export interface IdentityBlacklist {
   onAdded(listener: (identity: BlacklistedIdentity) => Promise<number>): void;
 }
 
+export interface DisconnectOptions {
+  /** drop the session only when its certificate is on the (reloaded) CRL: a rotation keeps the session on the new one */
+  onlyRevokedCertificate?: boolean;
+}
+
 export interface DeviceSessions {
   /** `disconnected: false` means the device was connected nowhere (the broker's 404) */
-  disconnect(thingId: string): Promise<{ disconnected: boolean }>;
+  disconnect(thingId: string, options?: DisconnectOptions): Promise<{ disconnected: boolean }>;
 }
 
 export interface MqttEndpoint {

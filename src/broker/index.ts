@@ -9,6 +9,7 @@ import { CrlWatcher } from './crl.js';
 import { BrokerHost } from './host.js';
 import { IngestBuffer } from './ingest.js';
 import { registerBrokerMetrics } from './metrics.js';
+import { MqttRenewal } from './renewal.js';
 import { OfflineCommands, EXPIRE_COMMANDS_JOB, deviceCommandKind } from './offlineCommands.js';
 import { offlineCommandRoutes } from './offlineCommandRoutes.js';
 import { BrokerRepo } from './repo.js';
@@ -30,7 +31,7 @@ const NODE_TTL_SECONDS = 20;
 /** creates telemetry history partitions ahead and drops those past retention */
 const HISTORY_PARTITIONS_JOB = 'telemetry.partitions';
 
-const parts = new WeakMap<Gateway, { ingest: IngestBuffer; sessions: ClusterSessions; offline?: OfflineCommands; history?: TelemetryHistory; connectivity?: ConnectivityHub }>();
+const parts = new WeakMap<Gateway, { ingest: IngestBuffer; sessions: ClusterSessions; offline?: OfflineCommands; history?: TelemetryHistory; connectivity?: ConnectivityHub; renewal?: MqttRenewal }>();
 
 /**
  * Cluster-wide device sessions: a disconnect reaches whichever node holds the device. Its own
@@ -60,7 +61,7 @@ export const deviceSessionsDomain = defineDomain({
 export const brokerDomain = defineDomain({
   name: 'broker',
   provides: ['devices'],
-  requires: ['brokerHost', 'crl', 'thingDirectory', 'deviceSessions', 'certificateUse'],
+  requires: ['brokerHost', 'crl', 'thingDirectory', 'deviceSessions', 'certificateUse', 'certificateRenewal'],
   kinds: [deviceCommandKind],
   init(gw, { brokerHost, thingDirectory }) {
     const repo = new BrokerRepo(gw.sql);
@@ -85,7 +86,7 @@ export const brokerDomain = defineDomain({
     await offlineCommandRoutes(app, devices, parts.get(gw)!.offline!);
     await connectivityStreamRoute(app, devices, parts.get(gw)!.connectivity!);
   },
-  async start(gw, { devices, brokerHost, crl: crlSource, certificateUse }) {
+  async start(gw, { devices, brokerHost, crl: crlSource, certificateUse, certificateRenewal }) {
     const p = parts.get(gw)!;
     await new BrokerRepo(gw.sql).releaseDeadNodes(gw.cluster.nodeId, NODE_TTL_SECONDS);
     // the partitions of today and the next days exist before the first message is written
@@ -104,6 +105,8 @@ export const brokerDomain = defineDomain({
     await commands.start();
     brokerHost.attach({ broker, crl, commands });
     await p.offline!.start(broker);
+    p.renewal = new MqttRenewal(gw, certificateRenewal, broker);
+    p.renewal.start();
     p.ingest.start();
     p.connectivity!.start();
   },
@@ -113,6 +116,7 @@ export const brokerDomain = defineDomain({
     p.connectivity?.stop();
     brokerHost.crl?.stop();
     await p.offline?.stop().catch(() => {});
+    p.renewal?.stop();
     await brokerHost.commands?.stop().catch(() => {});
     await brokerHost.broker?.close();
     brokerHost.detach();

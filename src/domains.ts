@@ -10,6 +10,7 @@ import { registryDomain } from './registry/index.js';
 import { blacklistDomain } from './blacklist/index.js';
 import { ingestDomain } from './ingest/index.js';
 import { feedDomain } from './feed/index.js';
+import { otaDomain } from './ota/index.js';
 
 /**
  * Every domain of the gateway, in init/start order. Each declares the services it `provides` and
@@ -17,5 +18,5 @@ import { feedDomain } from './feed/index.js';
  * at start-up and names what to move). Stopped in reverse order.
  */
 export const domains: DomainModule[] = [
-  accountsDomain, quotasDomain, iamDomain, notificationsDomain, deviceSessionsDomain, blacklistDomain, trustDomain, registryDomain, factoryDomain, feedDomain, ingestDomain, brokerDomain,
+  accountsDomain, quotasDomain, iamDomain, notificationsDomain, deviceSessionsDomain, blacklistDomain, trustDomain, registryDomain, factoryDomain, feedDomain, ingestDomain, brokerDomain, otaDomain,
 ];

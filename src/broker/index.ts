@@ -4,6 +4,7 @@ import type { Logger } from '../log.js';
 import { redisAedesOptions } from './cluster.js';
 import { CommandRouter } from './commands.js';
 import { CrlWatcher } from './crl.js';
+import { DeviceChannel } from './messaging.js';
 import { BrokerHost } from './host.js';
 import { IngestBuffer } from './ingest.js';
 import { registerBrokerMetrics } from './metrics.js';
@@ -28,7 +29,7 @@ const NODE_TTL_SECONDS = 20;
 /** creates telemetry history partitions ahead and drops those past retention */
 const HISTORY_PARTITIONS_JOB = 'telemetry.partitions';
 
-const parts = new WeakMap<Gateway, { ingest: IngestBuffer; sessions: ClusterSessions; offline?: OfflineCommands; history?: TelemetryHistory }>();
+const parts = new WeakMap<Gateway, { ingest: IngestBuffer; sessions: ClusterSessions; offline?: OfflineCommands; history?: TelemetryHistory; channel?: DeviceChannel }>();
 
 /**
  * Cluster-wide device sessions: a disconnect reaches whichever node holds the device. Its own
@@ -57,7 +58,7 @@ export const deviceSessionsDomain = defineDomain({
  */
 export const brokerDomain = defineDomain({
   name: 'broker',
-  provides: ['devices'],
+  provides: ['devices', 'deviceMessaging'],
   requires: ['brokerHost', 'crl', 'thingDirectory', 'deviceSessions', 'certificateUse'],
   kinds: [deviceCommandKind],
   init(gw, { brokerHost, thingDirectory }) {
@@ -67,12 +68,13 @@ export const brokerDomain = defineDomain({
     const ingest = new IngestBuffer(repo, gw.log.child({ component: 'ingest' }), gw.config.TELEMETRY_HISTORY ? historyRepo : undefined);
     const devices = new ConnectedDeviceService(gw, repo, ingest, brokerHost, thingDirectory);
     const offline = new OfflineCommands(gw, brokerHost);
-    Object.assign(parts.get(gw)!, { ingest, history, offline });
+    const channel = new DeviceChannel(brokerHost, gw.log.child({ component: 'device-messaging' }));
+    Object.assign(parts.get(gw)!, { ingest, history, offline, channel });
     gw.jobs.define(EXPIRE_COMMANDS_JOB, async () => void (await offline.expireDue()), { schedule: '* * * * *', retryLimit: 1 });
     // hourly: partitions stay DAYS_AHEAD days ahead and retention is applied (also run at start)
     gw.jobs.define(HISTORY_PARTITIONS_JOB, () => history.maintain(), { schedule: '7 * * * *', retryLimit: 1 });
     registerBrokerMetrics(gw.metrics, () => brokerHost.broker, ingest);
-    return { devices };
+    return { devices, deviceMessaging: channel };
   },
   async routes(app, gw, { devices, deviceSessions }) {
     await brokerRoutes(app, gw, devices, deviceSessions, parts.get(gw)!.offline!, parts.get(gw)!.history!);
@@ -97,6 +99,7 @@ export const brokerDomain = defineDomain({
     await commands.start();
     brokerHost.attach({ broker, crl, commands });
     await p.offline!.start(broker);
+    await p.channel!.start(broker);
     p.ingest.start();
   },
   async stop(gw, { devices, brokerHost }) {
@@ -104,6 +107,7 @@ export const brokerDomain = defineDomain({
     devices.stopping = true;
     brokerHost.crl?.stop();
     await p.offline?.stop().catch(() => {});
+    await p.channel?.stop().catch(() => {});
     await brokerHost.commands?.stop().catch(() => {});
     await brokerHost.broker?.close();
     brokerHost.detach();

@@ -17,6 +17,10 @@ export const TOPICS = {
   commands: { suffix: 'commands', from: 'gateway' },
   /** device -> gateway: the JSON reply, with the request's correlation data (or `{ id }` in MQTT 3.1.1; other payloads refused) */
   commandResponse: { suffix: 'commands/response', from: 'device' },
+  /** gateway -> device: an OTA update action (JSON, MQTT 5 correlation data = action id), published again when the device subscribes */
+  otaUpdate: { suffix: 'ota/update', from: 'gateway' },
+  /** device -> gateway: progress and outcome of an OTA action (JSON object; other payloads refused) */
+  otaStatus: { suffix: 'ota/status', from: 'device' },
 } as const;
 
 export type TopicKind = keyof typeof TOPICS;

@@ -89,15 +89,16 @@ async function main() {
       const start = performance.now();
       await api(gw.httpUrl, 'POST', `/api/v1/ota/rollouts/${r.id}/start`, token);
       const deadline = Date.now() + TIMEOUT_MS;
+      let seconds: number | undefined;
       for (;;) {
-        const [{ n }] = await sql<{ n: number }[]>`select count(*)::int as n from ota_actions where rollout_id = ${r.id} and status = 'succeeded'`;
-        if (n === DEVICES) break;
-        if (Date.now() > deadline) throw new Error(`rollout: ${n} of ${DEVICES} succeeded`);
+        const [{ n, state }] = await sql<{ n: number; state: string }[]>`
+          select (select count(*)::int from ota_actions where rollout_id = ${r.id} and status = 'succeeded') as n, (select state from ota_rollouts where id = ${r.id}) as state`;
+        if (n === DEVICES) seconds ??= (performance.now() - start) / 1000;
+        // the time is taken when every device succeeded; the next round waits for the rollout to finish too
+        if (seconds !== undefined && state === 'FINISHED') break;
+        if (Date.now() > deadline) throw new Error(`rollout ${state}: ${n} of ${DEVICES} succeeded`);
         await sleep(20);
       }
-      const seconds = (performance.now() - start) / 1000;
-      const [{ state }] = await sql<{ state: string }[]>`select state from ota_rollouts where id = ${r.id}`;
-      if (state !== 'FINISHED') throw new Error(`rollout ended ${state}`);
       return DEVICES / seconds;
     };
     const baseline = async () => {

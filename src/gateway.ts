@@ -82,7 +82,11 @@ export interface DeviceMessaging {
    * subscribed misses it (callers redeliver on `onSubscribed`). Throws 503 while the broker is down.
    */
   publish(thingId: string, topic: GatewayTopic, payload: string, properties?: { correlationData?: Buffer; responseTopic?: DeviceTopic }): Promise<void>;
-  /** Every device message on `devices/+/{topic}` from any node (payload already checked as a JSON object). Register at init. */
+  /**
+   * Every message a device connected to this node publishes on its `devices/{id}/{topic}` (payload
+   * already checked as a JSON object): each node handles its own devices, so a message is handled
+   * once in a cluster. Register at init.
+   */
   onMessage(topic: DeviceTopic, listener: (message: DeviceMessage) => void): void;
   /** A device on this node subscribed to a filter that receives `devices/{itself}/{topic}`. Register at init. */
   onSubscribed(topic: GatewayTopic, listener: (thingId: string) => void): void;

@@ -40,29 +40,32 @@ export class DeviceChannel implements DeviceMessaging {
   }
 
   async start(broker: Broker): Promise<void> {
-    for (const [topic, listeners] of this.messageListeners) {
-      this.offs.push(await broker.subscribe(`devices/+/${TOPICS[topic].suffix}`, (packet) => this.onPacket(packet, listeners)));
-    }
+    // the devices of this node only: in a cluster each node handles its own devices' messages once
+    const onPublish = (packet: AedesPublishPacket, client: Client | null) => {
+      if (!client || this.messageListeners.size === 0) return;
+      const topic = parseDeviceTopic(packet.topic);
+      const listeners = topic && topic.thingId === client.id ? this.messageListeners.get(topic.kind as DeviceTopic) : undefined;
+      if (listeners) this.onPacket(topic!.thingId, packet, listeners);
+    };
     const onSubscribe = (subs: { topic: string }[], client: Client | null) => {
       if (!client) return;
       for (const [topic, listeners] of this.subscribeListeners) {
         if (subs.some((s) => receives(client.id, topic, s.topic))) for (const l of listeners) this.safely(() => l(client.id));
       }
     };
+    broker.aedes.on('publish', onPublish);
     broker.aedes.on('subscribe', onSubscribe);
-    this.offs.push(() => void broker.aedes.off('subscribe', onSubscribe));
+    this.offs.push(() => void broker.aedes.off('publish', onPublish), () => void broker.aedes.off('subscribe', onSubscribe));
   }
 
   async stop(): Promise<void> {
     for (const off of this.offs.splice(0)) await off();
   }
 
-  private onPacket(packet: AedesPublishPacket, listeners: ((m: DeviceMessage) => void)[]): void {
-    const topic = parseDeviceTopic(packet.topic);
-    if (!topic) return;
+  private onPacket(thingId: string, packet: AedesPublishPacket, listeners: ((m: DeviceMessage) => void)[]): void {
     const correlation = (packet as { properties?: { correlationData?: Buffer | Uint8Array } }).properties?.correlationData;
     const message: DeviceMessage = {
-      thingId: topic.thingId, payload: Buffer.from(packet.payload as Buffer),
+      thingId, payload: Buffer.from(packet.payload as Buffer),
       ...(correlation ? { correlationData: Buffer.from(correlation) } : {}),
     };
     for (const l of listeners) this.safely(() => l(message));

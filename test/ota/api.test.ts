@@ -5,6 +5,7 @@ import { startTestGateway, expectProblem, type TestGateway } from '../helpers/ga
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { waitFor } from '../helpers/wait.js';
 import type { EnrolledDevice } from '../helpers/devices.js';
+import { OTA_SWEEP_JOB } from '../../src/ota/index.js';
 import { actionsOf, control, createFilter, createRollout, enrollFleet, groupsOf, manualDevice, rolloutOf, simulatedDevice, SOFTWARE } from './helpers.js';
 
 let gw: TestGateway;
@@ -175,6 +176,41 @@ describe('rollouts', () => {
     await installing.report({ status: 'succeeded' }, installing.received[0].action_id);
     await waitFor(async () => (await rolloutOf(gw, account, rollout.id)).actions.succeeded === 2, 20_000, 'late outcome kept');
     expect((await rolloutOf(gw, account, rollout.id)).actions).toMatchObject({ succeeded: 2, cancelled: 2 });
+  });
+
+  it('concurrent controls: of five simultaneous starts exactly one is accepted, the others are 409', async () => {
+    await enrollFleet(gw, account, 2, 'RACE-1');
+    const filter = await createFilter(gw, account, { model: 'RACE-1' });
+    const rollout = await createRollout(gw, account, filter.id, { groups: 2 });
+    const answers = await Promise.all(Array.from({ length: 5 }, () => control(gw, account, rollout.id, 'start')));
+    expect(answers.map((a) => a.status).sort()).toEqual([200, 409, 409, 409, 409]);
+    const groups = await groupsOf(gw, account, rollout.id);
+    expect(groups.map((g) => g.state)).toEqual(['RUNNING', 'SCHEDULED']);
+    expect((await rolloutOf(gw, account, rollout.id)).actions).toMatchObject({ pending: 1, scheduled: 1 });
+    // pause and cancel at once: both may win in either order, never a corrupt state
+    const [p, c] = await Promise.all([control(gw, account, rollout.id, 'pause'), control(gw, account, rollout.id, 'cancel')]);
+    expect(c.status).toBe(200);
+    expect([200, 409]).toContain(p.status);
+    expect(await rolloutOf(gw, account, rollout.id)).toMatchObject({ state: 'CANCELLED', actions: { cancelled: 2, pending: 0, scheduled: 0 } });
+  });
+
+  it('advancement is durable: outcomes whose evaluation was lost (a crash) are tallied by the sweep job, which starts the next group', async () => {
+    const fleet = await enrollFleet(gw, account, 2, 'SWEEP-1');
+    const filter = await createFilter(gw, account, { model: 'SWEEP-1' });
+    const rollout = await createRollout(gw, account, filter.id, { groups: 2, success: 100, error: 0 });
+    await control(gw, account, rollout.id, 'start');
+    // the first group's device succeeded, but the node died before evaluating (the row written, no TALLY)
+    await gw.db.sql`update ota_actions set status = 'succeeded' where rollout_id = ${rollout.id} and status = 'pending'`;
+    expect((await groupsOf(gw, account, rollout.id))[0].state).toBe('RUNNING');
+    await gw.gw.jobs.send(OTA_SWEEP_JOB, {});
+    await waitFor(async () => (await rolloutOf(gw, account, rollout.id)).current_group === 1, 20_000, 'second group started by the sweep');
+    expect((await groupsOf(gw, account, rollout.id)).map((g) => [g.state, g.succeeded])).toEqual([['FINISHED', 1], ['RUNNING', 0]]);
+    // its device, connected now, gets the action on subscribe
+    const pending = (await actionsOf(gw, account, rollout.id, '&status=pending'))[0];
+    const device = await manualDevice(port, fleet.find((d) => d.thingId === pending.thing_id)!);
+    clients.push(device.client);
+    await waitFor(() => device.received.length === 1, 20_000, 'action on subscribe');
+    expect(device.received[0].action_id).toBe(pending.id);
   });
 
   it("a device's bad reports are counted and dropped alone; a device cannot report on another's action; other accounts see 404", async () => {

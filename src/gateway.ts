@@ -88,7 +88,10 @@ export interface DeviceMessaging {
    * once in a cluster. Register at init.
    */
   onMessage(topic: DeviceTopic, listener: (message: DeviceMessage) => void): void;
-  /** A device on this node subscribed to a filter that receives `devices/{itself}/{topic}`. Register at init. */
+  /**
+   * A device on this node subscribed to a filter that receives `devices/{itself}/{topic}`, or
+   * connected with a persistent session (which keeps its subscriptions). Register at init.
+   */
   onSubscribed(topic: GatewayTopic, listener: (thingId: string) => void): void;
 }
 

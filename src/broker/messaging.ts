@@ -53,9 +53,16 @@ export class DeviceChannel implements DeviceMessaging {
         if (subs.some((s) => receives(client.id, topic, s.topic))) for (const l of listeners) this.safely(() => l(client.id));
       }
     };
+    // a persistent session keeps its subscriptions: it listens again as soon as it connects
+    const onClient = (client: Client) => {
+      if (client.clean === false) for (const listeners of this.subscribeListeners.values()) for (const l of listeners) this.safely(() => l(client.id));
+    };
     broker.aedes.on('publish', onPublish);
     broker.aedes.on('subscribe', onSubscribe);
-    this.offs.push(() => void broker.aedes.off('publish', onPublish), () => void broker.aedes.off('subscribe', onSubscribe));
+    broker.aedes.on('client', onClient);
+    this.offs.push(
+      () => void broker.aedes.off('publish', onPublish), () => void broker.aedes.off('subscribe', onSubscribe), () => void broker.aedes.off('client', onClient),
+    );
   }
 
   async stop(): Promise<void> {

@@ -120,6 +120,8 @@ async function main() {
       }
     }
     if (updated !== DEVICES * (ROUNDS + 1)) throw new Error(`devices applied ${updated} updates, not ${DEVICES * (ROUNDS + 1)}`);
+    const metrics = await (await fetch(`${gw.httpUrl}/metrics`)).text();
+    console.log(metrics.split('\n').filter((l) => l.startsWith('ota_status_reports_total')).join('\n'));
   } finally {
     await Promise.all(clients.map((c) => c.endAsync(true).catch(() => {})));
     await sql.end();

@@ -16,8 +16,20 @@ export const statusReport = z.object({
 const PUBLISH_CONCURRENCY = 64;
 /** actions re-sent per sweep */
 const RESEND_BATCH = 2000;
-/** a pending action not taken up for this long is published again by the sweep */
+/** an open action neither sent nor changed for this long is published again by the sweep */
 export const RESEND_AFTER_MS = 60_000;
+/** Runs a statement again after a deadlock or serialization failure (another node's bulk update of the same rows). */
+async function retried<T>(run: () => Promise<T>, attempts = 3): Promise<T> {
+  for (let i = 1; ; i++) {
+    try {
+      return await run();
+    } catch (err) {
+      const code = (err as { code?: string }).code;
+      if (i >= attempts || (code !== '40P01' && code !== '40001')) throw err;
+    }
+  }
+}
+
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const RANK: Record<ReportedStatus, number> = { delivered: 0, downloading: 1, installing: 2, succeeded: 3, failed: 3 };
 
@@ -36,7 +48,7 @@ export class OtaDelivery {
   private readonly reports: Counter<'result'>;
 
   constructor(private readonly gw: Gateway, private readonly messaging: DeviceMessaging, private readonly rollouts: Rollouts, metrics: Registry) {
-    this.reports = new Counter({ name: 'ota_status_reports_total', help: 'OTA status reports from devices by result (applied to the batch, rejected)', labelNames: ['result'], registers: [metrics] });
+    this.reports = new Counter({ name: 'ota_status_reports_total', help: 'OTA status reports from devices by result (applied: taken into a batch; rejected: malformed or without an action id; lost: the batch could not be written)', labelNames: ['result'], registers: [metrics] });
     messaging.onMessage('otaStatus', (m) => this.onStatus(m));
     messaging.onSubscribed('otaUpdate', (thingId) => {
       void this.deliverOpen(thingId).catch((err) => gw.log.error({ err, thingId }, 'OTA actions not delivered'));
@@ -49,7 +61,7 @@ export class OtaDelivery {
     for (const id of groupIds) await this.send(await otaRepo.pendingOfGroup(this.gw.sql, id));
   }
 
-  /** Re-sends pending actions not taken up for a while (a publish lost with a crash, a device that missed it). */
+  /** Re-sends open actions neither sent nor changed for a while (a publish lost with a crash, a device that missed it, a lost report). */
   async resend(): Promise<number> {
     const due = await otaRepo.unsent(this.gw.sql, new Date(this.gw.clock.now().getTime() - RESEND_AFTER_MS), RESEND_BATCH);
     await this.send(due);
@@ -83,7 +95,8 @@ export class OtaDelivery {
     try {
       await Promise.all(Array.from({ length: Math.min(PUBLISH_CONCURRENCY, deliveries.length) }, worker));
     } finally {
-      await otaRepo.markSent(this.gw.sql, sent, this.gw.clock.now());
+      // only the resend sweep reads sent_at: a failure here costs a resend at most
+      await retried(() => otaRepo.markSent(this.gw.sql, sent, this.gw.clock.now())).catch((err) => this.gw.log.warn({ err }, 'OTA sent times not stored'));
     }
   }
 
@@ -120,9 +133,11 @@ export class OtaDelivery {
         const batch = [...this.buffer.values()];
         this.buffer = new Map();
         try {
-          const changed = await otaRepo.applyReports(this.gw.sql, batch, this.gw.clock.now());
+          const changed = await retried(() => otaRepo.applyReports(this.gw.sql, batch, this.gw.clock.now()));
           for (const c of changed) if (c.ended) this.dirty.add(c.groupId);
         } catch (err) {
+          // the devices' actions stay open: the resend sweep sends them again and they report again
+          this.reports.inc({ result: 'lost' }, batch.length);
           this.gw.log.error({ err, reports: batch.length }, 'OTA status reports not stored');
         }
         this.evaluateDirty();

@@ -31,6 +31,10 @@ export interface Delivery { id: string; thing_id: string; rollout_id: string; ve
 
 export interface Report { actionId: string; thingId: string; status: ReportedStatus; progress: number | null; reason: string | null }
 
+/**
+ * Every bulk update of ota_actions locks its rows in id order (a `for update` subquery), so the
+ * report writes, the sent times and the group releases of several nodes never deadlock.
+ */
 export const otaRepo = {
   async filter(db: Db, accountId: string, id: string): Promise<FilterRow | undefined> {
     const [row] = await db<FilterRow[]>`select * from ota_target_filters where id = ${id} and account_id = ${accountId}`;
@@ -49,14 +53,17 @@ export const otaRepo = {
 
   /** scheduled -> pending for a group that starts; returns how many */
   async releaseGroup(db: Db, groupId: string, at: Date): Promise<number> {
-    const r = await db`update ota_actions set status = 'pending', updated_at = ${at} where group_id = ${groupId} and status = 'scheduled'`;
+    const r = await db`
+      update ota_actions set status = 'pending', updated_at = ${at}
+      where id in (select id from ota_actions where group_id = ${groupId} and status = 'scheduled' order by id for update)`;
     return r.count;
   },
 
   /** scheduled and pending actions of a rollout that stops or is cancelled */
   async cancelOpen(db: Db, rolloutId: string, at: Date): Promise<number> {
     const r = await db`
-      update ota_actions set status = 'cancelled', updated_at = ${at} where rollout_id = ${rolloutId} and status in ('scheduled', 'pending')`;
+      update ota_actions set status = 'cancelled', updated_at = ${at}
+      where id in (select id from ota_actions where rollout_id = ${rolloutId} and status in ('scheduled', 'pending') order by id for update)`;
     return r.count;
   },
 
@@ -87,17 +94,26 @@ export const otaRepo = {
       order by r.created_at, a.id`;
   },
 
-  /** Pending actions last sent before `before` (or never), of rollouts that deliver: the resend sweep. */
+  /**
+   * Open actions neither sent nor changed since `before`, of rollouts that deliver: the resend
+   * sweep (a publish lost with a crash, a device that missed it, a report lost on the way; the
+   * device answers a known action from where it stands).
+   */
   async unsent(db: Db, before: Date, limit: number): Promise<Delivery[]> {
     return db<Delivery[]>`
       select a.id, a.thing_id, a.rollout_id, r.version, r.artifact_url, r.sha256, r.size::text as size
       from ota_actions a join ota_rollouts r on r.id = a.rollout_id
-      where a.status = 'pending' and (a.sent_at is null or a.sent_at < ${before}) and r.state in ('RUNNING', 'FINISHED')
+      where a.status in ('pending', 'delivered', 'downloading', 'installing') and (a.sent_at is null or a.sent_at < ${before})
+        and a.updated_at < ${before} and r.state in ('RUNNING', 'FINISHED')
       order by a.sent_at nulls first limit ${limit}`;
   },
 
+  /** Rows locked in id order, as `applyReports` locks them (no deadlock between the two). */
   async markSent(db: Db, ids: string[], at: Date): Promise<void> {
-    if (ids.length) await db`update ota_actions set sent_at = ${at} where id = any(${ids}::uuid[])`;
+    if (ids.length === 0) return;
+    await db`
+      update ota_actions set sent_at = ${at}
+      where id in (select id from ota_actions where id = any(${ids}::uuid[]) order by id for update)`;
   },
 
   /**
@@ -108,10 +124,13 @@ export const otaRepo = {
   async applyReports(db: Db, reports: Report[], at: Date): Promise<{ groupId: string; rolloutId: string; ended: boolean }[]> {
     if (reports.length === 0) return [];
     return db<{ groupId: string; rolloutId: string; ended: boolean }[]>`
+      with v as (
+        select * from unnest(${reports.map((r) => r.actionId)}::uuid[], ${reports.map((r) => r.thingId)}::uuid[], ${reports.map((r) => r.status)}::text[],
+          ${reports.map((r) => r.progress) as number[]}::int[], ${reports.map((r) => r.reason) as string[]}::text[]) as v(id, thing_id, status, progress, reason)
+      ), locked as (select a.id from ota_actions a join v on v.id = a.id order by a.id for update of a)
       update ota_actions a set status = v.status, progress = coalesce(v.progress, a.progress), reason = coalesce(v.reason, a.reason), updated_at = ${at}
-      from unnest(${reports.map((r) => r.actionId)}::uuid[], ${reports.map((r) => r.thingId)}::uuid[], ${reports.map((r) => r.status)}::text[],
-        ${reports.map((r) => r.progress) as number[]}::int[], ${reports.map((r) => r.reason) as string[]}::text[]) as v(id, thing_id, status, progress, reason)
-      where a.id = v.id and a.thing_id = v.thing_id and a.status in ('pending', 'delivered', 'downloading', 'installing')
+      from v
+      where a.id = v.id and a.id in (select id from locked) and a.thing_id = v.thing_id and a.status in ('pending', 'delivered', 'downloading', 'installing')
         and array_position(${ACTION_STATUSES as unknown as string[]}::text[], a.status) <= array_position(${ACTION_STATUSES as unknown as string[]}::text[], v.status)
       returning a.group_id as "groupId", a.rollout_id as "rolloutId", v.status in ('succeeded', 'failed') as ended`;
   },

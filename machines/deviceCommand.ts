@@ -3,7 +3,8 @@ import { assign, emit, setup } from 'xstate';
 /**
  * A device command with a time to live (issue 18, offline commands):
  * pending -> DELIVER -> delivered -> RESPOND -> succeeded | failed; pending or delivered ->
- * EXPIRE -> expired once `expiresAt` has passed. DELIVER is refused once the TTL has passed (the
+ * EXPIRE -> expired once `expiresAt` has passed; pending -> CANCEL -> cancelled (a delivered
+ * command cannot be taken back). DELIVER is refused once the TTL has passed (the
  * command is then expired instead, never sent), EXPIRE before it. Pure: time comes as `at`.
  */
 export interface DeviceCommandInput {
@@ -25,12 +26,14 @@ export type DeviceCommandEvent =
   | { type: 'DELIVER'; at: string }
   /** the device's reply; `ok` false when the reply says the command failed */
   | { type: 'RESPOND'; at: string; ok: boolean; response: unknown }
-  | { type: 'EXPIRE'; at: string };
+  | { type: 'EXPIRE'; at: string }
+  /** a tenant withdraws a command the device has not received */
+  | { type: 'CANCEL'; at: string };
 
-export type DeviceCommandStatus = 'pending' | 'delivered' | 'succeeded' | 'failed' | 'expired';
-export const DEVICE_COMMAND_STATUSES: readonly DeviceCommandStatus[] = ['pending', 'delivered', 'succeeded', 'failed', 'expired'];
+export type DeviceCommandStatus = 'pending' | 'delivered' | 'succeeded' | 'failed' | 'expired' | 'cancelled';
+export const DEVICE_COMMAND_STATUSES: readonly DeviceCommandStatus[] = ['pending', 'delivered', 'succeeded', 'failed', 'expired', 'cancelled'];
 
-type Emitted = { type: 'deviceCommand.completed'; commandId: string; thingId: string; status: 'succeeded' | 'failed' | 'expired' };
+type Emitted = { type: 'deviceCommand.completed'; commandId: string; thingId: string; status: 'succeeded' | 'failed' | 'expired' | 'cancelled' };
 
 const before = (at: string, limit: string) => Date.parse(at) < Date.parse(limit);
 
@@ -65,6 +68,7 @@ export const deviceCommandMachine = setup({
       on: {
         DELIVER: { guard: 'alive', target: 'delivered', actions: assign({ deliveredAt: ({ event }) => event.at }) },
         EXPIRE: { guard: 'lapsed', target: 'expired', actions: ['close', { type: 'announce', params: { status: 'expired' } }] },
+        CANCEL: { target: 'cancelled', actions: ['close', { type: 'announce', params: { status: 'cancelled' } }] },
       },
     },
     delivered: {
@@ -79,5 +83,6 @@ export const deviceCommandMachine = setup({
     succeeded: { type: 'final' },
     failed: { type: 'final' },
     expired: { type: 'final' },
+    cancelled: { type: 'final' },
   },
 });

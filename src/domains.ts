@@ -10,6 +10,8 @@ import { registryDomain } from './registry/index.js';
 import { blacklistDomain } from './blacklist/index.js';
 import { ingestDomain } from './ingest/index.js';
 import { feedDomain } from './feed/index.js';
+import { marketplaceDomain } from './marketplace/index.js';
+import { consoleDomain } from './console/index.js';
 import { otaDomain } from './ota/index.js';
 
 /**
@@ -18,5 +20,5 @@ import { otaDomain } from './ota/index.js';
  * at start-up and names what to move). Stopped in reverse order.
  */
 export const domains: DomainModule[] = [
-  accountsDomain, quotasDomain, iamDomain, notificationsDomain, deviceSessionsDomain, blacklistDomain, trustDomain, registryDomain, factoryDomain, feedDomain, ingestDomain, brokerDomain, otaDomain,
+  accountsDomain, quotasDomain, iamDomain, notificationsDomain, deviceSessionsDomain, blacklistDomain, trustDomain, registryDomain, marketplaceDomain, factoryDomain, feedDomain, ingestDomain, brokerDomain, consoleDomain, otaDomain,
 ];

@@ -39,6 +39,8 @@ export interface Services {
   thingSearch: ThingSearch;
   /** broker domain: gateway <-> device messages on one topic kind under `devices/{thingId}/`, cluster-wide */
   deviceMessaging: DeviceMessaging;
+  /** trust domain: a device renews its certificate with a CSR (the HTTP route and MQTT apply the same rules) */
+  certificateRenewal: CertificateRenewal;
 }
 
 /** A query over an account's things, as the fleet registry's list filters take it. */
@@ -95,6 +97,25 @@ export interface DeviceMessaging {
   onSubscribed(topic: GatewayTopic, listener: (thingId: string) => void): void;
 }
 
+export interface RenewedCertificate {
+  thingId: string;
+  /** PEM, CN = thingId */
+  certificate: string;
+  serial: string;
+  notAfter: string;
+  caCertificate: string;
+  caBundlePem: string;
+}
+
+export interface CertificateRenewal {
+  /**
+   * `presented`: the serial (hex) of the certificate the device authenticated with, when the caller
+   * has not checked it (MQTT: a session outlives a revocation until it is dropped). Throws domain
+   * errors: invalid (bad CSR), refused (revoked thing or certificate), not_found, too_many (pending renewals).
+   */
+  renew(thingId: string, csr: string, presented?: string): Promise<RenewedCertificate>;
+}
+
 export interface CertificateUse {
   /** `serial` as hex in any case; resolves once the older certificates are revoked (a no-op for most calls) */
   used(thingId: string, serial: string): Promise<void>;
@@ -116,9 +137,14 @@ export interface IdentityBlacklist {
   onAdded(listener: (identity: BlacklistedIdentity) => Promise<number>): void;
 }
 
+export interface DisconnectOptions {
+  /** drop the session only when its certificate is on the (reloaded) CRL: a rotation keeps the session on the new one */
+  onlyRevokedCertificate?: boolean;
+}
+
 export interface DeviceSessions {
   /** `disconnected: false` means the device was connected nowhere (the broker's 404) */
-  disconnect(thingId: string): Promise<{ disconnected: boolean }>;
+  disconnect(thingId: string, options?: DisconnectOptions): Promise<{ disconnected: boolean }>;
 }
 
 export interface MqttEndpoint {

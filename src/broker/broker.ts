@@ -2,6 +2,7 @@ import tls from 'node:tls';
 import type { AddressInfo } from 'node:net';
 import { Aedes, type AedesOptions, type AedesPublishPacket, type Client, type PublishPacket } from 'aedes';
 import mqttPacket from 'mqtt-packet';
+import type { DisconnectOptions } from '../gateway.js';
 import type { Logger } from '../log.js';
 import type { Pki } from '../pki/pki.js';
 import { closeGracefully } from './linger.js';
@@ -206,14 +207,26 @@ export class Broker {
     this.server.setSecureContext(this.tlsOptions());
   }
 
+  /**
+   * Is a new connection of `clientId` taking this node's session over (Aedes closes the old one
+   * first: `_takingOver`, see aedes.js registerClient)? Its close is then no disconnect of the device.
+   */
+  isTakenOver(clientId: string): boolean {
+    return (this.aedes as unknown as { _takingOver?: Set<string> })._takingOver?.has(clientId) ?? false;
+  }
+
   isConnected(clientId: string): boolean {
     return this.clients.has(clientId);
   }
 
-  /** Disconnects a client on this node and resolves once its socket is closed; false when not here. */
-  async disconnect(clientId: string): Promise<boolean> {
+  /**
+   * Disconnects a client on this node and resolves once its socket is closed; false when not here
+   * (or, with `onlyRevokedCertificate`, when its certificate is not on the loaded CRL).
+   */
+  async disconnect(clientId: string, options: DisconnectOptions = {}): Promise<boolean> {
     const client = this.clients.get(clientId);
     if (!client) return false;
+    if (options.onlyRevokedCertificate && !this.revokedSerials.has(normalizeSerial(certificateSerial(client) ?? ''))) return false;
     const conn = client.conn as unknown as tls.TLSSocket;
     const closed = conn.destroyed ? Promise.resolve() : new Promise<void>((resolve) => conn.once('close', () => resolve()));
     // MQTT 5 clients get DISCONNECT 0x98 (administrative action) before the socket closes

@@ -1,17 +1,20 @@
+import { Gauge } from 'prom-client';
 import { defineDomain, type CertificateUse, type Gateway } from '../gateway.js';
 import { Broker, certificateSerial, type BrokerHooks } from './broker.js';
 import type { Logger } from '../log.js';
 import { redisAedesOptions } from './cluster.js';
 import { CommandRouter } from './commands.js';
+import { ConnectivityHub } from './connectivityStream.js';
 import { CrlWatcher } from './crl.js';
 import { DeviceChannel } from './messaging.js';
 import { BrokerHost } from './host.js';
 import { IngestBuffer } from './ingest.js';
 import { registerBrokerMetrics } from './metrics.js';
+import { MqttRenewal } from './renewal.js';
 import { OfflineCommands, EXPIRE_COMMANDS_JOB, deviceCommandKind } from './offlineCommands.js';
 import { offlineCommandRoutes } from './offlineCommandRoutes.js';
 import { BrokerRepo } from './repo.js';
-import { brokerRoutes } from './routes.js';
+import { brokerRoutes, connectivityStreamRoute } from './routes.js';
 import { ConnectedDeviceService } from './service.js';
 import { ClusterSessions } from './sessions.js';
 import { TelemetryHistory, TelemetryHistoryRepo } from './telemetryHistory.js';
@@ -29,7 +32,7 @@ const NODE_TTL_SECONDS = 20;
 /** creates telemetry history partitions ahead and drops those past retention */
 const HISTORY_PARTITIONS_JOB = 'telemetry.partitions';
 
-const parts = new WeakMap<Gateway, { ingest: IngestBuffer; sessions: ClusterSessions; offline?: OfflineCommands; history?: TelemetryHistory; channel?: DeviceChannel }>();
+const parts = new WeakMap<Gateway, { ingest: IngestBuffer; sessions: ClusterSessions; offline?: OfflineCommands; history?: TelemetryHistory; connectivity?: ConnectivityHub; renewal?: MqttRenewal; channel?: DeviceChannel }>();
 
 /**
  * Cluster-wide device sessions: a disconnect reaches whichever node holds the device. Its own
@@ -59,7 +62,7 @@ export const deviceSessionsDomain = defineDomain({
 export const brokerDomain = defineDomain({
   name: 'broker',
   provides: ['devices', 'deviceMessaging'],
-  requires: ['brokerHost', 'crl', 'thingDirectory', 'deviceSessions', 'certificateUse'],
+  requires: ['brokerHost', 'crl', 'thingDirectory', 'deviceSessions', 'certificateUse', 'certificateRenewal'],
   kinds: [deviceCommandKind],
   init(gw, { brokerHost, thingDirectory }) {
     const repo = new BrokerRepo(gw.sql);
@@ -68,19 +71,24 @@ export const brokerDomain = defineDomain({
     const ingest = new IngestBuffer(repo, gw.log.child({ component: 'ingest' }), gw.config.TELEMETRY_HISTORY ? historyRepo : undefined);
     const devices = new ConnectedDeviceService(gw, repo, ingest, brokerHost, thingDirectory);
     const offline = new OfflineCommands(gw, brokerHost);
+    const connectivity = new ConnectivityHub(gw.bus, gw.config.SSE_HEARTBEAT_SECONDS * 1000);
     const channel = new DeviceChannel(brokerHost, gw.log.child({ component: 'device-messaging' }));
-    Object.assign(parts.get(gw)!, { ingest, history, offline, channel });
+    Object.assign(parts.get(gw)!, { ingest, history, offline, connectivity, channel });
     gw.jobs.define(EXPIRE_COMMANDS_JOB, async () => void (await offline.expireDue()), { schedule: '* * * * *', retryLimit: 1 });
     // hourly: partitions stay DAYS_AHEAD days ahead and retention is applied (also run at start)
     gw.jobs.define(HISTORY_PARTITIONS_JOB, () => history.maintain(), { schedule: '7 * * * *', retryLimit: 1 });
     registerBrokerMetrics(gw.metrics, () => brokerHost.broker, ingest);
+    new Gauge({ name: 'connectivity_streams_open', help: 'Open connectivity streams (WebSocket) on this node', registers: [gw.metrics], collect() {
+      this.set(connectivity.size);
+    } });
     return { devices, deviceMessaging: channel };
   },
   async routes(app, gw, { devices, deviceSessions }) {
     await brokerRoutes(app, gw, devices, deviceSessions, parts.get(gw)!.offline!, parts.get(gw)!.history!);
     await offlineCommandRoutes(app, devices, parts.get(gw)!.offline!);
+    await connectivityStreamRoute(app, devices, parts.get(gw)!.connectivity!);
   },
-  async start(gw, { devices, brokerHost, crl: crlSource, certificateUse }) {
+  async start(gw, { devices, brokerHost, crl: crlSource, certificateUse, certificateRenewal }) {
     const p = parts.get(gw)!;
     await new BrokerRepo(gw.sql).releaseDeadNodes(gw.cluster.nodeId, NODE_TTL_SECONDS);
     // the partitions of today and the next days exist before the first message is written
@@ -99,14 +107,19 @@ export const brokerDomain = defineDomain({
     await commands.start();
     brokerHost.attach({ broker, crl, commands });
     await p.offline!.start(broker);
+    p.renewal = new MqttRenewal(gw, certificateRenewal, broker);
+    p.renewal.start();
     await p.channel!.start(broker);
     p.ingest.start();
+    p.connectivity!.start();
   },
   async stop(gw, { devices, brokerHost }) {
     const p = parts.get(gw)!;
     devices.stopping = true;
+    p.connectivity?.stop();
     brokerHost.crl?.stop();
     await p.offline?.stop().catch(() => {});
+    p.renewal?.stop();
     await p.channel?.stop().catch(() => {});
     await brokerHost.commands?.stop().catch(() => {});
     await brokerHost.broker?.close();

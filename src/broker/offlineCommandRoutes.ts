@@ -6,6 +6,7 @@ import { commandBody, thingParams } from './schemas.js';
 import type { ConnectedDeviceService } from './service.js';
 
 const READERS = ['admin', 'operator', 'viewer'];
+const WRITERS = ['admin', 'operator'];
 const isoOrNull = z.string().nullable();
 
 /** POST body: `ttlSeconds` makes the command durable (202, delivered on reconnect) instead of synchronous. */
@@ -63,5 +64,17 @@ export async function offlineCommandRoutes(app: ZodApp, devices: ConnectedDevice
     await devices.requireThing(request.principal!, thingId);
     const status = request.query.status as (typeof DEVICE_COMMAND_STATUSES)[number] | undefined;
     return { items: await commands.list(request.principal!.accountId!, thingId, status, request.query.limit) };
+  });
+
+  app.post('/api/v1/things/:thingId/commands/:commandId/cancel', {
+    config: { auth: { action: 'device:Command:Cancel', roles: WRITERS } },
+    schema: {
+      tags: ['devices'], summary: 'Cancel a pending command (409 once it was delivered, answered or expired)',
+      params: thingParams.extend({ commandId: z.uuid() }), response: { 200: storedCommand },
+    },
+  }, async (request) => {
+    const { thingId, commandId } = request.params;
+    await devices.requireThing(request.principal!, thingId);
+    return commands.cancel(request.principal!.accountId!, thingId, commandId);
   });
 }

@@ -119,6 +119,18 @@ export class OfflineCommands {
     return found;
   }
 
+  /** Withdraws a command the device has not received yet (409 once delivered, answered or expired). */
+  async cancel(accountId: string, thingId: string, id: string): Promise<StoredCommand> {
+    await this.require(accountId, thingId, id);
+    await this.gw.actors.run(async (uow) => {
+      const result = await uow.trySend(deviceCommandKind, id, { type: 'CANCEL', at: this.gw.clock.now().toISOString() });
+      if ('refused' in result) {
+        throw conflict(`command ${id} is ${result.state}: only a pending command can be cancelled`, { type: 'command-not-pending', extra: { state: result.state } });
+      }
+    });
+    return this.require(accountId, thingId, id);
+  }
+
   /** A thing's commands, newest first (at most `limit`), optionally of one status. */
   async list(accountId: string, thingId: string, status: DeviceCommandStatus | undefined, limit: number): Promise<StoredCommand[]> {
     const rows = await this.gw.sql<Row[]>`

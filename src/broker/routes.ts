@@ -1,6 +1,8 @@
 import { z } from 'zod';
 import type { DeviceSessions, Gateway, ZodApp } from '../gateway.js';
+import { accountOf } from '../http/auth/plugin.js';
 import { conflict, notFound, timedOut } from '../lib/errors.js';
+import type { ConnectivityHub } from './connectivityStream.js';
 import { commandAccepted, commandWithTtlBody } from './offlineCommandRoutes.js';
 import type { OfflineCommands } from './offlineCommands.js';
 import type { ConnectedDeviceService } from './service.js';
@@ -103,5 +105,39 @@ export async function brokerRoutes(
     const { disconnected } = await deviceSessions.disconnect(request.params.thingId);
     if (!disconnected) throw notFound(`device ${request.params.thingId} is not connected`);
     return reply.code(204).send(null);
+  });
+}
+
+/**
+ * Live connected/disconnected changes of the caller's account's things (the console's fleet and
+ * device pages), from every node. WebSocket; a browser authenticates with the bearer subprotocol.
+ */
+export async function connectivityStreamRoute(app: ZodApp, devices: ConnectedDeviceService, hub: ConnectivityHub): Promise<void> {
+  app.addHook('preClose', async () => hub.closeAll());
+  app.get('/api/v1/things/connectivity/stream', {
+    websocket: true,
+    config: { auth: { action: 'device:Connectivity:Read', roles: READERS } },
+    schema: {
+      tags: ['devices'],
+      summary: "Live connectivity of the account's things (WebSocket): `{ type: 'subscribed' }` once live, then `{ type: 'connectivity', thingId, connected, at }` per change; `?thingId=` for one thing (404 when not the caller's)",
+      querystring: z.strictObject({ thingId: z.uuid().optional() }),
+    },
+    preHandler: async (request) => {
+      accountOf(request);
+      const { thingId } = request.query as { thingId?: string };
+      if (thingId !== undefined) await devices.requireThing(request.principal!, thingId);
+    },
+  }, (socket, request) => {
+    const { thingId } = request.query as { thingId?: string };
+    const open = () => socket.readyState === socket.OPEN;
+    const detach = hub.attach(accountOf(request), {
+      send: (m) => open() && socket.send(JSON.stringify(m)),
+      ping: () => open() && socket.ping(),
+      close: () => socket.close(1001, 'stream closed by the server'),
+      backlog: () => socket.bufferedAmount,
+    }, thingId);
+    socket.on('close', detach);
+    socket.on('message', () => {}); // one-way: client messages are ignored
+    socket.send(JSON.stringify({ type: 'subscribed', ...(thingId ? { thingId } : {}) }));
   });
 }

@@ -63,6 +63,8 @@ export class ConnectedDeviceService {
         const session = this.sessions.get(client);
         if (!session) return;
         this.sessions.delete(client);
+        // a takeover (e.g. reconnecting with a renewed certificate) keeps the device connected: the new session records itself
+        if (this.host.broker?.isTakenOver(client.id)) return;
         const write = session.connected
           .then(() => this.onDisconnected(client.id, session.id))
           .catch((err) => this.gw.log.error({ err, thingId: client.id }, 'device disconnect not recorded'))

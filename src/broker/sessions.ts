@@ -1,5 +1,5 @@
 import crypto from 'node:crypto';
-import type { DeviceSessions, Gateway } from '../gateway.js';
+import type { DeviceSessions, DisconnectOptions, Gateway } from '../gateway.js';
 import type { BrokerHost } from './host.js';
 
 const REQUEST_TOPIC = 'broker.disconnect';
@@ -9,7 +9,7 @@ const HEARTBEAT_MS = 5_000;
 const NODE_TTL_SECONDS = 20;
 const REPLY_TIMEOUT_MS = 5_000;
 
-interface Request { id: string; thingId: string; from: string }
+interface Request { id: string; thingId: string; from: string; options?: DisconnectOptions }
 interface Reply { id: string; node: string; disconnected: boolean }
 
 /**
@@ -48,7 +48,7 @@ export class ClusterSessions implements DeviceSessions {
       on conflict (node_id) do update set heartbeat_at = now()`;
   }
 
-  async disconnect(thingId: string): Promise<{ disconnected: boolean }> {
+  async disconnect(thingId: string, options: DisconnectOptions = {}): Promise<{ disconnected: boolean }> {
     const others = (await this.gw.sql<{ node_id: string }[]>`
       select node_id from broker_nodes
       where node_id <> ${this.nodeId} and heartbeat_at > now() - make_interval(secs => ${NODE_TTL_SECONDS})`).map((r) => r.node_id);
@@ -67,22 +67,22 @@ export class ClusterSessions implements DeviceSessions {
       this.pending.set(id, entry);
     });
     // this node first (it also reloads the CRL), while the others do the same
-    const local = this.local(thingId);
-    await this.gw.cluster.notify<Request>(REQUEST_TOPIC, { id, thingId, from: this.nodeId });
+    const local = this.local(thingId, options);
+    await this.gw.cluster.notify<Request>(REQUEST_TOPIC, { id, thingId, from: this.nodeId, options });
     const here = await local;
     await waitRemote;
     return { disconnected: here || entry.disconnected };
   }
 
-  private async local(thingId: string): Promise<boolean> {
+  private async local(thingId: string, options: DisconnectOptions = {}): Promise<boolean> {
     // a node whose broker is not running holds no device
     await this.host.crl?.refresh();
-    return (await this.host.broker?.disconnect(thingId)) ?? false;
+    return (await this.host.broker?.disconnect(thingId, options)) ?? false;
   }
 
   private async handleRequest(req: Request): Promise<void> {
     if (req.from === this.nodeId) return;
-    const disconnected = await this.local(req.thingId);
+    const disconnected = await this.local(req.thingId, req.options);
     await this.gw.cluster.notify<Reply>(REPLY_TOPIC, { id: req.id, node: this.nodeId, disconnected });
   }
 

@@ -17,6 +17,10 @@ export const TOPICS = {
   commands: { suffix: 'commands', from: 'gateway' },
   /** device -> gateway: the JSON reply, with the request's correlation data (or `{ id }` in MQTT 3.1.1; other payloads refused) */
   commandResponse: { suffix: 'commands/response', from: 'device' },
+  /** device -> gateway: `{ csr, requestId? }`, a certificate renewal (src/broker/renewal.ts) */
+  certificateRenew: { suffix: 'certificate/renew', from: 'device' },
+  /** gateway -> device: the renewal's answer (unless an MQTT 5 request names its own response topic) */
+  certificateRenewed: { suffix: 'certificate/renewed', from: 'gateway' },
   /** gateway -> device: an OTA update action (JSON, MQTT 5 correlation data = action id), published again when the device subscribes */
   otaUpdate: { suffix: 'ota/update', from: 'gateway' },
   /** device -> gateway: progress and outcome of an OTA action (JSON object; other payloads refused) */

@@ -4,7 +4,7 @@ import type { StoredEvent } from '../actors/store.js';
 import { Mailer } from './mailer.js';
 import { NotificationsService, NOTIFYING_EVENTS } from './service.js';
 import { StreamHub } from './streams.js';
-import { apiRoutes, consoleRoutes, feedRoutes } from './routes.js';
+import { apiRoutes, feedRoutes } from './routes.js';
 
 declare module '../gateway.js' {
   interface Services {
@@ -14,7 +14,7 @@ declare module '../gateway.js' {
 
 const unsubscribers = new WeakMap<Gateway, () => void>();
 
-/** Domain module of src/notifications/: publish, templates, preferences, feed, SSE/WebSocket streams, email, console page. */
+/** Domain module of src/notifications/: publish, templates, preferences, feed, SSE/WebSocket streams, email. */
 export const notificationsDomain = defineDomain({
   name: 'notifications',
   provides: ['notifications'],
@@ -40,7 +40,6 @@ export const notificationsDomain = defineDomain({
       await app.register(feedRoutes(svc, prefix), { prefix });
     }
     await app.register(apiRoutes(svc, gw));
-    await app.register(consoleRoutes);
   },
   async start(gw, { notifications: svc }) {
     svc.hub.start();

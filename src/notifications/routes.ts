@@ -1,4 +1,3 @@
-import fs from 'node:fs';
 import { z } from 'zod';
 import type { FastifyRequest } from 'fastify';
 import type { Gateway, ZodApp } from '../gateway.js';
@@ -288,21 +287,4 @@ export function apiRoutes(svc: NotificationsService, gw: Gateway) {
       return svc.defaultDecision(request.body as AuthzRequest);
     });
   };
-}
-
-const CONSOLE_DIR = new URL('./console/', import.meta.url);
-
-/** The console page (/console/) and its script. */
-export async function consoleRoutes(app: ZodApp) {
-  const html = fs.readFileSync(new URL('index.html', CONSOLE_DIR), 'utf8');
-  const js = fs.readFileSync(new URL('app.js', CONSOLE_DIR), 'utf8');
-  const csp = "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'";
-  app.get('/console', {
-    config: { auth: 'public' },
-    schema: { tags: ['console'], summary: 'Console page: the notification feed with live updates' },
-  }, async (_request, reply) => reply.type('text/html; charset=utf-8').header('content-security-policy', csp).header('cache-control', 'no-cache').send(html));
-  app.get('/console/app.js', {
-    config: { auth: 'public' },
-    schema: { tags: ['console'], summary: 'Console page script' },
-  }, async (_request, reply) => reply.type('text/javascript; charset=utf-8').header('cache-control', 'no-cache').send(js));
 }

@@ -33,6 +33,7 @@ export interface AuthzRequest {
 /** Domain events of the gateway turned into tenant-scope notifications of the event's account. */
 const EVENT_TEMPLATES: Record<string, (p: Record<string, any>) => { template: string; severity: Severity; actionUrl: string }> = {
   'thing.revoked': (p) => ({ template: 'device/revoked', severity: 'warning', actionUrl: `/things/${encodeURIComponent(String(p.thingId ?? ''))}` }),
+  'thing.certificateExpiring': (p) => ({ template: 'device/certificate-expiring', severity: 'warning', actionUrl: `/things/${encodeURIComponent(String(p.thingId ?? ''))}` }),
   'license.requested': (p) => ({ template: 'license/requested', severity: 'info', actionUrl: `/licenses/${encodeURIComponent(String(p.licenseId ?? ''))}` }),
   'claimGroup.capped': (p) => ({ template: 'claim-group/capped', severity: 'warning', actionUrl: `/claim-groups/${encodeURIComponent(String(p.claimGroupId ?? ''))}` }),
   'quotaRequest.decided': (p) => ({ template: 'quota/request-decided', severity: p.decision === 'denied' ? 'warning' : 'info', actionUrl: `/quotas/requests/${encodeURIComponent(String(p.requestId ?? ''))}` }),

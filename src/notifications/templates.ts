@@ -102,6 +102,14 @@ export const SEED_TEMPLATES: TemplateRecord[] = [
     bodyHtml: layout('Device {{serial}} was revoked', '<p>The certificate of device <b>{{serial}}</b> (thing <code>{{thingId}}</code>) was revoked by {{by}}. The device can no longer connect.</p>'),
   },
   {
+    id: 'device/certificate-expiring',
+    categoryId: 'devices',
+    subject: 'The certificate of device {{deviceSerial}} expires on {{notAfter}}',
+    title: 'The certificate of device {{deviceSerial}} expires on {{notAfter}}',
+    bodyText: 'Certificate {{serial}} of device {{deviceSerial}} (thing {{thingId}}) expires on {{notAfter}}. The device must renew it before then (POST /ddi/v1/{{thingId}}/certificate/renew or MQTT devices/{{thingId}}/certificate/renew), or it can no longer connect.\n\n{{actionUrl}}\n',
+    bodyHtml: layout('The certificate of device {{deviceSerial}} expires on {{notAfter}}', '<p>Certificate <code>{{serial}}</code> of device <b>{{deviceSerial}}</b> (thing <code>{{thingId}}</code>) expires on {{notAfter}}. The device must renew it before then, or it can no longer connect.</p>'),
+  },
+  {
     id: 'license/requested',
     categoryId: 'devices',
     subject: 'Device {{serial}} requests a license',

@@ -139,9 +139,15 @@ export class Pki {
 
   /** Verifies a PEM CSR's self-signature and returns its SubjectPublicKeyInfo DER; its subject is ignored. */
   async spkiFromCsr(pem: string): Promise<Buffer> {
+    return (await this.parseCsr(pem)).spki;
+  }
+
+  /** The CSR's public key (SPKI DER) and subject CN, once its signature verifies; throws otherwise. */
+  async parseCsr(pem: string): Promise<{ spki: Buffer; commonName: string | undefined }> {
     const csr = new x509.Pkcs10CertificateRequest(pem);
     if (!(await csr.verify(webcrypto))) throw new Error('CSR signature does not verify');
-    return Buffer.from(csr.publicKey.rawData);
+    const commonName = csr.subjectName.getField('CN')[0];
+    return { spki: Buffer.from(csr.publicKey.rawData), commonName };
   }
 
   /**

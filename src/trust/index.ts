@@ -14,6 +14,7 @@ import { FactoryEnrollments } from './enrollments.js';
 import { claimGroupKind, enrollmentTokenKind, thingKind } from './kinds.js';
 import { revokeBlacklisted } from './blacklisted.js';
 import { CertificateRotation, rotationRoutes } from './rotation.js';
+import { CERTIFICATE_EXPIRY_JOB, CertificateExpiryWarnings } from './expiryWarnings.js';
 
 export interface TrustServices {
   trust: TrustService;
@@ -47,7 +48,7 @@ const sealers = new WeakMap<Gateway, Sealer>();
 /** Domain module of src/trust/: PKI services, models, things, claim groups, enrollment, revocation. */
 export const trustDomain = defineDomain({
   name: 'trust',
-  provides: ['trust', 'models', 'enrollment', 'crl', 'thingDirectory', 'thingLifecycle', 'certificateUse', 'thingSearch'],
+  provides: ['trust', 'models', 'enrollment', 'crl', 'thingDirectory', 'thingLifecycle', 'certificateUse', 'certificateRenewal', 'thingSearch'],
   requires: ['deviceSessions', 'mqttEndpoint', 'blacklist'],
   kinds: [claimGroupKind, enrollmentTokenKind, thingKind],
   init(gw, { deviceSessions, mqttEndpoint, blacklist }) {
@@ -58,7 +59,7 @@ export const trustDomain = defineDomain({
     const enrollment = new EnrollmentService(gw, models, sealer, mqttEndpoint, blacklist);
     const services: TrustServices = {
       trust, models, crl, enrollment, ddi: new DdiService(gw), lifecycle: new ThingLifecycleService(gw, trust), enrollments: new FactoryEnrollments(gw.sql, models, enrollment),
-      rotation: new CertificateRotation(gw, crl),
+      rotation: new CertificateRotation(gw, crl, deviceSessions),
     };
     services.ddi.onFirstUse = (thingId, serial) => services.rotation.used(thingId, serial);
     byGateway.set(gw, services);
@@ -67,10 +68,13 @@ export const trustDomain = defineDomain({
     // devices authenticate through the auth hook (routes declare { schemes: ['device-token', 'device-cert'] })
     for (const [name, authenticator] of Object.entries(deviceAuthenticators(gw, services.ddi))) gw.auth.registerAuthenticator(name, authenticator);
     gw.jobs.define('trust.crl-refresh', () => crl.refreshIfOld(), { schedule: '17 * * * *' });
+    const expiry = new CertificateExpiryWarnings(gw);
+    // daily (idempotent: each certificate is warned of once)
+    gw.jobs.define(CERTIFICATE_EXPIRY_JOB, async () => { await expiry.run(); }, { schedule: '37 3 * * *', retryLimit: 3 });
     gw.jobs.define('trust.claim-group-expiry', async () => { await trust.expireClaimGroups(); }, { schedule: '7 * * * *' });
     return {
       trust, models, enrollment, crl, thingDirectory: trust, thingLifecycle: services.lifecycle, certificateUse: services.rotation,
-      thingSearch: thingSearch(new RegistryService(gw.sql)),
+      certificateRenewal: services.rotation, thingSearch: thingSearch(new RegistryService(gw.sql)),
     };
   },
   async routes(app, gw) {

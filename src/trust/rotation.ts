@@ -1,6 +1,7 @@
+import nodeCrypto from 'node:crypto';
 import { z } from 'zod';
-import type { CertificateUse, Gateway, ZodApp } from '../gateway.js';
-import { invalid, notFound, refused } from '../lib/errors.js';
+import type { CertificateRenewal, CertificateUse, DeviceSessions, Gateway, RenewedCertificate, ZodApp } from '../gateway.js';
+import { invalid, notFound, refused, tooMany } from '../lib/errors.js';
 import type { CrlService } from './crl.js';
 import { thingIdParams } from './schemas.js';
 
@@ -14,30 +15,50 @@ export const renewedSchema = z.strictObject({
   caBundlePem: z.string(),
 });
 
+/** the window of the pending-renewal cap (CERT_RENEWAL_MAX_PENDING per thing) */
+const RENEWAL_WINDOW_MS = 24 * 3600_000;
+
 /**
  * Certificate rotation (issue 18, item 4). A device renews with a CSR while authenticated by its
- * current certificate; the new certificate is stored beside the old one with `awaiting_first_use`.
+ * current certificate (HTTP with mutual TLS, or its MQTT session: src/broker/renewal.ts); the new
+ * certificate is stored beside the old one with `awaiting_first_use`.
  * Both stay valid until the new one is first seen (broker CONNECT or the device-cert HTTP scheme):
  * then every other certificate of the thing is revoked and the CRL regenerated in one transaction,
- * the thing itself stays as it is. A device that lost the answer may renew again with its old
+ * the thing itself stays as it is, and a session still on an old certificate is dropped on
+ * whichever node holds it. A device that lost the answer may renew again with its old
  * certificate; whichever new certificate it uses first wins and the others are revoked.
  */
-export class CertificateRotation implements CertificateUse {
-  constructor(private readonly gw: Gateway, private readonly crl: CrlService) {}
+export class CertificateRotation implements CertificateUse, CertificateRenewal {
+  constructor(private readonly gw: Gateway, private readonly crl: CrlService, private readonly sessions: DeviceSessions) {}
 
-  async renew(thingId: string, csr: string): Promise<z.infer<typeof renewedSchema>> {
+  async renew(thingId: string, csr: string, presented?: string): Promise<RenewedCertificate> {
     const { pki, config } = this.gw;
-    let spki: Buffer;
-    try { spki = await pki.spkiFromCsr(csr); } catch { throw invalid('csr is not a PEM PKCS#10 request with a valid signature'); }
-    const issued = await pki.signDeviceCertificate(thingId, spki, config.DEVICE_CERT_DAYS);
-    await this.gw.sql.begin(async (tx) => {
-      // share lock: a concurrent revocation either sees this certificate or is seen here
-      const [thing] = await tx<{ revoked_at: Date | null }[]>`select revoked_at from things where id = ${thingId} for share`;
+    const spki = await this.checkedKey(thingId, csr);
+    const issued = await this.gw.sql.begin(async (tx) => {
+      // the thing's row serialises one thing's renewals (the cap) and orders them with a revocation
+      const [thing] = await tx<{ revoked_at: Date | null }[]>`select revoked_at from things where id = ${thingId} for update`;
       if (!thing) throw notFound(`thing ${thingId} not found`);
       if (thing.revoked_at) throw refused(`thing ${thingId} is revoked; it cannot renew its certificate`);
+      // database time, like every certificate's created_at (it also orders renewals: see expiryWarnings.ts)
+      const certs = await tx<{ serial: string; pem: string; awaiting_first_use: boolean; revoked: boolean; age_ms: number }[]>`
+        select serial, pem, awaiting_first_use, revoked, extract(epoch from now() - created_at) * 1000 as age_ms
+        from device_certificates where thing_id = ${thingId}`;
+      if (presented !== undefined && !certs.some((c) => !c.revoked && bareSerial(c.serial) === bareSerial(presented))) {
+        throw refused('the certificate this device authenticated with is revoked or replaced; it cannot renew');
+      }
+      if (certs.some((c) => publicKeyOf(c.pem).equals(spki))) throw invalid('the CSR carries a key this thing already had a certificate for; generate a new key pair');
+      const ages = certs.filter((c) => c.awaiting_first_use && !c.revoked && Number(c.age_ms) < RENEWAL_WINDOW_MS).map((c) => Number(c.age_ms));
+      const max = config.CERT_RENEWAL_MAX_PENDING;
+      if (ages.length >= max) {
+        throw tooMany(`thing ${thingId} already has ${ages.length} renewed certificates not yet used (at most ${max} per 24 h); connect with one of them`, {
+          type: 'too-many-pending-renewals', retryAfterSeconds: (RENEWAL_WINDOW_MS - Math.max(...ages)) / 1000,
+        });
+      }
+      const cert = await pki.signDeviceCertificate(thingId, spki, config.DEVICE_CERT_DAYS);
       await tx`
         insert into device_certificates (serial, thing_id, pem, sealed_private_key, not_after, awaiting_first_use)
-        values (${issued.serial}, ${thingId}, ${issued.pem}, null, ${issued.notAfter}, true)`;
+        values (${cert.serial}, ${thingId}, ${cert.pem}, null, ${cert.notAfter}, true)`;
+      return cert;
     });
     return {
       thingId, certificate: issued.pem, serial: issued.serial, notAfter: issued.notAfter.toISOString(),
@@ -45,9 +66,21 @@ export class CertificateRotation implements CertificateUse {
     };
   }
 
+  /** The CSR's public key, once the CSR verifies, names this thing (or nothing) and holds an acceptable key. */
+  private async checkedKey(thingId: string, csr: string): Promise<Buffer> {
+    let parsed: { spki: Buffer; commonName: string | undefined };
+    try { parsed = await this.gw.pki.parseCsr(csr); } catch { throw invalid('csr is not a PEM PKCS#10 request with a valid signature'); }
+    if (parsed.commonName !== undefined && parsed.commonName.toLowerCase() !== thingId.toLowerCase()) {
+      throw invalid(`the CSR's subject CN must be the thingId ${thingId} (or be left out), not ${JSON.stringify(parsed.commonName.slice(0, 100))}`);
+    }
+    const problem = keyProblem(parsed.spki);
+    if (problem) throw invalid(`the CSR's key is not accepted: ${problem}`);
+    return parsed.spki;
+  }
+
   /** First use of a renewed certificate revokes the thing's others (CRL included); any other call changes nothing. */
   async used(thingId: string, serial: string): Promise<void> {
-    const hex = serial.toLowerCase().replace(/^0+(?=.)/, '');
+    const hex = bareSerial(serial);
     // cheap miss first, outside a transaction: nothing of this thing awaits its first use (the usual connect)
     const [pending] = await this.gw.sql<{ serial: string }[]>`
       select serial from device_certificates
@@ -66,7 +99,11 @@ export class CertificateRotation implements CertificateUse {
       if (!revoked.length) return undefined;
       return (await this.crl.regenerate(tx)).number;
     });
-    if (number !== undefined) await this.crl.announce(number);
+    if (number === undefined) return;
+    await this.crl.announce(number);
+    // a session still on a now revoked certificate (e.g. MQTT while HTTP used the new one) ends
+    await this.sessions.disconnect(thingId, { onlyRevokedCertificate: true })
+      .catch((err) => this.gw.log.error({ err, thingId }, 'session on a replaced certificate not disconnected'));
   }
 }
 
@@ -79,3 +116,19 @@ export async function rotationRoutes(app: ZodApp, rotation: CertificateRotation)
     },
   }, async (request, reply) => reply.code(201).send(await rotation.renew(request.params.thingId, request.body.csr)));
 }
+
+/** SPKI DER of a PEM certificate's public key. */
+const publicKeyOf = (pem: string) => new nodeCrypto.X509Certificate(pem).publicKey.export({ type: 'spki', format: 'der' });
+
+/** Device keys: EC P-256 or P-384, or RSA of 2048 bits or more (what the broker's TLS takes). */
+function keyProblem(spki: Buffer): string | undefined {
+  let key: nodeCrypto.KeyObject;
+  try { key = nodeCrypto.createPublicKey({ key: spki, format: 'der', type: 'spki' }); } catch { return 'unreadable public key'; }
+  const details = key.asymmetricKeyDetails ?? {};
+  if (key.asymmetricKeyType === 'ec') return ['prime256v1', 'secp384r1'].includes(details.namedCurve ?? '') ? undefined : `EC curve ${details.namedCurve} (use P-256 or P-384)`;
+  if (key.asymmetricKeyType === 'rsa') return (details.modulusLength ?? 0) >= 2048 ? undefined : `RSA key of ${details.modulusLength} bits (at least 2048)`;
+  return `${key.asymmetricKeyType} keys (use EC P-256, P-384 or RSA 2048+)`;
+}
+
+/** Serials compare as lower-case hex without leading zeros. */
+const bareSerial = (hex: string) => hex.toLowerCase().replace(/^0+(?=.)/, '');

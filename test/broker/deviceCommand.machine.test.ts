@@ -47,4 +47,21 @@ describe('deviceCommand machine', () => {
     expect(snapshot.can({ type: 'EXPIRE', at: AFTER })).toBe(false);
     expect(snapshot.can({ type: 'RESPOND', at: BEFORE, ok: false, response: null })).toBe(false);
   });
+
+  it('cancels a pending command (closed, announced); then it is neither delivered nor expired', () => {
+    const { snapshot, emitted } = run({ type: 'CANCEL', at: BEFORE });
+    expect(snapshot.value).toBe('cancelled');
+    expect(snapshot.status).toBe('done');
+    expect(snapshot.context).toMatchObject({ completedAt: BEFORE, deliveredAt: null, response: null });
+    expect(emitted).toEqual([{ type: 'deviceCommand.completed', commandId: 'c1', thingId: 't1', status: 'cancelled' }]);
+    expect(snapshot.can({ type: 'DELIVER', at: BEFORE })).toBe(false);
+    expect(snapshot.can({ type: 'EXPIRE', at: AFTER })).toBe(false);
+    expect(snapshot.can({ type: 'RESPOND', at: BEFORE, ok: true, response: null })).toBe(false);
+  });
+
+  it('refuses to cancel a command once delivered, answered or expired', () => {
+    expect(run({ type: 'DELIVER', at: BEFORE }).snapshot.can({ type: 'CANCEL', at: BEFORE })).toBe(false);
+    expect(run({ type: 'DELIVER', at: BEFORE }, { type: 'RESPOND', at: BEFORE, ok: true, response: null }).snapshot.can({ type: 'CANCEL', at: BEFORE })).toBe(false);
+    expect(run({ type: 'EXPIRE', at: AFTER }).snapshot.can({ type: 'CANCEL', at: AFTER })).toBe(false);
+  });
 });

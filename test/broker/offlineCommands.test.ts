@@ -191,4 +191,85 @@ describe('offline commands (ttlSeconds)', () => {
     const list = await gw.http.get(commands(device.thingId), { token: account.viewer });
     expect(list.body.items.map((i: { id: string }) => i.id)).toEqual([c.id]);
   });
+
+  it('cancels a pending command: never delivered afterwards; 409 once delivered; 404 for another account', async () => {
+    const device = await ownedDevice();
+    const c = (await send(device.thingId, { name: 'withdrawn', ttlSeconds: 600 })).body;
+    const keep = (await send(device.thingId, { name: 'kept', ttlSeconds: 600 })).body;
+    const cancel = (thingId: string, id: string, token = account.operator) => gw.http.post(`${commands(thingId)}/${id}/cancel`, undefined, { token });
+    expectProblem(await cancel(device.thingId, c.id, other.operator), 404);
+    expectProblem(await cancel(device.thingId, c.id, account.viewer), 403);
+    const cancelled = await cancel(device.thingId, c.id);
+    expect(cancelled.status, JSON.stringify(cancelled.body)).toBe(200);
+    expect(cancelled.body).toMatchObject({ id: c.id, status: 'cancelled', deliveredAt: null, completedAt: expect.any(String) });
+    // again: no longer pending
+    expect(expectProblem(await cancel(device.thingId, c.id), 409)).toMatchObject({ state: 'cancelled', detail: expect.stringContaining('cancelled') });
+
+    const { client, received } = await deviceClient(device);
+    await waitFor(() => received.some((m) => m.body.id === keep.id), 10_000, 'the other command delivered');
+    expect(received.map((m) => m.body.id)).toEqual([keep.id]);
+    const late = expectProblem(await cancel(device.thingId, keep.id), 409);
+    expect(late.detail).toContain('delivered');
+    expect((await status(device.thingId, keep.id)).status).toBe('delivered');
+    expect((await gw.http.get(`${commands(device.thingId)}?status=cancelled`, { token: account.viewer })).body.items.map((i: { id: string }) => i.id)).toEqual([c.id]);
+    await client.endAsync();
+  });
+
+  it('a cancel racing the delivery: either the device gets the command or it is cancelled, never both', async () => {
+    const device = await ownedDevice();
+    const ids: string[] = [];
+    for (let i = 0; i < 6; i += 1) ids.push((await send(device.thingId, { name: `r${i}`, ttlSeconds: 600 })).body.id);
+    const { client, received } = await deviceClient(device);
+    const outcomes = await Promise.all(ids.map((id) => gw.http.post(`${commands(device.thingId)}/${id}/cancel`, undefined, { token: account.operator })));
+    await waitFor(async () => {
+      const items = (await gw.http.get(`${commands(device.thingId)}?status=pending`, { token: account.viewer })).body.items;
+      return items.length === 0;
+    }, 10_000, 'nothing pending');
+    // a marker sent now arrives after anything published before it
+    const marker = (await send(device.thingId, { name: 'marker', ttlSeconds: 60 })).body.id;
+    await waitFor(() => received.some((m) => m.body.id === marker), 10_000, 'marker received');
+    for (const [i, id] of ids.entries()) {
+      const final = (await status(device.thingId, id)).status;
+      const got = received.some((m) => m.body.id === id);
+      expect(outcomes[i].status === 200 ? ['cancelled', false] : ['delivered', true]).toEqual([final, got]);
+    }
+    await client.endAsync();
+  });
+
+  it('redelivery: a command the device never acknowledged comes again, same correlation data, when its persistent session resumes; an acknowledged one does not', async () => {
+    const device = await ownedDevice();
+    const persistent = { clean: false, properties: { sessionExpiryInterval: 300 } };
+    const topic = `devices/${device.thingId}/commands`;
+    // a device that receives the command but crashes before its PUBACK
+    let unacked: IPublishPacket | undefined;
+    const crashing = await connectDevice(port, device, { ...persistent, customHandleAcks: (_t, _m, packet) => { unacked = packet; } });
+    await crashing.subscribeAsync(topic, { qos: 1 });
+    const c = (await send(device.thingId, { name: 'reboot', ttlSeconds: 600 })).body;
+    expect(c.status).toBe('delivered');
+    await waitFor(() => unacked, 10_000, 'command received');
+    await crashing.endAsync(true);
+
+    const received: IPublishPacket[] = [];
+    const again = await connectDevice(port, device, persistent);
+    again.on('message', (_t, _p, packet) => received.push(packet));
+    const [redelivered] = await waitFor(() => (received.length ? received : undefined), 10_000, 'redelivered by the session');
+    expect(JSON.parse(redelivered.payload.toString()).id).toBe(c.id);
+    expect(Buffer.from(redelivered.properties!.correlationData!).toString()).toBe(c.id);
+    expect(Buffer.from(redelivered.properties!.correlationData!)).toEqual(Buffer.from(unacked!.properties!.correlationData!));
+    await answer(again, redelivered, { ok: true });
+    await waitFor(async () => (await status(device.thingId, c.id)).status === 'succeeded', 10_000, 'succeeded');
+
+    // acknowledged but unanswered: the gateway does not send it again (at most once); it expires at its TTL
+    const d2 = (await send(device.thingId, { name: 'once', ttlSeconds: 600 })).body;
+    await waitFor(() => received.some((p) => JSON.parse(p.payload.toString()).id === d2.id), 10_000, 'second command received');
+    await again.endAsync();
+    const back: string[] = [];
+    const third = await connectDevice(port, device, persistent);
+    third.on('message', (_t, payload) => back.push(JSON.parse(payload.toString()).id));
+    const marker = (await send(device.thingId, { name: 'marker', ttlSeconds: 60 })).body.id;
+    await waitFor(() => back.includes(marker), 10_000, 'marker received');
+    expect(back).toEqual([marker]);
+    expect((await status(device.thingId, d2.id)).status).toBe('delivered');
+    await third.endAsync();
+  });
 });

@@ -1,12 +1,11 @@
 import 'reflect-metadata';
-import https from 'node:https';
 import * as x509 from '@peculiar/x509';
-import mqtt from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { enrollDevice, revokeDevice } from '../helpers/devices.js';
 import { waitFor } from '../helpers/wait.js';
+import { mqttOutcome as mqttOutcomeOf, mtls as mtlsRequest, newKey, type KeyPair } from '../helpers/rotation.js';
 
 let gw: TestGateway;
 let account: TestAccount;
@@ -17,55 +16,17 @@ beforeAll(async () => {
 });
 afterAll(async () => gw?.close());
 
-interface KeyPair { cert: string; key: string }
-
-/** A request on the mutual-TLS listener over a fresh connection (no TLS session reuse). */
-function mtls(method: string, path: string, client: KeyPair, body?: unknown): Promise<{ status: number; body: any }> {
-  return new Promise((resolve, reject) => {
-    const req = https.request({
-      host: '127.0.0.1', port: gw.httpsPort, path, method, agent: false, ca: gw.gw.pki.rootPem, ...client,
-      headers: body === undefined ? {} : { 'content-type': 'application/json' },
-    }, (res) => {
-      let text = '';
-      res.setEncoding('utf8');
-      res.on('data', (c: string) => { text += c; });
-      res.on('end', () => resolve({ status: res.statusCode!, body: text ? JSON.parse(text) : undefined }));
-    });
-    req.on('error', reject);
-    req.end(body === undefined ? undefined : JSON.stringify(body));
-  });
-}
-
-/** A fresh P-256 key and its PKCS#10 request. */
-async function newKey(): Promise<{ key: string; csr: string }> {
-  const keys = await crypto.subtle.generateKey({ name: 'ECDSA', namedCurve: 'P-256' }, true, ['sign', 'verify']);
-  const csr = await x509.Pkcs10CertificateRequestGenerator.create({ name: 'CN=device', keys, signingAlgorithm: { name: 'ECDSA', hash: 'SHA-256' } });
-  const pkcs8 = Buffer.from(await crypto.subtle.exportKey('pkcs8', keys.privateKey)).toString('base64');
-  return { key: `-----BEGIN PRIVATE KEY-----\n${pkcs8.match(/.{1,64}/g)!.join('\n')}\n-----END PRIVATE KEY-----\n`, csr: csr.toString('pem') };
-}
+const mtls = (method: string, path: string, client: KeyPair, body?: unknown) => mtlsRequest(gw, method, path, client, body);
 
 /** Renews with `current`; the new key pair. */
 async function renew(thingId: string, current: KeyPair): Promise<KeyPair & { serial: string }> {
-  const { key, csr } = await newKey();
+  const { key, csr } = await newKey(`CN=${thingId}`);
   const res = await mtls('POST', `/ddi/v1/${thingId}/certificate/renew`, current, { csr });
   expect(res.status, JSON.stringify(res.body)).toBe(201);
   return { cert: res.body.certificate, key, serial: res.body.serial };
 }
 
-/** 'connected' or 'refused' (TLS handshake or CONNACK), a fresh MQTT connection each time. */
-async function mqttOutcome(thingId: string, pair: KeyPair): Promise<'connected' | 'refused'> {
-  const client = mqtt.connect(`mqtts://127.0.0.1:${gw.mqttPort}`, {
-    key: pair.key, cert: pair.cert, ca: gw.gw.pki.bundlePem, servername: 'localhost', rejectUnauthorized: true,
-    clientId: thingId, username: thingId, protocolVersion: 5, reconnectPeriod: 0, connectTimeout: 5000,
-  });
-  const outcome = await new Promise<'connected' | 'refused'>((resolve) => {
-    client.once('connect', () => resolve('connected'));
-    client.once('error', () => resolve('refused'));
-    client.once('close', () => resolve('refused'));
-  });
-  await client.endAsync(true);
-  return outcome;
-}
+const mqttOutcome = (thingId: string, pair: KeyPair) => mqttOutcomeOf(gw, thingId, pair);
 
 const revokedOf = async (serial: string) =>
   (await gw.db.sql<{ revoked: boolean }[]>`select revoked from device_certificates where serial = ${serial}`)[0]?.revoked;
@@ -108,6 +69,10 @@ describe('certificate rotation', () => {
     expect(await revokedOf(d.serial)).toBe(true);
     expect((await mtls('GET', `/ddi/v1/${d.thingId}/device/status`, old)).status).toBe(403);
     expect((await mtls('GET', `/ddi/v1/${d.thingId}/device/status`, renewed)).status).toBe(200);
+    // what MQTT renewal passes: the session's certificate must still be valid
+    const { csr } = await newKey();
+    await expect(gw.services.certificateRenewal.renew(d.thingId, csr, d.serial)).rejects.toMatchObject({ kind: 'refused' });
+    await expect(gw.services.certificateRenewal.renew(d.thingId, csr, renewed.serial.toUpperCase())).resolves.toMatchObject({ thingId: d.thingId });
   });
 
   it('refuses a CSR that is not PKCS#10 (400, nothing stored) and a revoked thing (403)', async () => {
@@ -138,4 +103,48 @@ describe('certificate rotation', () => {
     const thing = await gw.db.sql`select revoked_at from things where id = ${d.thingId}`;
     expect(thing[0].revoked_at).toBeNull();
   });
+
+  it('refuses a CSR naming another CN, reusing a key of the thing or with a weak key (400); caps pending renewals (429)', async () => {
+    const d = await enrollDevice(gw, account);
+    const old = { cert: d.certPem, key: d.keyPem! };
+    const path = `/ddi/v1/${d.thingId}/certificate/renew`;
+    const other = await mtls('POST', path, old, { csr: (await newKey('CN=someone-else')).csr });
+    expect(other.status).toBe(400);
+    expect(other.body.detail).toContain('CN');
+    // the key of the current certificate again
+    const { csr: sameKey } = await csrFor(d.keyPem!);
+    const reused = await mtls('POST', path, old, { csr: sameKey });
+    expect(reused.status).toBe(400);
+    expect(reused.body.detail).toContain('new key pair');
+    const weak = await mtls('POST', path, old, { csr: (await newKey('', { name: 'RSASSA-PKCS1-v1_5', hash: 'SHA-256', modulusLength: 1024, publicExponent: new Uint8Array([1, 0, 1]) })).csr });
+    expect(weak.status).toBe(400);
+    expect(weak.body.detail).toContain('1024');
+    // no subject at all is fine; three pending renewals (CERT_RENEWAL_MAX_PENDING), the fourth waits
+    for (let i = 0; i < 3; i++) expect((await mtls('POST', path, old, { csr: (await newKey()).csr })).status).toBe(201);
+    const fourth = await mtls('POST', path, old, { csr: (await newKey()).csr });
+    expect(fourth.status).toBe(429);
+    expect(fourth.body.type).toContain('too-many-pending-renewals');
+    expect((await gw.db.sql`select count(*)::int as n from device_certificates where thing_id = ${d.thingId}`)[0].n).toBe(4);
+  });
+
+  it('concurrent renewals of one thing never pass the pending cap', async () => {
+    const d = await enrollDevice(gw, account);
+    const old = { cert: d.certPem, key: d.keyPem! };
+    const csrs = await Promise.all(Array.from({ length: 8 }, () => newKey()));
+    const statuses = await Promise.all(csrs.map(({ csr }) => mtls('POST', `/ddi/v1/${d.thingId}/certificate/renew`, old, { csr }).then((r) => r.status)));
+    expect(statuses.filter((s) => s === 201)).toHaveLength(3);
+    expect(statuses.filter((s) => s === 429)).toHaveLength(5);
+    expect((await gw.db.sql`select count(*)::int as n from device_certificates where thing_id = ${d.thingId} and awaiting_first_use`)[0].n).toBe(3);
+  });
 });
+
+/** A CSR signed with an existing PEM private key (PKCS#8, EC P-256). */
+async function csrFor(keyPem: string): Promise<{ csr: string }> {
+  const der = Buffer.from(keyPem.replace(/-----[^-]+-----|\s/g, ''), 'base64');
+  const alg = { name: 'ECDSA', namedCurve: 'P-256' };
+  const privateKey = await crypto.subtle.importKey('pkcs8', der, alg, true, ['sign']);
+  const jwk = await crypto.subtle.exportKey('jwk', privateKey);
+  const publicKey = await crypto.subtle.importKey('jwk', { kty: jwk.kty, crv: jwk.crv, x: jwk.x, y: jwk.y }, alg, true, ['verify']);
+  const csr = await x509.Pkcs10CertificateRequestGenerator.create({ name: '', keys: { privateKey, publicKey }, signingAlgorithm: { name: 'ECDSA', hash: 'SHA-256' } });
+  return { csr: csr.toString('pem') };
+}

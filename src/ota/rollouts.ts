@@ -1,5 +1,6 @@
 import crypto from 'node:crypto';
 import type { UnitOfWork, ActorResult } from '../actors/store.js';
+import type { Sql } from '../db/client.js';
 import type { Gateway, ThingSearch } from '../gateway.js';
 import { iso } from '../lib/encoding.js';
 import { notFound, unprocessable } from '../lib/errors.js';
@@ -94,20 +95,24 @@ export class Rollouts {
   }
 
   async get(accountId: string, id: string) {
-    const row = await otaRepo.rollout(this.gw.sql, accountId, id);
+    const [row] = await this.views(accountId, this.gw.sql`and r.id = ${id}`, 1);
     if (!row) throw notFound(`rollout ${id} not found`);
-    const counted = await this.gw.sql<{ status: ActionStatus; n: number }[]>`
-      select status, count(*)::int as n from ota_actions where rollout_id = ${id} group by status`;
-    const counts = Object.fromEntries(ACTION_STATUSES.map((s) => [s, counted.find((c) => c.status === s)?.n ?? 0])) as Record<ActionStatus, number>;
-    return rolloutView(row, counts);
+    return row;
   }
 
-  /** The account's rollouts, newest first (keyset on created_at, id). */
+  /** The account's rollouts, newest first. */
   async list(accountId: string, q: { limit: number; state?: string }) {
-    const rows = await this.gw.sql<{ id: string }[]>`
-      select id from ota_rollouts where account_id = ${accountId} ${q.state === undefined ? this.gw.sql`` : this.gw.sql`and state = ${q.state}`}
-      order by created_at desc, id desc limit ${q.limit}`;
-    return { items: await Promise.all(rows.map((r) => this.get(accountId, r.id))) };
+    return { items: await this.views(accountId, q.state === undefined ? this.gw.sql`` : this.gw.sql`and r.state = ${q.state}`, q.limit) };
+  }
+
+  /** Rollouts with their actions counted by status, in one statement. */
+  private async views(accountId: string, where: ReturnType<Sql>, limit: number) {
+    const rows = await this.gw.sql<(RolloutRow & { counts: Partial<Record<ActionStatus, number>> })[]>`
+      select r.*, coalesce((select jsonb_object_agg(c.status, c.n) from (
+        select status, count(*)::int as n from ota_actions where rollout_id = r.id group by status) c), '{}') as counts
+      from ota_rollouts r where r.account_id = ${accountId} ${where}
+      order by r.created_at desc, r.id desc limit ${limit}`;
+    return rows.map((r) => rolloutView(r, Object.fromEntries(ACTION_STATUSES.map((s) => [s, r.counts[s] ?? 0])) as Record<ActionStatus, number>));
   }
 
   async groups(accountId: string, id: string) {

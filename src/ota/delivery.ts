@@ -16,8 +16,10 @@ export const statusReport = z.object({
 const PUBLISH_CONCURRENCY = 64;
 /** actions re-sent per sweep */
 const RESEND_BATCH = 2000;
-/** an open action neither sent nor changed for this long is published again by the sweep */
-export const RESEND_AFTER_MS = 60_000;
+/** a pending action not taken up for this long is published again by the sweep */
+export const RESEND_PENDING_AFTER_MS = 60_000;
+/** an action a device took up but has not reported on for this long is published again (the device answers where it stands) */
+export const RESEND_STARTED_AFTER_MS = 10 * 60_000;
 /** Runs a statement again after a deadlock or serialization failure (another node's bulk update of the same rows). */
 async function retried<T>(run: () => Promise<T>, attempts = 3): Promise<T> {
   for (let i = 1; ; i++) {
@@ -63,7 +65,8 @@ export class OtaDelivery {
 
   /** Re-sends open actions neither sent nor changed for a while (a publish lost with a crash, a device that missed it, a lost report). */
   async resend(): Promise<number> {
-    const due = await otaRepo.unsent(this.gw.sql, new Date(this.gw.clock.now().getTime() - RESEND_AFTER_MS), RESEND_BATCH);
+    const now = this.gw.clock.now().getTime();
+    const due = await otaRepo.unsent(this.gw.sql, { pending: new Date(now - RESEND_PENDING_AFTER_MS), started: new Date(now - RESEND_STARTED_AFTER_MS) }, RESEND_BATCH);
     await this.send(due);
     return due.length;
   }

@@ -99,12 +99,14 @@ export const otaRepo = {
    * sweep (a publish lost with a crash, a device that missed it, a report lost on the way; the
    * device answers a known action from where it stands).
    */
-  async unsent(db: Db, before: Date, limit: number): Promise<Delivery[]> {
+  async unsent(db: Db, before: { pending: Date; started: Date }, limit: number): Promise<Delivery[]> {
     return db<Delivery[]>`
       select a.id, a.thing_id, a.rollout_id, r.version, r.artifact_url, r.sha256, r.size::text as size
       from ota_actions a join ota_rollouts r on r.id = a.rollout_id
-      where a.status in ('pending', 'delivered', 'downloading', 'installing') and (a.sent_at is null or a.sent_at < ${before})
-        and a.updated_at < ${before} and r.state in ('RUNNING', 'FINISHED')
+      where (
+          (a.status = 'pending' and (a.sent_at is null or a.sent_at < ${before.pending}) and a.updated_at < ${before.pending})
+          or (a.status in ('delivered', 'downloading', 'installing') and (a.sent_at is null or a.sent_at < ${before.started}) and a.updated_at < ${before.started})
+        ) and r.state in ('RUNNING', 'FINISHED')
       order by a.sent_at nulls first limit ${limit}`;
   },
 

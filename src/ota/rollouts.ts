@@ -71,6 +71,9 @@ export class Rollouts {
     const id = crypto.randomUUID();
     const at = this.gw.clock.now();
     await this.gw.actors.run(async (uow) => {
+      // the filter may be deleted meanwhile: held until commit, or 404 (never a foreign-key 500)
+      const [held] = await uow.sql`select id from ota_target_filters where id = ${filter.id} for share`;
+      if (!held) throw notFound(`target filter ${filter.id} not found`);
       const { software: s } = input;
       await uow.sql`
         insert into ota_rollouts (id, account_id, name, filter_id, query, version, artifact_url, sha256, size, success_threshold, error_threshold, total_targets, group_count, created_at)

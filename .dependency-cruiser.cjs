@@ -2,7 +2,7 @@
  * Architecture rules (DESIGN.md sections 2 and 4), checked by test/architecture.test.ts in
  * `npm test`. A violation fails the suite naming the rule, the importing file and the import.
  */
-const DOMAINS = '(iam|quotas|trust|broker|notifications|factory|feed|ingest|blacklist|registry|marketplace|console)';
+const DOMAINS = '(iam|quotas|trust|broker|notifications|factory|feed|ingest|blacklist|registry|marketplace|console|ota)';
 
 /** @type {import('dependency-cruiser').IConfiguration} */
 module.exports = {

@@ -12,6 +12,7 @@ import { ingestDomain } from './ingest/index.js';
 import { feedDomain } from './feed/index.js';
 import { marketplaceDomain } from './marketplace/index.js';
 import { consoleDomain } from './console/index.js';
+import { otaDomain } from './ota/index.js';
 
 /**
  * Every domain of the gateway, in init/start order. Each declares the services it `provides` and
@@ -19,5 +20,5 @@ import { consoleDomain } from './console/index.js';
  * at start-up and names what to move). Stopped in reverse order.
  */
 export const domains: DomainModule[] = [
-  accountsDomain, quotasDomain, iamDomain, notificationsDomain, deviceSessionsDomain, blacklistDomain, trustDomain, registryDomain, marketplaceDomain, factoryDomain, feedDomain, ingestDomain, brokerDomain, consoleDomain,
+  accountsDomain, quotasDomain, iamDomain, notificationsDomain, deviceSessionsDomain, blacklistDomain, trustDomain, registryDomain, marketplaceDomain, factoryDomain, feedDomain, ingestDomain, brokerDomain, consoleDomain, otaDomain,
 ];

@@ -35,8 +35,66 @@ export interface Services {
   blacklist: IdentityBlacklist;
   /** trust domain: a device authenticated with this certificate (a renewed one's first use revokes the older ones) */
   certificateUse: CertificateUse;
+  /** trust domain: the fleet registry's thing filters (model, state, tags, last seen) over an account's things */
+  thingSearch: ThingSearch;
+  /** broker domain: gateway <-> device messages on one topic kind under `devices/{thingId}/`, cluster-wide */
+  deviceMessaging: DeviceMessaging;
   /** trust domain: a device renews its certificate with a CSR (the HTTP route and MQTT apply the same rules) */
   certificateRenewal: CertificateRenewal;
+}
+
+/** A query over an account's things, as the fleet registry's list filters take it. */
+export interface ThingQuery {
+  /** model id (uuid) or the model name things carry (`vid:pid`) */
+  model?: string;
+  /** lifecycle states (ACTIVATED, ...) */
+  state?: string[];
+  /** things carrying every one of them */
+  tags?: string[];
+  last_seen_before?: string;
+  last_seen_after?: string;
+}
+
+export interface ThingSummary {
+  id: string; model: string; serial: string; state: string; tags: string[]; connected: boolean; last_seen: string | null;
+}
+
+export interface ThingSearch {
+  /** one keyset page of the matched things, oldest first; `cursor` is the previous page's next_cursor */
+  page(accountId: string, query: ThingQuery, page: { limit: number; cursor?: string }): Promise<{ items: ThingSummary[]; next_cursor: string | null }>;
+  count(accountId: string, query: ThingQuery): Promise<number>;
+  /** ids of the matched things, oldest first, at most `max` */
+  ids(accountId: string, query: ThingQuery, max: number): Promise<string[]>;
+}
+
+/** Topic kinds of `devices/{thingId}/` other domains use (their suffixes are in src/broker/topics.ts). */
+export type GatewayTopic = 'otaUpdate';
+export type DeviceTopic = 'otaStatus';
+
+export interface DeviceMessage {
+  thingId: string;
+  payload: Buffer;
+  /** MQTT 5 correlation data, when the device sent it */
+  correlationData?: Buffer;
+}
+
+export interface DeviceMessaging {
+  /**
+   * Publishes as the gateway (QoS 1) to whichever node holds the device; a device that is not
+   * subscribed misses it (callers redeliver on `onSubscribed`). Throws 503 while the broker is down.
+   */
+  publish(thingId: string, topic: GatewayTopic, payload: string, properties?: { correlationData?: Buffer; responseTopic?: DeviceTopic }): Promise<void>;
+  /**
+   * Every message a device connected to this node publishes on its `devices/{id}/{topic}` (payload
+   * already checked as a JSON object): each node handles its own devices, so a message is handled
+   * once in a cluster. Register at init.
+   */
+  onMessage(topic: DeviceTopic, listener: (message: DeviceMessage) => void): void;
+  /**
+   * A device on this node subscribed to a filter that receives `devices/{itself}/{topic}`, or
+   * connected with a persistent session (which keeps its subscriptions). Register at init.
+   */
+  onSubscribed(topic: GatewayTopic, listener: (thingId: string) => void): void;
 }
 
 export interface RenewedCertificate {

@@ -6,6 +6,7 @@ import { redisAedesOptions } from './cluster.js';
 import { CommandRouter } from './commands.js';
 import { ConnectivityHub } from './connectivityStream.js';
 import { CrlWatcher } from './crl.js';
+import { DeviceChannel } from './messaging.js';
 import { BrokerHost } from './host.js';
 import { IngestBuffer } from './ingest.js';
 import { registerBrokerMetrics } from './metrics.js';
@@ -31,7 +32,7 @@ const NODE_TTL_SECONDS = 20;
 /** creates telemetry history partitions ahead and drops those past retention */
 const HISTORY_PARTITIONS_JOB = 'telemetry.partitions';
 
-const parts = new WeakMap<Gateway, { ingest: IngestBuffer; sessions: ClusterSessions; offline?: OfflineCommands; history?: TelemetryHistory; connectivity?: ConnectivityHub; renewal?: MqttRenewal }>();
+const parts = new WeakMap<Gateway, { ingest: IngestBuffer; sessions: ClusterSessions; offline?: OfflineCommands; history?: TelemetryHistory; connectivity?: ConnectivityHub; renewal?: MqttRenewal; channel?: DeviceChannel }>();
 
 /**
  * Cluster-wide device sessions: a disconnect reaches whichever node holds the device. Its own
@@ -60,7 +61,7 @@ export const deviceSessionsDomain = defineDomain({
  */
 export const brokerDomain = defineDomain({
   name: 'broker',
-  provides: ['devices'],
+  provides: ['devices', 'deviceMessaging'],
   requires: ['brokerHost', 'crl', 'thingDirectory', 'deviceSessions', 'certificateUse', 'certificateRenewal'],
   kinds: [deviceCommandKind],
   init(gw, { brokerHost, thingDirectory }) {
@@ -71,7 +72,8 @@ export const brokerDomain = defineDomain({
     const devices = new ConnectedDeviceService(gw, repo, ingest, brokerHost, thingDirectory);
     const offline = new OfflineCommands(gw, brokerHost);
     const connectivity = new ConnectivityHub(gw.bus, gw.config.SSE_HEARTBEAT_SECONDS * 1000);
-    Object.assign(parts.get(gw)!, { ingest, history, offline, connectivity });
+    const channel = new DeviceChannel(brokerHost, gw.log.child({ component: 'device-messaging' }));
+    Object.assign(parts.get(gw)!, { ingest, history, offline, connectivity, channel });
     gw.jobs.define(EXPIRE_COMMANDS_JOB, async () => void (await offline.expireDue()), { schedule: '* * * * *', retryLimit: 1 });
     // hourly: partitions stay DAYS_AHEAD days ahead and retention is applied (also run at start)
     gw.jobs.define(HISTORY_PARTITIONS_JOB, () => history.maintain(), { schedule: '7 * * * *', retryLimit: 1 });
@@ -79,7 +81,7 @@ export const brokerDomain = defineDomain({
     new Gauge({ name: 'connectivity_streams_open', help: 'Open connectivity streams (WebSocket) on this node', registers: [gw.metrics], collect() {
       this.set(connectivity.size);
     } });
-    return { devices };
+    return { devices, deviceMessaging: channel };
   },
   async routes(app, gw, { devices, deviceSessions }) {
     await brokerRoutes(app, gw, devices, deviceSessions, parts.get(gw)!.offline!, parts.get(gw)!.history!);
@@ -107,6 +109,7 @@ export const brokerDomain = defineDomain({
     await p.offline!.start(broker);
     p.renewal = new MqttRenewal(gw, certificateRenewal, broker);
     p.renewal.start();
+    await p.channel!.start(broker);
     p.ingest.start();
     p.connectivity!.start();
   },
@@ -117,6 +120,7 @@ export const brokerDomain = defineDomain({
     brokerHost.crl?.stop();
     await p.offline?.stop().catch(() => {});
     p.renewal?.stop();
+    await p.channel?.stop().catch(() => {});
     await brokerHost.commands?.stop().catch(() => {});
     await brokerHost.broker?.close();
     brokerHost.detach();

@@ -18,6 +18,7 @@ const JSON_TOPICS: Partial<Record<TopicKind, { object: boolean }>> = {
   telemetry: { object: true },
   twinReported: { object: true },
   commandResponse: { object: false },
+  otaStatus: { object: true },
 };
 
 function jsonObject(payload: Buffer | string): Record<string, unknown> | undefined {

@@ -21,6 +21,10 @@ export const TOPICS = {
   certificateRenew: { suffix: 'certificate/renew', from: 'device' },
   /** gateway -> device: the renewal's answer (unless an MQTT 5 request names its own response topic) */
   certificateRenewed: { suffix: 'certificate/renewed', from: 'gateway' },
+  /** gateway -> device: an OTA update action (JSON, MQTT 5 correlation data = action id), published again when the device subscribes */
+  otaUpdate: { suffix: 'ota/update', from: 'gateway' },
+  /** device -> gateway: progress and outcome of an OTA action (JSON object; other payloads refused) */
+  otaStatus: { suffix: 'ota/status', from: 'device' },
 } as const;
 
 export type TopicKind = keyof typeof TOPICS;

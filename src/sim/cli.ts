@@ -22,6 +22,8 @@ const USAGE = `npm run sim -- [options]
   --prefix P           serial prefix (default SIM)
   --mqtt-host H        broker host instead of the enrollment response's
   --mqtt-port P        broker port instead of the enrollment response's
+  --ota-fail-rate R    share of OTA updates (devices/{id}/ota/update) the devices fail, 0 to 1 (default 0)
+  --ota-step-ms MS     milliseconds between a device's OTA reports (default 200)
   --json FILE          also write the summary as JSON to FILE ("-" for stdout only)
   --no-progress        no progress bars
 `;
@@ -38,7 +40,7 @@ function parse(argv: string[]) {
       revoke: { type: 'string' }, protocol: { type: 'string', default: '5' },
       model: { type: 'string', default: 'SIM-1' }, manufacturer: { type: 'string', default: 'Simulated Devices' },
       prefix: { type: 'string', default: 'SIM' }, 'mqtt-host': { type: 'string' }, 'mqtt-port': { type: 'string' },
-      json: { type: 'string' }, 'no-progress': { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h', default: false },
+      json: { type: 'string' }, 'ota-fail-rate': { type: 'string', default: '0' }, 'ota-step-ms': { type: 'string', default: '200' }, 'no-progress': { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h', default: false },
     },
     strict: true,
   });
@@ -55,6 +57,8 @@ function parse(argv: string[]) {
   if (!['steady', 'reconnect-storm', 'revoke'].includes(values.scenario!)) throw new Error(`--scenario must be steady, reconnect-storm or revoke (got ${values.scenario})`);
   if (!['4', '5'].includes(values.protocol!)) throw new Error('--protocol must be 5 or 4');
   const devices = int('devices', values.devices!, 1);
+  const failRate = Number(values['ota-fail-rate']);
+  if (!(failRate >= 0 && failRate <= 1)) throw new Error(`--ota-fail-rate must be a number from 0 to 1 (got ${values['ota-fail-rate']})`);
   return {
     help: values.help!,
     json: values.json,
@@ -68,6 +72,7 @@ function parse(argv: string[]) {
       revokeCount: values.revoke ? int('revoke', values.revoke, 0) : Math.max(1, Math.floor(devices / 10)),
       protocolVersion: Number(values.protocol) as 4 | 5,
       manufacturer: values.manufacturer!, model: values.model!, serialPrefix: values.prefix!,
+      otaFailRate: failRate, otaStepMs: int('ota-step-ms', values['ota-step-ms']!, 0),
       mqttHost: values['mqtt-host'], mqttPort: values['mqtt-port'] ? int('mqtt-port', values['mqtt-port'], 1) : undefined,
     },
   };
@@ -96,6 +101,7 @@ function render(s: SimSummary): string {
     ['reconnect latency p50 / p99 (ms)', `${s.reconnectLatencyMs.p50 ?? '-'} / ${s.reconnectLatencyMs.p99 ?? '-'}`],
     ['messages sent', s.messagesSent], ['messages/s', s.messagesPerSecond],
     ['commands answered', s.commandsAnswered], ['desired states received', s.desiredReceived],
+    ['OTA updates applied / failed', `${s.otaUpdated} / ${s.otaFailed}`],
     ['revoked / reconnect refused', `${s.revoked} / ${s.revokedReconnectsRefused}`], ['errors', s.errorCount],
   ];
   const lines = rows.map(([k, v]) => `  ${k.padEnd(34)} ${v}`);

@@ -3,6 +3,7 @@ import { isIP } from 'node:net';
 import mqtt, { type MqttClient } from 'mqtt';
 import { CredentialStore, type DeviceCredentials } from './credentials.js';
 import { Stats } from './stats.js';
+import { joinOta } from './ota.js';
 
 export type Scenario = 'steady' | 'reconnect-storm' | 'revoke';
 
@@ -27,6 +28,10 @@ export interface SimOptions {
   /** override the broker address of the enrollment response */
   mqttHost?: string;
   mqttPort?: number;
+  /** share of OTA updates that fail (0 to 1) */
+  otaFailRate?: number;
+  /** milliseconds between two OTA reports of a device */
+  otaStepMs?: number;
 }
 
 /** Progress callbacks (the CLI draws bars; tests pass none). */
@@ -52,6 +57,8 @@ export interface SimSummary {
   messagesPerSecond: number;
   commandsAnswered: number;
   desiredReceived: number;
+  otaUpdated: number;
+  otaFailed: number;
   revoked: number;
   revokedReconnectsRefused: number;
   errorCount: number;
@@ -147,6 +154,12 @@ class SimDevice {
     });
     client.on('message', (topic, payload, packet) => this.onMessage(topic, payload, packet));
     await client.subscribeAsync([`${this.topic}/commands`, `${this.topic}/twin/desired`], { qos: 1 });
+    await joinOta(client, this.creds.thingId, {
+      fails: () => Math.random() < (this.opts.otaFailRate ?? 0),
+      stepMs: this.opts.otaStepMs,
+      onApplied: (_id, ok) => this.stats.count(ok ? 'otaUpdated' : 'otaFailed'),
+      onError: (_id, err) => this.stats.error('ota', err),
+    });
     await client.publishAsync(`${this.topic}/twin/reported`, JSON.stringify({ firmware: '1.0.0', simulated: true }), { qos: 1 });
     this.stats.count('messages');
   }
@@ -353,6 +366,8 @@ export async function runSimulation(opts: SimOptions, progress: Progress = noPro
     messagesPerSecond: Math.round(sent / trafficSeconds),
     commandsAnswered: stats.get('commands'),
     desiredReceived: stats.get('desired'),
+    otaUpdated: stats.get('otaUpdated'),
+    otaFailed: stats.get('otaFailed'),
     revoked: stats.get('revoked'),
     revokedReconnectsRefused: stats.get('revokedRefused'),
     errorCount: stats.errorCount,

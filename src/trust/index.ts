@@ -5,6 +5,7 @@ import { EnrollmentService } from './enrollment.js';
 import { ModelService } from './models.js';
 import { modelRoutes } from './model-routes.js';
 import { registryRoutes } from './registry-routes.js';
+import { RegistryService, thingSearch } from './registry.js';
 import { deviceAuthenticators, trustRoutes } from './routes.js';
 import { resealAll, Sealer, type SealedColumn } from '../pki/sealer.js';
 import { TrustService } from './service.js';
@@ -47,7 +48,7 @@ const sealers = new WeakMap<Gateway, Sealer>();
 /** Domain module of src/trust/: PKI services, models, things, claim groups, enrollment, revocation. */
 export const trustDomain = defineDomain({
   name: 'trust',
-  provides: ['trust', 'models', 'enrollment', 'crl', 'thingDirectory', 'thingLifecycle', 'certificateUse', 'certificateRenewal'],
+  provides: ['trust', 'models', 'enrollment', 'crl', 'thingDirectory', 'thingLifecycle', 'certificateUse', 'certificateRenewal', 'thingSearch'],
   requires: ['deviceSessions', 'mqttEndpoint', 'blacklist'],
   kinds: [claimGroupKind, enrollmentTokenKind, thingKind],
   init(gw, { deviceSessions, mqttEndpoint, blacklist }) {
@@ -71,7 +72,10 @@ export const trustDomain = defineDomain({
     // daily (idempotent: each certificate is warned of once)
     gw.jobs.define(CERTIFICATE_EXPIRY_JOB, async () => { await expiry.run(); }, { schedule: '37 3 * * *', retryLimit: 3 });
     gw.jobs.define('trust.claim-group-expiry', async () => { await trust.expireClaimGroups(); }, { schedule: '7 * * * *' });
-    return { trust, models, enrollment, crl, thingDirectory: trust, thingLifecycle: services.lifecycle, certificateUse: services.rotation, certificateRenewal: services.rotation };
+    return {
+      trust, models, enrollment, crl, thingDirectory: trust, thingLifecycle: services.lifecycle, certificateUse: services.rotation,
+      certificateRenewal: services.rotation, thingSearch: thingSearch(new RegistryService(gw.sql)),
+    };
   },
   async routes(app, gw) {
     await trustRoutes(app, gw, byGateway.get(gw)!);

@@ -2,6 +2,7 @@ import type { Db, Sql } from '../db/client.js';
 import { conflict, invalid, notFound } from '../lib/errors.js';
 import { iso } from '../lib/encoding.js';
 import { isUuid } from '../http/auth/principal.js';
+import type { ThingQuery, ThingSearch, ThingSummary } from '../gateway.js';
 import type { ThingScope } from './lifecycle.js';
 import type { ThingState } from '../../machines/thing.js';
 
@@ -17,10 +18,8 @@ export type Sort = (typeof SORTS)[number];
 export const TAG_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$/;
 export const MAX_TAGS_PER_THING = 50;
 
-export interface ThingListQuery {
-  limit: number;
-  cursor?: string;
-  sort: Sort;
+/** Which things of the scope a query matches (the list's filters; OTA target filters use them too). */
+export interface ThingFilter {
   state?: ThingState[];
   /** model id (uuid) or vid:pid descriptor */
   model?: string;
@@ -30,6 +29,12 @@ export interface ThingListQuery {
   last_seen_before?: string;
   last_seen_after?: string;
   tags?: string[];
+}
+
+export interface ThingListQuery extends ThingFilter {
+  limit: number;
+  cursor?: string;
+  sort: Sort;
 }
 
 /**
@@ -72,18 +77,23 @@ export class RegistryService {
 
   async list(scope: ThingScope, q: ThingListQuery) {
     const after = q.cursor === undefined ? undefined : decodeCursor(q.cursor, q.sort);
-    const rows = await registryRepo.list(this.sql, scope, q, after).catch((err) => {
-      // a timestamp the patterns let through but Postgres refuses (2026-02-30, a forged cursor's key);
-      // timestamps go as text and are cast in SQL, so a cursor keeps Postgres' microseconds
-      if (err?.code === '22007' || err?.code === '22008') throw invalid('a timestamp in last_seen_before, last_seen_after or the cursor is not a valid date');
-      throw err;
-    });
+    const rows = await registryRepo.list(this.sql, scope, q, after).catch(badDate);
     const page = rows.slice(0, q.limit);
     const last = page[page.length - 1];
     return {
       items: page.map(present),
       next_cursor: rows.length > q.limit ? encodeCursor({ s: q.sort, k: last.sort_key, i: last.id }) : null,
     };
+  }
+
+  /** How many things of the scope match. */
+  async count(scope: ThingScope, q: ThingFilter): Promise<number> {
+    return registryRepo.count(this.sql, scope, q).catch(badDate);
+  }
+
+  /** The ids of the matched things, oldest first (at most `max`). */
+  async ids(scope: ThingScope, q: ThingFilter, max: number): Promise<string[]> {
+    return registryRepo.ids(this.sql, scope, q, max).catch(badDate);
   }
 
   async get(scope: ThingScope, id: string) {
@@ -142,6 +152,31 @@ export class RegistryService {
   }
 }
 
+/**
+ * A timestamp the patterns let through but Postgres refuses (2026-02-30, a forged cursor's key) is
+ * a 400; timestamps go as text and are cast in SQL, so a cursor keeps Postgres' microseconds.
+ */
+function badDate(err: { code?: string }): never {
+  if (err?.code === '22007' || err?.code === '22008') throw invalid('a timestamp in last_seen_before, last_seen_after or the cursor is not a valid date');
+  throw err;
+}
+
+/** The registry's filters as the declared `thingSearch` service (OTA target filters). */
+export function thingSearch(registry: RegistryService): ThingSearch {
+  const filter = (q: ThingQuery): ThingFilter => ({ ...q, state: q.state as ThingState[] | undefined });
+  const summary = (t: ReturnType<typeof present>): ThingSummary => ({
+    id: t.id, model: t.model, serial: t.serial, state: t.state, tags: t.tags, connected: t.connected, last_seen: t.last_seen,
+  });
+  return {
+    page: async (accountId, q, page) => {
+      const { items, next_cursor } = await registry.list({ accountId }, { ...filter(q), ...page, sort: 'created_at' });
+      return { items: items.map(summary), next_cursor };
+    },
+    count: (accountId, q) => registry.count({ accountId }, filter(q)),
+    ids: (accountId, q, max) => registry.ids({ accountId }, filter(q), max),
+  };
+}
+
 function checkTag(tag: string): void {
   if (!TAG_PATTERN.test(tag)) throw invalid(`tag ${JSON.stringify(tag.slice(0, 80))} must be 1-64 characters of A-Z a-z 0-9 _ . : - starting with a letter or digit`);
 }
@@ -183,29 +218,45 @@ const joins = (db: Db) => db`
   left join lateral (select serial, not_after, revoked from device_certificates where thing_id = t.id order by created_at desc limit 1) cert on true
   left join device_connectivity c on c.thing_id = t.id::text`;
 
+/** The filters of a list query, as a where clause over things t and device_connectivity c. */
+function matches(db: Db, scope: ThingScope, q: ThingFilter) {
+  const byModel = q.model === undefined ? db`` : isUuid(q.model) ? db`and t.model_id = ${q.model}` : db`and t.model = ${q.model}`;
+  return db`t.account_id = ${scope.accountId}
+    ${scope.modelId === undefined ? db`` : db`and t.model_id = ${scope.modelId}`}
+    ${q.state === undefined ? db`` : db`and t.lifecycle_state = any(${q.state})`}
+    ${byModel}
+    ${q.claim_group === undefined ? db`` : db`and t.claim_group_id = ${q.claim_group}`}
+    ${q.connected === undefined ? db`` : q.connected ? db`and c.connected` : db`and coalesce(c.connected, false) = false`}
+    ${q.revoked === undefined ? db`` : q.revoked ? db`and t.revoked_at is not null` : db`and t.revoked_at is null`}
+    ${q.last_seen_before === undefined ? db`` : db`and c.last_seen < ${q.last_seen_before}::text::timestamptz`}
+    ${q.last_seen_after === undefined ? db`` : db`and c.last_seen >= ${q.last_seen_after}::text::timestamptz`}
+    ${q.tags === undefined ? db`` : db`and t.id in (
+      select g.thing_id from thing_tags g where g.tag = any(${q.tags}) group by g.thing_id having count(*) = ${q.tags.length})`}`;
+}
+
 const registryRepo = {
   async list(db: Db, scope: ThingScope, q: ThingListQuery, after: Cursor | undefined): Promise<ThingRow[]> {
     const desc = q.sort.startsWith('-');
     const key = sortKey(db, q.sort);
-    const byModel = q.model === undefined ? db`` : isUuid(q.model) ? db`and t.model_id = ${q.model}` : db`and t.model = ${q.model}`;
     return db<ThingRow[]>`
       select ${columns(db, q.sort)} from things t ${joins(db)}
-      where t.account_id = ${scope.accountId}
-        ${scope.modelId === undefined ? db`` : db`and t.model_id = ${scope.modelId}`}
-        ${q.state === undefined ? db`` : db`and t.lifecycle_state = any(${q.state})`}
-        ${byModel}
-        ${q.claim_group === undefined ? db`` : db`and t.claim_group_id = ${q.claim_group}`}
-        ${q.connected === undefined ? db`` : q.connected ? db`and c.connected` : db`and coalesce(c.connected, false) = false`}
-        ${q.revoked === undefined ? db`` : q.revoked ? db`and t.revoked_at is not null` : db`and t.revoked_at is null`}
-        ${q.last_seen_before === undefined ? db`` : db`and c.last_seen < ${q.last_seen_before}::text::timestamptz`}
-        ${q.last_seen_after === undefined ? db`` : db`and c.last_seen >= ${q.last_seen_after}::text::timestamptz`}
-        ${q.tags === undefined ? db`` : db`and t.id in (
-          select g.thing_id from thing_tags g where g.tag = any(${q.tags}) group by g.thing_id having count(*) = ${q.tags.length})`}
+      where ${matches(db, scope, q)}
         ${after === undefined ? db`` : desc
           ? db`and (${key}, t.id) < (${after.k}::text::timestamptz, ${after.i}::uuid)`
           : db`and (${key}, t.id) > (${after.k}::text::timestamptz, ${after.i}::uuid)`}
       order by ${key} ${desc ? db`desc` : db`asc`}, t.id ${desc ? db`desc` : db`asc`}
       limit ${q.limit + 1}`;
+  },
+  async count(db: Db, scope: ThingScope, q: ThingFilter): Promise<number> {
+    const [{ n }] = await db<{ n: number }[]>`
+      select count(*)::int as n from things t left join device_connectivity c on c.thing_id = t.id::text where ${matches(db, scope, q)}`;
+    return n;
+  },
+  async ids(db: Db, scope: ThingScope, q: ThingFilter, max: number): Promise<string[]> {
+    const rows = await db<{ id: string }[]>`
+      select t.id from things t left join device_connectivity c on c.thing_id = t.id::text
+      where ${matches(db, scope, q)} order by t.created_at, t.id limit ${max}`;
+    return rows.map((r) => r.id);
   },
   async get(db: Db, scope: ThingScope, id: string): Promise<ThingDetailRow | undefined> {
     const [row] = await db<ThingDetailRow[]>`

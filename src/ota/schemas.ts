@@ -1,0 +1,76 @@
+import { z } from 'zod';
+import { ROLLOUT_STATES } from '../../machines/rollout.js';
+import { ROLLOUT_GROUP_STATES } from '../../machines/rolloutGroup.js';
+import { ACTION_STATUSES } from './repo.js';
+
+const THING_STATES = ['REGISTERED', 'ROLLEDOFF', 'PROVISIONED', 'IN_FACTORY', 'HANDOVER_PENDING', 'ACTIVATED', 'DEACTIVATED', 'ANNIHILATED'] as const;
+const TAG = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$/;
+
+/** The fleet registry's filters, as a stored query (every member optional: an empty query matches every thing of the account). */
+export const thingQuery = z.strictObject({
+  model: z.string().min(1).max(100).optional().describe('model id or the vid:pid name things carry'),
+  state: z.array(z.enum(THING_STATES)).min(1).max(THING_STATES.length).optional().describe('lifecycle states (any of them)'),
+  tags: z.array(z.string().regex(TAG, 'a tag is 1-64 characters of A-Z a-z 0-9 _ . : - starting with a letter or digit')).min(1).max(50).optional()
+    .describe('things carrying every one of them'),
+  last_seen_before: z.iso.datetime({ offset: true }).optional(),
+  last_seen_after: z.iso.datetime({ offset: true }).optional(),
+});
+
+/** a query as stored and answered */
+const storedQuery = thingQuery.extend({ state: z.array(z.string()).optional() });
+
+export const filterBody = z.strictObject({
+  name: z.string().trim().min(1).max(100),
+  query: thingQuery,
+});
+
+export const filterSchema = z.object({ id: z.uuid(), name: z.string(), query: storedQuery, created_at: z.string(), updated_at: z.string() });
+
+export const thingSummary = z.object({
+  id: z.uuid(), model: z.string(), serial: z.string(), state: z.string(), tags: z.array(z.string()), connected: z.boolean(), last_seen: z.string().nullable(),
+});
+
+export const previewSchema = z.object({
+  count: z.number().int().describe('every thing the filter matches now'),
+  items: z.array(thingSummary), next_cursor: z.string().nullable(),
+});
+
+export const software = z.strictObject({
+  version: z.string().trim().min(1).max(64),
+  url: z.url({ protocol: /^https?$/ }).max(2000).describe('where the device downloads the artifact'),
+  sha256: z.string().regex(/^[0-9a-fA-F]{64}$/, 'sha256 is 64 hex digits'),
+  size: z.number().int().min(1).max(Number.MAX_SAFE_INTEGER).describe('bytes'),
+});
+
+export const rolloutBody = z.strictObject({
+  name: z.string().trim().min(1).max(100),
+  filter_id: z.uuid().describe('the target filter; its matched things are taken now, at creation'),
+  software,
+  groups: z.union([
+    z.number().int().min(1).max(100).describe('equal groups'),
+    z.array(z.number().int().min(1).max(100)).min(1).max(100).describe("each group's share of the targets in percent, adding up to 100"),
+  ]),
+  success_threshold: z.number().int().min(1).max(100).describe('percent of a group that must succeed before the next group starts'),
+  error_threshold: z.number().int().min(0).max(100).describe('the rollout stops when more than this percent of a group failed'),
+});
+
+const actionCounts = z.object(Object.fromEntries(ACTION_STATUSES.map((s) => [s, z.number().int()])) as Record<(typeof ACTION_STATUSES)[number], z.ZodNumber>);
+
+export const rolloutSchema = z.object({
+  id: z.uuid(), name: z.string(), filter_id: z.uuid().nullable(), query: storedQuery, software: z.object({ version: z.string(), url: z.string(), sha256: z.string(), size: z.number() }),
+  groups: z.number().int(), success_threshold: z.number().int(), error_threshold: z.number().int(), total_targets: z.number().int(),
+  state: z.enum(ROLLOUT_STATES), current_group: z.number().int().nullable().describe('0-based index of the group in progress; null before start'),
+  created_at: z.string(), started_at: z.string().nullable(), ended_at: z.string().nullable(),
+  actions: actionCounts.describe('per-device actions by status'),
+});
+
+export const groupSchema = z.object({
+  id: z.uuid(), index: z.number().int(), total: z.number().int(), state: z.enum(ROLLOUT_GROUP_STATES),
+  succeeded: z.number().int(), failed: z.number().int(), started_at: z.string().nullable(), ended_at: z.string().nullable(),
+});
+
+export const actionStatus = z.enum(ACTION_STATUSES);
+export const actionSchema = z.object({
+  id: z.uuid(), thing_id: z.uuid(), group: z.number().int(), status: actionStatus, progress: z.number().int().nullable(),
+  reason: z.string().nullable(), updated_at: z.string(),
+});

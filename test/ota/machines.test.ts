@@ -1,0 +1,125 @@
+import { describe, expect, it } from 'vitest';
+import { createActor } from 'xstate';
+import { rolloutMachine, type RolloutEvent } from '../../machines/rollout.js';
+import { rolloutGroupMachine, type RolloutGroupEvent } from '../../machines/rolloutGroup.js';
+import { groupSizes } from '../../src/ota/rollouts.js';
+
+const AT = '2026-01-01T00:00:00.000Z';
+
+function rollout(groups: number, ...events: RolloutEvent[]) {
+  const emitted: { type: string; state?: string }[] = [];
+  const actor = createActor(rolloutMachine, { input: { id: 'r1', accountId: 'a1', groups, createdAt: AT } });
+  actor.on('*', (e) => emitted.push(e));
+  actor.start();
+  for (const e of events) actor.send(e);
+  return { snapshot: actor.getSnapshot(), emitted };
+}
+
+const ev = (type: 'START' | 'PAUSE' | 'RESUME' | 'CANCEL') => ({ type, at: AT }) as RolloutEvent;
+const succeeded = (index: number): RolloutEvent => ({ type: 'GROUP_SUCCEEDED', at: AT, index });
+const failed = (index: number): RolloutEvent => ({ type: 'GROUP_FAILED', at: AT, index });
+
+describe('rollout machine', () => {
+  it('READY -> RUNNING runs its groups in order and FINISHES after the last', () => {
+    const started = rollout(3, ev('START'));
+    expect(started.snapshot.value).toBe('RUNNING');
+    expect(started.snapshot.context).toMatchObject({ current: 0, startedAt: AT });
+    const second = rollout(3, ev('START'), succeeded(0));
+    expect(second.snapshot.value).toBe('RUNNING');
+    expect(second.snapshot.context.current).toBe(1);
+    const done = rollout(3, ev('START'), succeeded(0), succeeded(1), succeeded(2));
+    expect(done.snapshot.value).toBe('FINISHED');
+    expect(done.snapshot.context.endedAt).toBe(AT);
+    expect(done.emitted.map((e) => e.state)).toEqual(['RUNNING', 'FINISHED']);
+  });
+
+  it('a group over its error threshold STOPS it; a report for another group than the current one is refused', () => {
+    const s = rollout(2, ev('START'));
+    expect(s.snapshot.can(succeeded(1))).toBe(false);
+    expect(s.snapshot.can(failed(1))).toBe(false);
+    const stopped = rollout(2, ev('START'), failed(0));
+    expect(stopped.snapshot.value).toBe('STOPPED');
+    expect(stopped.snapshot.context.reason).toMatch(/group 1 passed its error threshold/);
+    expect(stopped.snapshot.can(ev('RESUME'))).toBe(false);
+    expect(stopped.snapshot.can(ev('CANCEL'))).toBe(false);
+  });
+
+  it('PAUSED holds the next group: a group done meanwhile is remembered and the next starts on RESUME', () => {
+    const paused = rollout(3, ev('START'), ev('PAUSE'), succeeded(0));
+    expect(paused.snapshot.value).toBe('PAUSED');
+    expect(paused.snapshot.context).toMatchObject({ current: 0, currentDone: true });
+    const resumed = rollout(3, ev('START'), ev('PAUSE'), succeeded(0), ev('RESUME'));
+    expect(resumed.snapshot.value).toBe('RUNNING');
+    expect(resumed.snapshot.context).toMatchObject({ current: 1, currentDone: false });
+    expect(rollout(1, ev('START'), ev('PAUSE'), succeeded(0), ev('RESUME')).snapshot.value).toBe('FINISHED');
+    expect(rollout(2, ev('START'), ev('PAUSE'), ev('RESUME')).snapshot.context.current).toBe(0);
+    expect(rollout(2, ev('START'), ev('PAUSE'), failed(0)).snapshot.value).toBe('STOPPED');
+  });
+
+  it('CANCEL from READY, RUNNING and PAUSED; nothing leaves a final state; START and PAUSE only where they fit', () => {
+    for (const before of [[], [ev('START')], [ev('START'), ev('PAUSE')]]) expect(rollout(2, ...before, ev('CANCEL')).snapshot.value).toBe('CANCELLED');
+    const r = rollout(2);
+    expect(r.snapshot.can(ev('PAUSE'))).toBe(false);
+    expect(r.snapshot.can(ev('RESUME'))).toBe(false);
+    const running = rollout(2, ev('START'));
+    expect(running.snapshot.can(ev('START'))).toBe(false);
+    expect(running.snapshot.can(ev('RESUME'))).toBe(false);
+    const finished = rollout(1, ev('START'), succeeded(0));
+    for (const e of [ev('START'), ev('PAUSE'), ev('RESUME'), ev('CANCEL'), succeeded(0)]) expect(finished.snapshot.can(e)).toBe(false);
+  });
+});
+
+function group(total: number, success: number, error: number, ...events: RolloutGroupEvent[]) {
+  const actor = createActor(rolloutGroupMachine, { input: { id: 'g1', rolloutId: 'r1', accountId: 'a1', index: 0, total, successThreshold: success, errorThreshold: error } });
+  const emitted: { type: string; state: string }[] = [];
+  actor.on('*', (e) => emitted.push(e as never));
+  actor.start();
+  for (const e of events) actor.send(e);
+  return { snapshot: actor.getSnapshot(), emitted };
+}
+const start: RolloutGroupEvent = { type: 'START', at: AT };
+const tally = (succeeded: number, failed: number, finished = succeeded + failed): RolloutGroupEvent => ({ type: 'TALLY', at: AT, succeeded, failed, finished });
+
+describe('rollout group machine', () => {
+  it('FINISHES when succeeded reaches the success threshold (percent of its targets)', () => {
+    expect(group(10, 80, 20, start, tally(7, 0)).snapshot.value).toBe('RUNNING');
+    const done = group(10, 80, 20, start, tally(8, 1));
+    expect(done.snapshot.value).toBe('FINISHED');
+    expect(done.snapshot.context).toMatchObject({ succeeded: 8, failed: 1, endedAt: AT });
+    expect(done.emitted).toEqual([{ type: 'ota.group.ended', rolloutId: 'r1', groupId: 'g1', index: 0, state: 'FINISHED' }]);
+  });
+
+  it('ERROR when failures pass the error threshold (strictly more than), checked before success', () => {
+    expect(group(10, 80, 20, start, tally(2, 2)).snapshot.value).toBe('RUNNING');
+    expect(group(10, 80, 20, start, tally(2, 3)).snapshot.value).toBe('ERROR');
+    expect(group(10, 50, 20, start, tally(6, 3)).snapshot.value).toBe('ERROR');
+    expect(group(10, 80, 0, start, tally(0, 1)).snapshot.value).toBe('ERROR');
+  });
+
+  it('ERROR when every action ended below the success threshold; the same counts are refused; late counts still kept after the end', () => {
+    expect(group(10, 90, 50, start, tally(8, 1, 10)).snapshot.value).toBe('ERROR');
+    const r = group(10, 80, 20, start, tally(1, 0));
+    expect(r.snapshot.can(tally(1, 0))).toBe(false);
+    expect(r.snapshot.can(tally(2, 0))).toBe(true);
+    const done = group(10, 50, 50, start, tally(5, 0), tally(9, 1));
+    expect(done.snapshot.value).toBe('FINISHED');
+    expect(done.snapshot.context).toMatchObject({ succeeded: 9, failed: 1 });
+    expect(done.emitted).toHaveLength(1);
+  });
+
+  it('a SCHEDULED group takes no TALLY; CANCEL ends SCHEDULED and RUNNING groups', () => {
+    const g = group(10, 80, 20);
+    expect(g.snapshot.can(tally(1, 0))).toBe(false);
+    expect(group(10, 80, 20, { type: 'CANCEL', at: AT }).snapshot.value).toBe('CANCELLED');
+    expect(group(10, 80, 20, start, { type: 'CANCEL', at: AT }).snapshot.value).toBe('CANCELLED');
+  });
+});
+
+describe('group sizes', () => {
+  it('equal groups (the first take the remainder) or percent shares (the last takes the rounding)', () => {
+    expect(groupSizes(10, 3)).toEqual([4, 3, 3]);
+    expect(groupSizes(1000, 2)).toEqual([500, 500]);
+    expect(groupSizes(7, [10, 90])).toEqual([0, 7]);
+    expect(groupSizes(1000, [10, 40, 50])).toEqual([100, 400, 500]);
+  });
+});

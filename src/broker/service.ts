@@ -43,6 +43,8 @@ export class ConnectedDeviceService {
   private readonly disconnecting = new Set<Promise<void>>();
   /** payloads parsed when their publish was checked, by payload buffer (Aedes passes it on), so onPublish does not parse again */
   private readonly parsed = new WeakMap<object, unknown>();
+  /** the topics whose payload is checked and parsed (TELEMETRY_INGEST=false leaves telemetry unread) */
+  private readonly jsonTopics: Partial<Record<TopicKind, { object: boolean }>>;
 
   constructor(
     private readonly gw: Gateway,
@@ -50,7 +52,9 @@ export class ConnectedDeviceService {
     private readonly ingest: IngestBuffer,
     private readonly host: BrokerHost,
     private readonly things: ThingDirectory,
-  ) {}
+  ) {
+    this.jsonTopics = gw.config.TELEMETRY_INGEST ? JSON_TOPICS : { ...JSON_TOPICS, telemetry: undefined };
+  }
 
   hooks(): BrokerHooks {
     return {
@@ -70,7 +74,7 @@ export class ConnectedDeviceService {
       },
       refusePayload: (packet, client) => {
         const kind = ownTopicKind(client.id, packet.topic);
-        const rule = kind && kind !== 'other' ? JSON_TOPICS[kind] : undefined;
+        const rule = kind && kind !== 'other' ? this.jsonTopics[kind] : undefined;
         if (!rule) return undefined;
         const payload = typeof packet.payload === 'string' ? Buffer.from(packet.payload) : packet.payload;
         const result = parseJsonPayload(payload, rule.object);

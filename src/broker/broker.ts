@@ -4,6 +4,7 @@ import { Aedes, type AedesOptions, type AedesPublishPacket, type Client, type Pu
 import mqttPacket from 'mqtt-packet';
 import type { Logger } from '../log.js';
 import type { Pki } from '../pki/pki.js';
+import { attachFastLane, type FastPublish } from './fastLane.js';
 import { closeGracefully } from './linger.js';
 import { cacheTopicMatches } from './matchCache.js';
 import { PAYLOAD_PROBLEMS, type PayloadProblem } from './payload.js';
@@ -83,13 +84,16 @@ export class Broker {
   private revokedSerials = new Set<string>();
   private crlPem?: string[];
 
-  private constructor(private readonly options: BrokerOptions, aedes: Aedes) {
+  private constructor(private readonly options: BrokerOptions, aedes: Aedes, hasListener: ((topic: string) => boolean) | undefined) {
     this.aedes = aedes;
     this.crlPem = options.crlPem;
+    // single node only: in cluster mode every message goes to the Redis emitter (other nodes' listeners)
+    const fastLane = hasListener && !options.aedes?.mq ? this.fastPublish(hasListener) : undefined;
     this.server = tls.createServer(this.tlsOptions(), (socket) => {
       // small MQTT packets (PUBACK, SUBACK) must not wait for Nagle's algorithm
       socket.setNoDelay(true);
       const client = aedes.handle(socket);
+      if (fastLane) attachFastLane(client, fastLane, MAX_PACKET_BYTES);
       closeGracefully(socket, () => client.close());
     });
     this.server.on('tlsClientError', (err) => {
@@ -149,13 +153,38 @@ export class Broker {
       maximumPacketSize: MAX_PACKET_BYTES,
       ...options.aedes,
     });
-    cacheTopicMatches((aedes as unknown as { mq: unknown }).mq);
-    const broker = (self = new Broker(options, aedes));
+    const hasListener = cacheTopicMatches((aedes as unknown as { mq: unknown }).mq);
+    const broker = (self = new Broker(options, aedes, hasListener));
     await new Promise<void>((resolve, reject) => {
       broker.server.once('error', reject);
       broker.server.listen(options.port, options.host, () => resolve());
     });
     return broker;
+  }
+
+  /**
+   * The fast lane's take (see fastLane.ts): what `authorizePublish`, Aedes' publish and the
+   * 'publish' event do for a device's publish that nobody subscribes to. Such a topic can only be
+   * the device's own (the ACL confines every device's subscriptions to its own prefix), so with
+   * no listener in the emitter (the gateway's own subscriptions and every connected client's,
+   * persistent sessions included: they are online while the device publishes) nothing routes it
+   * and nothing is stored for an offline session. Anything else goes to Aedes.
+   */
+  private fastPublish(hasListener: (topic: string) => boolean) {
+    const hooks = this.options.hooks ?? {};
+    return (client: Client, packet: FastPublish): number | false => {
+      const { topic } = packet;
+      if (!devicePublishAllowed(client.id, topic) || topic.includes('+') || topic.includes('#') || hasListener(topic)) return false;
+      const problem = hooks.refusePayload?.(packet as unknown as PublishPacket, client);
+      if (problem) {
+        // as refusePublish: MQTT 5 gets 0x99, MQTT 3.1.1 a plain acknowledgement
+        this.stats.payloadsRejected[problem] += 1;
+        return client.version === 5 ? PAYLOAD_FORMAT_INVALID : 0;
+      }
+      this.stats.messagesReceived += 1;
+      hooks.published?.(packet as unknown as AedesPublishPacket, client);
+      return 0;
+    };
   }
 
   /**

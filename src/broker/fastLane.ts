@@ -1,3 +1,4 @@
+import type { TLSSocket } from 'node:tls';
 import type { Client } from 'aedes';
 
 /** A device PUBLISH decoded by the fast lane (the fields of mqtt-packet's packet the hooks read). */
@@ -22,7 +23,8 @@ interface LaneClient {
   connackSent: boolean;
   connected: boolean;
   version: number;
-  conn: { writable: boolean; write(buf: Buffer): boolean };
+  /** packets handed to Aedes whose handling has not finished (Aedes reads on when it is 0) */
+  _parsingBatch: number;
   _keepaliveInterval: number;
   _keepaliveTimer: { refresh(): void } | null;
   _parser: { parse(buf: Buffer): number; _list: { length: number }; _stateCounter: number; error: unknown };
@@ -30,24 +32,29 @@ interface LaneClient {
 
 /**
  * The per-message path of a connected device's plain publishes, in front of Aedes: PUBLISH packets
- * at QoS 0 or 1 without retain and without MQTT 5 properties, complete in the bytes just read and
- * at most `maxPacketBytes`, are decoded here straight from the read buffer (the payload is a view
- * of it, no copy) and given to `take`; the PUBACKs of one read go out in one write. Everything
- * else (CONNECT, SUBSCRIBE, retained or QoS 2 messages, properties, a packet split across reads,
- * and whatever `take` declines) goes to mqtt-packet and Aedes unchanged, in order: the fast lane
- * stops at the first packet it does not take and hands the rest of the buffer on.
+ * at QoS 0 or 1 without retain and without MQTT 5 properties, complete in the bytes just received
+ * and at most `maxPacketBytes`, are decoded here straight from the decrypted TLS record (the
+ * payload is a view of it, no copy) and given to `take`; the PUBACKs of one record (or read) go out
+ * in one write. Everything else (CONNECT, SUBSCRIBE, retained or QoS 2 messages, properties, a
+ * packet split across records, and whatever `take` declines) goes to mqtt-packet and Aedes
+ * unchanged, in order: the fast lane stops at the first packet it does not take and passes the
+ * rest on.
  *
- * Why: for a small publish Aedes' generic pipeline (mqtt-packet's BufferList parse, the handler
- * series, aedes-packet's copy, the emitter, a setImmediate per PUBACK) cost more than the TLS
- * record itself; bench:mqtt in docs/benchmarks.md has the before and after.
+ * Two entry points: the socket's `push` (each decrypted TLS record, before Node's stream buffers
+ * it, emits 'readable' on the next tick and Aedes reads it back), taken only while nothing is
+ * buffered or in Aedes' hands (so order holds); and mqtt-packet's `parse` (what Aedes reads
+ * otherwise). Why: for a small publish, Node's stream plumbing, mqtt-packet's BufferList parse
+ * and Aedes' generic pipeline (handler series, aedes-packet copy, emitter, a setImmediate per
+ * PUBACK) cost more than the TLS record itself; docs/benchmarks.md has the before and after.
  */
-export function attachFastLane(client: Client, take: TakePublish, maxPacketBytes: number): void {
+export function attachFastLane(socket: TLSSocket, client: Client, take: TakePublish, maxPacketBytes: number): void {
   const c = client as unknown as LaneClient;
   const parser = c._parser;
   const parse = parser.parse;
-  parser.parse = function fastParse(buf: Buffer): number {
-    // mid-packet (bytes of a split packet are buffered) or not yet connected: mqtt-packet's turn
-    if (!c.connackSent || !c.connected || parser._list.length !== 0 || parser._stateCounter !== 0 || parser.error) return parse.call(parser, buf);
+  const idle = () => c.connackSent && c.connected && parser._list.length === 0 && parser._stateCounter === 0 && !parser.error;
+
+  /** Takes the plain publishes at the start of `buf`; returns how many bytes they used. */
+  const consume = (buf: Buffer): number => {
     const v5 = c.version === 5;
     const end = buf.length;
     let pos = 0;
@@ -93,10 +100,22 @@ export function attachFastLane(client: Client, take: TakePublish, maxPacketBytes
       if (qos === 1) (acks ??= []).push(messageId!, code);
     }
     if (pos > 0) {
-      if (acks && c.conn.writable) c.conn.write(pubacks(acks, v5));
+      if (acks && socket.writable) socket.write(pubacks(acks, v5));
       if (c._keepaliveInterval > 0) c._keepaliveTimer?.refresh();
     }
-    return pos === end ? 0 : parse.call(parser, pos === 0 ? buf : buf.subarray(pos));
+    return pos;
+  };
+
+  parser.parse = function fastParse(buf: Buffer): number {
+    const used = idle() ? consume(buf) : 0;
+    return used === buf.length ? 0 : parse.call(parser, used === 0 ? buf : buf.subarray(used));
+  };
+
+  const push = socket.push;
+  socket.push = function fastPush(chunk: unknown, encoding?: BufferEncoding): boolean {
+    if (!Buffer.isBuffer(chunk) || socket.readableLength !== 0 || c._parsingBatch !== 0 || !idle()) return push.call(socket, chunk, encoding);
+    const used = consume(chunk);
+    return used === chunk.length || push.call(socket, used === 0 ? chunk : chunk.subarray(used));
   };
 }
 

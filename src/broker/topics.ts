@@ -37,8 +37,21 @@ function isOwnTopic(clientId: string, topic: string): boolean {
 
 const KINDS = Object.entries(TOPICS).map(([kind, t]) => ({ kind: kind as TopicKind, suffix: t.suffix }));
 
+/** the last answer of ownTopicKind: a device message asks it three times (ACL, payload check, ingest) */
+let lastClientId = '';
+let lastTopic = '';
+let lastKind: TopicKind | 'other' | undefined;
+
 /** Which device topic of `clientId` this is: its kind, 'other' for another topic under its prefix, undefined outside it. */
 export function ownTopicKind(clientId: string, topic: string): TopicKind | 'other' | undefined {
+  if (topic === lastTopic && clientId === lastClientId) return lastKind;
+  lastKind = topicKind(clientId, topic);
+  lastClientId = clientId;
+  lastTopic = topic;
+  return lastKind;
+}
+
+function topicKind(clientId: string, topic: string): TopicKind | 'other' | undefined {
   if (!isOwnTopic(clientId, topic)) return undefined;
   const suffixLength = topic.length - PREFIX.length - clientId.length - 1;
   for (const k of KINDS) if (k.suffix.length === suffixLength && topic.endsWith(k.suffix)) return k.kind;

@@ -37,17 +37,12 @@ export interface BrokerOptions {
   hooks?: BrokerHooks;
 }
 
-/** The CN of the client certificate presented on this MQTT connection. */
-export function certificateCn(client: Client): string | undefined {
-  const cert = peerCertificate(client);
-  const cn = cert?.subject?.CN;
-  return Array.isArray(cn) ? cn[0] : cn;
-}
+/** What the broker keeps of a connection's client certificate (read once, at CONNECT). */
+export interface ClientCertificate { serial: string; notBefore: Date }
+const certificates = new WeakMap<Client, ClientCertificate>();
 
-/** The serial (hex) of the client certificate presented on this MQTT connection. */
-export function certificateSerial(client: Client): string | undefined {
-  return peerCertificate(client)?.serialNumber;
-}
+/** The serial (hex) and notBefore of the client certificate this MQTT session authenticated with. */
+export const clientCertificate = (client: Client): ClientCertificate | undefined => certificates.get(client);
 
 function peerCertificate(client: Client): tls.PeerCertificate | undefined {
   const conn = client.conn as unknown as tls.TLSSocket;
@@ -139,6 +134,7 @@ export class Broker {
         if (!cn || cn !== client.id || username !== cn) return refuse('certificate CN must equal client id and username');
         const serial = cert?.serialNumber;
         if (!serial || self?.revokedSerials.has(normalizeSerial(serial))) return refuse('certificate revoked');
+        certificates.set(client, { serial, notBefore: new Date(cert.valid_from) });
         done(null, true);
       },
       authorizePublish: (client, packet, cb) => {

@@ -13,6 +13,7 @@ import { FactoryEnrollments } from './enrollments.js';
 import { claimGroupKind, enrollmentTokenKind, thingKind } from './kinds.js';
 import { revokeBlacklisted } from './blacklisted.js';
 import { CertificateRotation, rotationRoutes } from './rotation.js';
+import { FirstUseFilter } from './firstUse.js';
 
 export interface TrustServices {
   trust: TrustService;
@@ -42,6 +43,7 @@ const SEALED_COLUMNS: SealedColumn[] = [
 
 const byGateway = new WeakMap<Gateway, TrustServices>();
 const sealers = new WeakMap<Gateway, Sealer>();
+const firstUse = new WeakMap<Gateway, FirstUseFilter>();
 
 /** Domain module of src/trust/: PKI services, models, things, claim groups, enrollment, revocation. */
 export const trustDomain = defineDomain({
@@ -61,13 +63,15 @@ export const trustDomain = defineDomain({
     };
     services.ddi.onFirstUse = (thingId, serial) => services.rotation.used(thingId, serial);
     byGateway.set(gw, services);
+    const certificateUse = new FirstUseFilter(gw, services.rotation);
+    firstUse.set(gw, certificateUse);
     blacklist.onAdded((identity) => revokeBlacklisted(gw, trust, identity));
     sealers.set(gw, sealer);
     // devices authenticate through the auth hook (routes declare { schemes: ['device-token', 'device-cert'] })
     for (const [name, authenticator] of Object.entries(deviceAuthenticators(gw, services.ddi))) gw.auth.registerAuthenticator(name, authenticator);
     gw.jobs.define('trust.crl-refresh', () => crl.refreshIfOld(), { schedule: '17 * * * *' });
     gw.jobs.define('trust.claim-group-expiry', async () => { await trust.expireClaimGroups(); }, { schedule: '7 * * * *' });
-    return { trust, models, enrollment, crl, thingDirectory: trust, thingLifecycle: services.lifecycle, certificateUse: services.rotation };
+    return { trust, models, enrollment, crl, thingDirectory: trust, thingLifecycle: services.lifecycle, certificateUse };
   },
   async routes(app, gw) {
     await trustRoutes(app, gw, byGateway.get(gw)!);
@@ -77,9 +81,13 @@ export const trustDomain = defineDomain({
   },
   async start(gw) {
     await byGateway.get(gw)!.crl.current();
+    await firstUse.get(gw)!.start();
     // values sealed with the legacy or a rotated-out key move to the current one
     const sealed = await resealAll(gw.sql, sealers.get(gw)!, SEALED_COLUMNS);
     if (sealed.unreadable) gw.log.warn(sealed, 'some sealed values open with no sealing key');
     else if (sealed.resealed) gw.log.info(sealed, 'sealed values moved to the current sealing key');
+  },
+  async stop(gw) {
+    firstUse.get(gw)?.stop();
   },
 });

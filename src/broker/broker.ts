@@ -1,3 +1,4 @@
+import crypto from 'node:crypto';
 import tls from 'node:tls';
 import type { AddressInfo } from 'node:net';
 import { Aedes, type AedesOptions, type AedesPublishPacket, type Client, type PublishPacket } from 'aedes';
@@ -81,6 +82,13 @@ export class Broker {
   /** serials of the current CRL: refuses a revoked certificate even on a resumed TLS session */
   private revokedSerials = new Set<string>();
   private crlPem?: string[];
+  /**
+   * TLS session ticket keys for the broker's life: a new secure context (every CRL load) would
+   * otherwise start with new random keys and void every ticket a device holds, so a device
+   * reconnecting with its ticket gets an abbreviated handshake (no certificate signature or chain
+   * check; `authenticate` still checks the certificate against the current CRL serials).
+   */
+  private readonly ticketKeys = crypto.randomBytes(48);
 
   private constructor(private readonly options: BrokerOptions, aedes: Aedes, hasListener: ((topic: string) => boolean) | undefined) {
     this.aedes = aedes;
@@ -221,6 +229,7 @@ export class Broker {
       requestCert: true,
       rejectUnauthorized: true,
       minVersion: 'TLSv1.2',
+      ticketKeys: this.ticketKeys,
       ...(this.crlPem ? { crl: this.crlPem } : {}),
     };
   }

@@ -132,3 +132,28 @@ describe('fast lane (device publishes decoded in front of Aedes)', () => {
     await Promise.all([client.endAsync(), other.endAsync()]);
   });
 });
+
+describe('TLS session resumption', () => {
+  /** A TLS connection of `d` (optionally resuming `session`); its session ticket and whether it resumed. */
+  async function handshake(d: EnrolledDevice, session?: Buffer): Promise<{ session?: Buffer; reused: boolean }> {
+    const socket = tls.connect({ host: '127.0.0.1', port: gw.mqttPort!, key: d.keyPem, cert: d.certPem, ca: d.caPem, servername: 'localhost', session });
+    let ticket: Buffer | undefined;
+    socket.on('session', (t: Buffer) => { ticket = t; });
+    await new Promise<void>((resolve, reject) => socket.once('secureConnect', resolve).once('error', reject));
+    // TLS 1.3 tickets come after the handshake, before any data: the CONNACK is behind them
+    socket.write(encode({ cmd: 'connect', protocolVersion: 5, clientId: d.thingId, username: d.thingId, clean: true, keepalive: 60 }));
+    await new Promise((resolve) => socket.once('data', resolve));
+    const result = { session: ticket, reused: socket.isSessionReused() };
+    socket.destroy();
+    return result;
+  }
+
+  it('a reconnecting device resumes its session with its ticket, also after the broker loaded a new CRL', async () => {
+    const first = await handshake(devices[0]);
+    expect(first.reused).toBe(false);
+    expect(first.session).toBeDefined();
+    expect((await handshake(devices[0], first.session)).reused).toBe(true);
+    await gw.services.brokerHost.crl!.refresh(); // a new secure context
+    expect((await handshake(devices[0], first.session)).reused).toBe(true);
+  });
+});

@@ -14,7 +14,7 @@
  * the same machine; a round starts when the broker is idle and ends at its last busy CPU sample
  * once it has counted every message (gateway: /metrics, Mosquitto: $SYS).
  *
- *   npm run bench:mqtt                     (SHAPES=50,300,1000 ROUNDS=3 MSGS_QOS0=100000 MSGS_QOS1=40000)
+ *   npm run bench:mqtt                     (SHAPES=50,300,1000 ROUNDS=3 MSGS_QOS0=100000 MSGS_QOS1=30000)
  *   SHAPES=300 QOS=0 PAYLOADS=small ROUNDS=5 npm run bench:mqtt -- --no-write
  *
  * Also: MSGS_QOS0 / MSGS_QOS1 (messages per round, spread over the devices), INFLIGHT (QoS 1 window
@@ -38,7 +38,7 @@ import { writeBenchmarkSection } from './lib/report.js';
 const { values: args } = parseArgs({ options: { 'no-write': { type: 'boolean', default: false } } });
 const list = (name: string, fallback: string) => (process.env[name] ?? fallback).split(',').map((x) => x.trim()).filter(Boolean);
 const SHAPES = list('SHAPES', '50,300,1000').map(Number);
-const MSGS = { 0: Number(process.env.MSGS_QOS0 ?? 100_000), 1: Number(process.env.MSGS_QOS1 ?? 40_000) };
+const MSGS = { 0: Number(process.env.MSGS_QOS0 ?? 100_000), 1: Number(process.env.MSGS_QOS1 ?? 30_000) };
 const INFLIGHT = Number(process.env.INFLIGHT ?? 20);
 const QOS = list('QOS', '0,1').map(Number) as (0 | 1)[];
 const ROUNDS = Number(process.env.ROUNDS ?? 3);
@@ -216,7 +216,7 @@ async function runRound(fleet: Fleet, qos: 0 | 1, payload: PayloadName): Promise
   const { target, procs } = fleet;
   const perDevice = Math.ceil(MSGS[qos] / procs.length);
   const expected = procs.length * perDevice;
-  await waitIdle(target.pid); // connect bookkeeping and the previous round are not part of the measurement
+  await waitIdle(target.pid, 500); // connect bookkeeping and the previous round are not part of the measurement
   const before = await target.received();
   const lines = Buffer.from(`${PAYLOAD_TEXT[payload]}\n`.repeat(perDevice));
   const pubPids = procs.map((p) => p.pid!);

@@ -22,6 +22,8 @@ export interface BrokerHooks {
   refusePayload?(packet: PublishPacket, client: Client): PayloadProblem | undefined;
   /** a device on this node published (already authorized) */
   published?(packet: AedesPublishPacket, client: Client): void;
+  /** the fast lane's refusePayload and published in one call (the payload parsed once, passed on directly) */
+  ingest?(packet: PublishPacket, client: Client): PayloadProblem | undefined;
   /** a device on this node subscribed (already authorized) */
   subscribed?(topics: string[], client: Client): void;
 }
@@ -182,7 +184,8 @@ export class Broker {
     return (client: Client, packet: FastPublish): number | false => {
       const { topic } = packet;
       if (!devicePublishAllowed(client.id, topic) || topic.includes('+') || topic.includes('#') || hasListener(topic)) return false;
-      const problem = hooks.refusePayload?.(packet as unknown as PublishPacket, client);
+      const publish = packet as unknown as PublishPacket;
+      const problem = hooks.ingest ? hooks.ingest(publish, client) : hooks.refusePayload?.(publish, client);
       if (problem) {
         // as refusePublish: MQTT 5 gets 0x99, MQTT 3.1.1 a plain acknowledgement
         this.stats.payloadsRejected[problem] += 1;
@@ -190,7 +193,7 @@ export class Broker {
       }
       this.stats.messagesReceived += 1;
       this.stats.fastLane += 1;
-      hooks.published?.(packet as unknown as AedesPublishPacket, client);
+      if (!hooks.ingest) hooks.published?.(packet as unknown as AedesPublishPacket, client);
       return 0;
     };
   }

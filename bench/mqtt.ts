@@ -14,7 +14,7 @@
  * the same machine; a round starts when the broker is idle and ends at its last busy CPU sample
  * once it has counted every message (gateway: /metrics, Mosquitto: $SYS).
  *
- *   npm run bench:mqtt                     (SHAPES=50,300,1000 ROUNDS=3 MSGS_QOS0=100000 MSGS_QOS1=30000)
+ *   npm run bench:mqtt                     (SHAPES=50,300,1000 ROUNDS=2 MSGS_QOS0=100000 MSGS_QOS1=30000)
  *   SHAPES=300 QOS=0 PAYLOADS=small ROUNDS=5 npm run bench:mqtt -- --no-write
  *
  * Also: MSGS_QOS0 / MSGS_QOS1 (messages per round, spread over the devices), INFLIGHT (QoS 1 window
@@ -41,7 +41,7 @@ const SHAPES = list('SHAPES', '50,300,1000').map(Number);
 const MSGS = { 0: Number(process.env.MSGS_QOS0 ?? 100_000), 1: Number(process.env.MSGS_QOS1 ?? 30_000) };
 const INFLIGHT = Number(process.env.INFLIGHT ?? 20);
 const QOS = list('QOS', '0,1').map(Number) as (0 | 1)[];
-const ROUNDS = Number(process.env.ROUNDS ?? 3);
+const ROUNDS = Number(process.env.ROUNDS ?? 2);
 const COMPARE_ROOT = process.env.COMPARE_ROOT;
 const ONLY = list('ONLY', `gateway,ingest-off,mosquitto${COMPARE_ROOT ? ',before' : ''}`);
 /** 48 bytes, and a 1 KiB object of 64 readings (what a richer device sends) */
@@ -201,10 +201,11 @@ async function connectFleet(target: Target, ca: string, devices: DeviceFiles[], 
   const before = await target.connected();
   const { procs, errors } = startPublishers(target.port, ca, devices, qos);
   const deadline = Date.now() + 300_000;
-  while ((await target.connected()) - before < devices.length) {
+  for (let n = 0; (n = (await target.connected()) - before) < devices.length;) {
     if (Date.now() > deadline || procs.every((p) => p.exitCode !== null)) {
       await stopPublishers(procs);
-      throw new Error(`${target.name}: devices did not all connect (${errors.slice(0, 3).join('; ')})`);
+      const exited = procs.filter((p) => p.exitCode !== null).length;
+      throw new Error(`${target.name}: ${n} of ${devices.length} devices connected, ${exited} publishers exited (${errors.slice(0, 3).join('; ')})`);
     }
     await sleep(500);
   }

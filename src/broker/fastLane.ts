@@ -47,9 +47,11 @@ interface LaneClient {
  * and Aedes' generic pipeline (handler series, aedes-packet copy, emitter, a setImmediate per
  * PUBACK) cost more than the TLS record itself; docs/benchmarks.md has the before and after.
  */
-export function attachFastLane(socket: TLSSocket, client: Client, take: TakePublish, maxPacketBytes: number): void {
+export function attachFastLane(socket: TLSSocket, client: Client, take: TakePublish, maxPacketBytes: number): boolean {
   const c = client as unknown as LaneClient;
   const parser = c._parser;
+  // the Aedes and mqtt-packet internals this relies on (pinned versions); anything else: no lane
+  if (typeof parser?.parse !== 'function' || typeof parser._list?.length !== 'number' || typeof c._parsingBatch !== 'number' || typeof socket.push !== 'function') return false;
   const parse = parser.parse;
   const idle = () => c.connackSent && c.connected && parser._list.length === 0 && parser._stateCounter === 0 && !parser.error;
 
@@ -117,6 +119,7 @@ export function attachFastLane(socket: TLSSocket, client: Client, take: TakePubl
     const used = consume(chunk);
     return used === chunk.length || push.call(socket, used === 0 ? chunk : chunk.subarray(used));
   };
+  return true;
 }
 
 /** PUBACKs for `[messageId, reasonCode, ...]`; reason code 0 is implied by the short form (MQTT 5 3.4.2.1). */

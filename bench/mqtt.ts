@@ -373,7 +373,7 @@ telemetry payload and batches the latest values to PostgreSQL), the same gateway
 (telemetry routed, not read: the broker's own cost), and Mosquitto 2 (Debian: TLS, \`require_certificate\`,
 \`use_identity_as_username\`, \`pattern readwrite devices/%u/#\`; stores nothing). Each broker has its own connected
 fleet; ${ROUNDS} rounds alternate between the brokers and the payloads; the figure is the round with the median
-broker CPU per message (all rounds in brackets), read from \`/proc/<pid>/stat\`, messages as counted by each broker.
+broker CPU per message (of an even number, the higher middle one; all rounds in brackets), read from \`/proc/<pid>/stat\`, messages as counted by each broker.
 **CPU efficiency** = Mosquitto CPU per message / gateway CPU per message (targets: 0.7 at QoS 0, 1.0 at QoS 1).
 
 | devices | payload | QoS | CPU efficiency | efficiency, ingest off | gateway µs/msg (rounds) | ingest off µs/msg | Mosquitto µs/msg | messages/s gateway / ingest off / Mosquitto | throughput ratio |

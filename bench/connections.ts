@@ -119,9 +119,12 @@ ${n.toLocaleString('en-US')} concurrent MQTT 5 sessions with mutual TLS (EC P-25
 ${workersN} mqtt.js client processes (100 connects in flight each), first against the gateway, then the same clients
 against Mosquitto 2 (Debian; the bench:mqtt configuration). The client processes share the 2 cores with the broker,
 so handshakes/s is a floor for both. The gateway's CPU per session includes the connect bookkeeping
-(connectivity row, retained lifecycle message, domain event); Mosquitto keeps nothing. A perf profile of
+(connectivity row, retained lifecycle message, domain event; since issue 19 no first-use query for a
+certificate that is neither young nor awaiting first use); Mosquitto keeps nothing. A perf profile of
 the gateway during the connects (2026-11-22) put about 23% in OpenSSL, 7% in OpenSSL's locks and 10% in
 the PostgreSQL bookkeeping; the rest is Node's TLS and stream objects, Aedes and garbage collection.
+The bench's device certificates are minutes old, so here every connect still takes the first-use
+query (a young certificate is always looked up); devices in the field mostly present older ones.
 
 ${table}
 

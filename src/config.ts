@@ -64,6 +64,7 @@ export const configSchema = z.object({
   MARKETPLACE_MAX_PRODUCTS: positiveInt.default(1000).describe('marketplace products one account holds in any state (more: 409)'),
   COMMAND_MAX_PENDING: positiveInt.default(1000).describe('commands with a TTL waiting for one offline thing (more: 409)'),
   JOBS: bool.default(true),
+  TELEMETRY_INGEST: bool.default(true).describe('parse and store device telemetry (off: the broker routes telemetry messages without reading them; last seen is still kept)'),
   TELEMETRY_HISTORY: bool.default(true).describe('store every telemetry message in telemetry_history (off: latest values only)'),
   TELEMETRY_RETENTION_DAYS: positiveInt.max(3650).default(30).describe('days of telemetry history kept; older daily partitions are dropped'),
   INGEST_RATE_LIMIT: positiveInt.default(600).describe('ingest requests per partner per window (all nodes together when REDIS_URL is set)'),

@@ -117,8 +117,11 @@ export interface CertificateRenewal {
 }
 
 export interface CertificateUse {
-  /** `serial` as hex in any case; resolves once the older certificates are revoked (a no-op for most calls) */
-  used(thingId: string, serial: string): Promise<void>;
+  /**
+   * `serial` as hex in any case; resolves once the older certificates are revoked (a no-op for most
+   * calls). `notBefore`, when known, lets a node skip the database for certificates older than a renewal.
+   */
+  used(thingId: string, serial: string, notBefore?: Date): Promise<void>;
 }
 
 /** An identity just put on the blacklist: `model` as things carry it (`VID:PID` or the name a device sent). */

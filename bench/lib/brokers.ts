@@ -43,14 +43,14 @@ export function rssBytes(pid: number): number {
 export interface GatewayProcess { proc: ChildProcess; pid: number; httpUrl: string; mqttPort: number; certsDir: string; stop(): Promise<void> }
 
 /** A gateway in a child process (embedded PostgreSQL in a temporary folder), `node --import tsx` so its pid is the broker's. */
-export async function startGatewayProcess(dir: string, extraEnv: Record<string, string> = {}): Promise<GatewayProcess> {
+export async function startGatewayProcess(dir: string, extraEnv: Record<string, string> = {}, certsDir = path.join(dir, 'certs'), root = ROOT): Promise<GatewayProcess> {
   const [httpPort, mqttPort, pgPort] = [await freePort(), await freePort(), await freePort()];
-  const certsDir = path.join(dir, 'certs');
+  fs.mkdirSync(dir, { recursive: true });
   fs.chmodSync(dir, 0o755); // embedded PostgreSQL runs as its own user when we are root
   // BENCH_CPU_PROF=dir writes a V8 CPU profile of the gateway process there (on exit)
-  const prof = process.env.BENCH_CPU_PROF ? ['--cpu-prof', '--cpu-prof-dir', process.env.BENCH_CPU_PROF] : [];
+  const prof = process.env.BENCH_CPU_PROF ? ['--cpu-prof', '--cpu-prof-interval', '2000', '--cpu-prof-dir', process.env.BENCH_CPU_PROF] : [];
   const proc = spawn(process.execPath, [...prof, '--import', 'tsx', 'src/main.ts'], {
-    cwd: ROOT,
+    cwd: root,
     env: {
       ...process.env, HTTP_HOST: '127.0.0.1', HTTP_PORT: String(httpPort), MQTT_HOST: '127.0.0.1', MQTT_PORT: String(mqttPort),
       EMBEDDED_PG_PORT: String(pgPort), DATA_DIR: path.join(dir, 'data'), CERTS_DIR: certsDir, LOG_LEVEL: 'warn', LOG_PRETTY: 'false',

@@ -1,3 +1,4 @@
+import crypto from 'node:crypto';
 import tls from 'node:tls';
 import type { AddressInfo } from 'node:net';
 import { Aedes, type AedesOptions, type AedesPublishPacket, type Client, type PublishPacket } from 'aedes';
@@ -5,10 +6,11 @@ import mqttPacket from 'mqtt-packet';
 import type { DisconnectOptions } from '../gateway.js';
 import type { Logger } from '../log.js';
 import type { Pki } from '../pki/pki.js';
+import { attachFastLane, type FastPublish } from './fastLane.js';
 import { closeGracefully } from './linger.js';
 import { cacheTopicMatches } from './matchCache.js';
 import { PAYLOAD_PROBLEMS, type PayloadProblem } from './payload.js';
-import { devicePublishAllowed, topicAllowed } from './topics.js';
+import { devicePublishAllowed, fastLaneTopic, topicAllowed } from './topics.js';
 
 export { topicAllowed } from './topics.js';
 
@@ -21,6 +23,8 @@ export interface BrokerHooks {
   refusePayload?(packet: PublishPacket, client: Client): PayloadProblem | undefined;
   /** a device on this node published (already authorized) */
   published?(packet: AedesPublishPacket, client: Client): void;
+  /** the fast lane's refusePayload and published in one call (the payload parsed once, passed on directly) */
+  ingest?(packet: PublishPacket, client: Client): PayloadProblem | undefined;
   /** a device on this node subscribed (already authorized) */
   subscribed?(topics: string[], client: Client): void;
 }
@@ -37,17 +41,12 @@ export interface BrokerOptions {
   hooks?: BrokerHooks;
 }
 
-/** The CN of the client certificate presented on this MQTT connection. */
-export function certificateCn(client: Client): string | undefined {
-  const cert = peerCertificate(client);
-  const cn = cert?.subject?.CN;
-  return Array.isArray(cn) ? cn[0] : cn;
-}
+/** What the broker keeps of a connection's client certificate (read once, at CONNECT). */
+export interface ClientCertificate { serial: string; notBefore: Date }
+const certificates = new WeakMap<Client, ClientCertificate>();
 
-/** The serial (hex) of the client certificate presented on this MQTT connection. */
-export function certificateSerial(client: Client): string | undefined {
-  return peerCertificate(client)?.serialNumber;
-}
+/** The serial (hex) and notBefore of the client certificate this MQTT session authenticated with. */
+export const clientCertificate = (client: Client): ClientCertificate | undefined => certificates.get(client);
 
 function peerCertificate(client: Client): tls.PeerCertificate | undefined {
   const conn = client.conn as unknown as tls.TLSSocket;
@@ -76,21 +75,34 @@ export class Broker {
   private readonly clients = new Map<string, Client>();
   /** counters read by /metrics (plain numbers: they change on every device message) */
   readonly stats = {
-    messagesReceived: 0, connects: 0, connectsRefused: 0, tlsHandshakesRefused: 0,
+    messagesReceived: 0,
+    /** of those, taken by the fast lane (fastLane.ts) */
+    fastLane: 0,
+    connects: 0, connectsRefused: 0, tlsHandshakesRefused: 0,
     /** device publishes refused for their payload, by reason (MQTT 5: PUBACK 0x99; 3.1.1: dropped) */
     payloadsRejected: Object.fromEntries(PAYLOAD_PROBLEMS.map((p) => [p, 0])) as Record<PayloadProblem, number>,
   };
   /** serials of the current CRL: refuses a revoked certificate even on a resumed TLS session */
   private revokedSerials = new Set<string>();
   private crlPem?: string[];
+  /**
+   * TLS session ticket keys for the broker's life: a new secure context (every CRL load) would
+   * otherwise start with new random keys and void every ticket a device holds, so a device
+   * reconnecting with its ticket gets an abbreviated handshake (no certificate signature or chain
+   * check; `authenticate` still checks the certificate against the current CRL serials).
+   */
+  private readonly ticketKeys = crypto.randomBytes(48);
 
-  private constructor(private readonly options: BrokerOptions, aedes: Aedes) {
+  private constructor(private readonly options: BrokerOptions, aedes: Aedes, hasListener: ((topic: string) => boolean) | undefined) {
     this.aedes = aedes;
     this.crlPem = options.crlPem;
+    // single node only: in cluster mode every message goes to the Redis emitter (other nodes' listeners)
+    const fastLane = hasListener && !options.aedes?.mq ? this.fastPublish(hasListener) : undefined;
     this.server = tls.createServer(this.tlsOptions(), (socket) => {
       // small MQTT packets (PUBACK, SUBACK) must not wait for Nagle's algorithm
       socket.setNoDelay(true);
       const client = aedes.handle(socket);
+      if (fastLane) attachFastLane(socket, client, fastLane, MAX_PACKET_BYTES);
       closeGracefully(socket, () => client.close());
     });
     this.server.on('tlsClientError', (err) => {
@@ -133,6 +145,7 @@ export class Broker {
         if (!cn || cn !== client.id || username !== cn) return refuse('certificate CN must equal client id and username');
         const serial = cert?.serialNumber;
         if (!serial || self?.revokedSerials.has(normalizeSerial(serial))) return refuse('certificate revoked');
+        certificates.set(client, { serial, notBefore: new Date(cert.valid_from) });
         done(null, true);
       },
       authorizePublish: (client, packet, cb) => {
@@ -150,13 +163,43 @@ export class Broker {
       maximumPacketSize: MAX_PACKET_BYTES,
       ...options.aedes,
     });
-    cacheTopicMatches((aedes as unknown as { mq: unknown }).mq);
-    const broker = (self = new Broker(options, aedes));
+    const hasListener = cacheTopicMatches((aedes as unknown as { mq: unknown }).mq);
+    const broker = (self = new Broker(options, aedes, hasListener));
     await new Promise<void>((resolve, reject) => {
       broker.server.once('error', reject);
       broker.server.listen(options.port, options.host, () => resolve());
     });
     return broker;
+  }
+
+  /**
+   * The fast lane's take (see fastLane.ts): what `authorizePublish`, Aedes' publish and the
+   * 'publish' event do for a device's publish that nobody subscribes to. Such a topic can only be
+   * the device's own (the ACL confines every device's subscriptions to its own prefix), so with
+   * no listener in the emitter (the gateway's own subscriptions and every connected client's,
+   * persistent sessions included: they are online while the device publishes) nothing routes it
+   * and nothing is stored for an offline session. Only the topics the broker's service consumes
+   * whole qualify (`fastLaneTopic`): renewal and OTA listen on the 'publish' event the lane skips.
+   * Anything else goes to Aedes.
+   */
+  private fastPublish(hasListener: (topic: string) => boolean) {
+    const hooks = this.options.hooks ?? {};
+    return (client: Client, packet: FastPublish): number | false => {
+      const { topic } = packet;
+      // an exact suffix of the device's own prefix: no wildcard, no NUL
+      if (!fastLaneTopic(client.id, topic) || hasListener(topic)) return false;
+      const publish = packet as unknown as PublishPacket;
+      const problem = hooks.ingest ? hooks.ingest(publish, client) : hooks.refusePayload?.(publish, client);
+      if (problem) {
+        // as refusePublish: MQTT 5 gets 0x99, MQTT 3.1.1 a plain acknowledgement
+        this.stats.payloadsRejected[problem] += 1;
+        return client.version === 5 ? PAYLOAD_FORMAT_INVALID : 0;
+      }
+      this.stats.messagesReceived += 1;
+      this.stats.fastLane += 1;
+      if (!hooks.ingest) hooks.published?.(packet as unknown as AedesPublishPacket, client);
+      return 0;
+    };
   }
 
   /**
@@ -193,6 +236,7 @@ export class Broker {
       requestCert: true,
       rejectUnauthorized: true,
       minVersion: 'TLSv1.2',
+      ticketKeys: this.ticketKeys,
       ...(this.crlPem ? { crl: this.crlPem } : {}),
     };
   }
@@ -226,7 +270,7 @@ export class Broker {
   async disconnect(clientId: string, options: DisconnectOptions = {}): Promise<boolean> {
     const client = this.clients.get(clientId);
     if (!client) return false;
-    if (options.onlyRevokedCertificate && !this.revokedSerials.has(normalizeSerial(certificateSerial(client) ?? ''))) return false;
+    if (options.onlyRevokedCertificate && !this.revokedSerials.has(normalizeSerial(clientCertificate(client)?.serial ?? ''))) return false;
     const conn = client.conn as unknown as tls.TLSSocket;
     const closed = conn.destroyed ? Promise.resolve() : new Promise<void>((resolve) => conn.once('close', () => resolve()));
     // MQTT 5 clients get DISCONNECT 0x98 (administrative action) before the socket closes

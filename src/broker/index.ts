@@ -1,6 +1,6 @@
 import { Gauge } from 'prom-client';
 import { defineDomain, type CertificateUse, type Gateway } from '../gateway.js';
-import { Broker, certificateSerial, type BrokerHooks } from './broker.js';
+import { Broker, clientCertificate, type BrokerHooks } from './broker.js';
 import type { Logger } from '../log.js';
 import { redisAedesOptions } from './cluster.js';
 import { CommandRouter } from './commands.js';
@@ -137,8 +137,9 @@ function withCertificateUse(hooks: BrokerHooks, use: CertificateUse, log: Logger
     ...hooks,
     connected(client) {
       hooks.connected?.(client);
-      const serial = certificateSerial(client);
-      if (serial) use.used(client.id, serial).catch((err) => log.error({ err, thingId: client.id }, 'certificate use not recorded'));
+      const cert = clientCertificate(client);
+      // notBefore: certificates older than the last renewal need no database round trip (trust/firstUse.ts)
+      if (cert) use.used(client.id, cert.serial, cert.notBefore).catch((err) => log.error({ err, thingId: client.id }, 'certificate use not recorded'));
     },
   };
 }

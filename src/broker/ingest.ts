@@ -53,14 +53,14 @@ export class IngestBuffer {
   }
 
   /**
-   * `values` is the caller's freshly parsed object: kept as is, not copied. `payload`, the checked
+   * `values` is the caller's freshly parsed object: kept as is, not copied. `text`, the checked
    * JSON text it was parsed from, goes to the history as sent (saves re-encoding `values`).
    */
-  addTelemetry(thingId: string, values: Record<string, unknown>, payload?: Buffer): void {
+  addTelemetry(thingId: string, values: Record<string, unknown>, text?: string): void {
     const now = Date.now();
     if (this.history) {
       // as text now: the merge below mutates the first message's object
-      const point = `[${now},${payload ? payload.toString('utf8') : JSON.stringify(values)}]`;
+      const point = `[${now},${text ?? JSON.stringify(values)}]`;
       const list = this.historyPending.get(thingId);
       if (list) { list.points.push(point); list.last = now; }
       else this.historyPending.set(thingId, { first: now, last: now, points: [point] });

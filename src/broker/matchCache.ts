@@ -2,7 +2,8 @@
  * Remembers which subscriptions match a topic, in front of the Aedes emitter's topic trie
  * (mqemitter + qlobber): a device publishes on the same few topics over and over, and walking
  * the trie for each message cost about 6% of the broker's CPU at QoS 0. Any subscribe or
- * unsubscribe empties the cache, so a match is never stale.
+ * unsubscribe empties the cache, so a match is never stale. Returns whether a topic has a
+ * listener (from the same cache), or undefined when the emitter has no matcher to cache.
  */
 interface Matcher {
   add(topic: string, value: unknown): unknown;
@@ -12,10 +13,10 @@ interface Matcher {
 
 const MAX_TOPICS = 50_000;
 
-export function cacheTopicMatches(emitter: unknown): boolean {
+export function cacheTopicMatches(emitter: unknown): ((topic: string) => boolean) | undefined {
   const mq = emitter as { _matcher?: Matcher };
   const matcher = mq._matcher;
-  if (!matcher || typeof matcher.match !== 'function') return false;
+  if (!matcher || typeof matcher.match !== 'function') return undefined;
   let cache = new Map<string, unknown[]>();
   const { add, remove, match } = matcher;
   matcher.add = function (topic, value) {
@@ -35,5 +36,5 @@ export function cacheTopicMatches(emitter: unknown): boolean {
     }
     return found;
   };
-  return true;
+  return (topic) => matcher.match(topic).length > 0;
 }

@@ -16,14 +16,15 @@ export const MAX_JSON_DEPTH = 64;
 export const PAYLOAD_PROBLEMS = ['too_large', 'invalid_utf8', 'nul', 'lone_surrogate', 'not_json', 'not_object', 'too_deep'] as const;
 export type PayloadProblem = (typeof PAYLOAD_PROBLEMS)[number];
 
-export type JsonCheck = { ok: true; value: unknown } | { ok: false; problem: PayloadProblem };
+export type JsonCheck = { ok: true; value: unknown; text: string } | { ok: false; problem: PayloadProblem };
 
 /**
  * Parses a device payload the gateway stores as JSON (Postgres jsonb), refusing what Postgres
  * would refuse (NUL, lone surrogates) or what would poison a batch write, before it is acknowledged.
- * Cheap on the hot path: one native UTF-8 check besides the parse, a walk of the parsed value for
- * its depth, and its strings only when the text has a `\u` escape (the only way a NUL or a lone
- * surrogate gets past the UTF-8 check and the parse).
+ * Cheap on the hot path: one native UTF-8 check besides the parse; a walk of the parsed value for
+ * its depth only when the text has enough brackets to be too deep, and for its strings only when
+ * the text has a `\u` escape (the only way a NUL or a lone surrogate gets past the UTF-8 check and
+ * the parse). `text` is the payload as parsed (the history stores it as sent).
  */
 export function parseJsonPayload(payload: Buffer, requireObject: boolean): JsonCheck {
   if (payload.length > MAX_JSON_BYTES) return { ok: false, problem: 'too_large' };
@@ -38,8 +39,21 @@ export function parseJsonPayload(payload: Buffer, requireObject: boolean): JsonC
     return { ok: false, problem: payload.indexOf(0) === -1 ? 'not_json' : 'nul' };
   }
   if (requireObject && (value === null || typeof value !== 'object' || Array.isArray(value))) return { ok: false, problem: 'not_object' };
-  const problem = check(value, 1, text.includes('\\u'));
-  return problem ? { ok: false, problem } : { ok: true, value };
+  const strings = text.includes('\\u');
+  const problem = strings || mayBeTooDeep(payload) ? check(value, 1, strings) : undefined;
+  return problem ? { ok: false, problem } : { ok: true, value, text };
+}
+
+/** Nesting deeper than MAX_JSON_DEPTH needs more than MAX_JSON_DEPTH opening brackets (counted natively, stopping early). */
+function mayBeTooDeep(payload: Buffer): boolean {
+  if (payload.length <= 2 * MAX_JSON_DEPTH) return false;
+  let brackets = 0;
+  for (const bracket of [0x7b /* { */, 0x5b /* [ */]) {
+    for (let at = payload.indexOf(bracket); at !== -1; at = payload.indexOf(bracket, at + 1)) {
+      if (++brackets > MAX_JSON_DEPTH) return true;
+    }
+  }
+  return false;
 }
 
 /** Nesting depth and, when `strings`, every key and string value. */

@@ -2,7 +2,7 @@ import type { AedesPublishPacket, Client } from 'aedes';
 import { z } from 'zod';
 import type { CertificateRenewal, Gateway } from '../gateway.js';
 import { DomainError } from '../lib/errors.js';
-import { certificateSerial, type Broker } from './broker.js';
+import { clientCertificate, type Broker } from './broker.js';
 import { deviceTopic, ownTopicKind, TOPICS } from './topics.js';
 
 const RENEW_SUFFIX = `/${TOPICS.certificateRenew.suffix}`;
@@ -60,7 +60,7 @@ export class MqttRenewal {
     }
     this.inFlight.add(thingId);
     // no serial matches no certificate: refused
-    void this.renewal.renew(thingId, body.csr, certificateSerial(client) ?? '')
+    void this.renewal.renew(thingId, body.csr, clientCertificate(client)?.serial ?? '')
       .then((renewed): RenewalReply => ({ ...echo, ...renewed }), (err: unknown): RenewalReply => ({ ...echo, error: errorOf(err, this.gw, thingId) }))
       .then((reply) => this.send(to, reply))
       .finally(() => this.inFlight.delete(thingId));

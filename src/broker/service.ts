@@ -1,12 +1,12 @@
 import crypto from 'node:crypto';
-import type { AedesPublishPacket, Client } from 'aedes';
+import type { Client, PublishPacket } from 'aedes';
 import type { Gateway, ThingDirectory } from '../gateway.js';
 import type { BrokerHost } from './host.js';
 import { conflict, notFound, unavailable } from '../lib/errors.js';
 import type { Principal } from '../http/auth/principal.js';
 import type { Broker, BrokerHooks } from './broker.js';
 import type { IngestBuffer } from './ingest.js';
-import { MAX_JSON_BYTES, parseJsonPayload } from './payload.js';
+import { MAX_JSON_BYTES, parseJsonPayload, type PayloadProblem } from './payload.js';
 import type { BrokerRepo } from './repo.js';
 import { deviceTopic, ownTopicKind, parseDeviceTopic, type TopicKind } from './topics.js';
 
@@ -14,6 +14,9 @@ import { deviceTopic, ownTopicKind, parseDeviceTopic, type TopicKind } from './t
  * Device topics whose payload must be JSON: stored as jsonb (telemetry, reported state) or returned
  * to tenants as JSON (command replies). Other topics (heartbeat, the device's own) take any payload.
  */
+/** a checked JSON payload: the parsed value and the text it was parsed from */
+interface Parsed { value: Record<string, unknown>; text: string }
+
 const JSON_TOPICS: Partial<Record<TopicKind, { object: boolean }>> = {
   telemetry: { object: true },
   twinReported: { object: true },
@@ -42,8 +45,10 @@ export class ConnectedDeviceService {
   stopping = false;
   /** disconnect writes in flight (shutdown waits for them before the database closes) */
   private readonly disconnecting = new Set<Promise<void>>();
-  /** payloads parsed when their publish was checked, by payload buffer (Aedes passes it on), so onPublish does not parse again */
-  private readonly parsed = new WeakMap<object, unknown>();
+  /** Aedes' path: payloads parsed when their publish was checked, by payload buffer (Aedes passes it on), so onPublish does not parse again */
+  private readonly parsed = new WeakMap<object, Parsed>();
+  /** the topics whose payload is checked and parsed (TELEMETRY_INGEST=false leaves telemetry unread) */
+  private readonly jsonTopics: Partial<Record<TopicKind, { object: boolean }>>;
 
   constructor(
     private readonly gw: Gateway,
@@ -51,7 +56,9 @@ export class ConnectedDeviceService {
     private readonly ingest: IngestBuffer,
     private readonly host: BrokerHost,
     private readonly things: ThingDirectory,
-  ) {}
+  ) {
+    this.jsonTopics = gw.config.TELEMETRY_INGEST ? JSON_TOPICS : { ...JSON_TOPICS, telemetry: undefined };
+  }
 
   hooks(): BrokerHooks {
     return {
@@ -72,20 +79,19 @@ export class ConnectedDeviceService {
         this.disconnecting.add(write);
       },
       refusePayload: (packet, client) => {
-        const kind = ownTopicKind(client.id, packet.topic);
-        const rule = kind && kind !== 'other' ? JSON_TOPICS[kind] : undefined;
-        if (!rule) return undefined;
-        const payload = typeof packet.payload === 'string' ? Buffer.from(packet.payload) : packet.payload;
-        const result = parseJsonPayload(payload, rule.object);
-        if (result.ok) {
-          this.parsed.set(payload, result.value);
-          return undefined;
-        }
-        // refused, but the device was seen
-        this.ingest.seenNow(client.id);
-        return result.problem;
+        const checked = this.checkPayload(packet, client);
+        if (checked.problem) return checked.problem;
+        if (checked.parsed) this.parsed.set(checked.payload, checked.parsed);
+        return undefined;
       },
-      published: (packet, client) => this.onPublish(packet, client),
+      published: (packet, client) => this.take(client, ownTopicKind(client.id, packet.topic), this.parsed.get(packet.payload as object)),
+      // the fast lane: checked and taken in one call, the parsed value passed on directly
+      ingest: (packet, client) => {
+        const checked = this.checkPayload(packet, client);
+        if (checked.problem) return checked.problem;
+        this.take(client, checked.kind, checked.parsed);
+        return undefined;
+      },
       subscribed: (topics, client) => {
         if (topics.some((t) => parseDeviceTopic(t)?.kind === 'twinDesired' || t === `devices/${client.id}/#` || t === `devices/${client.id}/twin/#`)) {
           void this.deliverDesired(client.id).catch((err) => this.gw.log.error({ err, thingId: client.id }, 'desired state not delivered'));
@@ -118,21 +124,30 @@ export class ConnectedDeviceService {
     await this.gw.actors.run((uow) => uow.emit('device', thingId, { type: `device.${state}`, thingId, at, ...extra }, accountId));
   }
 
-  private onPublish(packet: AedesPublishPacket, client: Client): void {
-    switch (ownTopicKind(client.id, packet.topic)) {
-      // checked and parsed by refusePayload (a payload that failed never gets here)
-      case 'telemetry': {
-        const values = this.parsed.get(packet.payload as object) as Record<string, unknown> | undefined;
-        if (values) this.ingest.addTelemetry(client.id, values, packet.payload as Buffer);
+  /** A device publish's topic kind and, on the JSON topics, its checked payload (or why it is refused). */
+  private checkPayload(packet: PublishPacket, client: Client): { kind: TopicKind | 'other' | undefined; payload: Buffer; parsed?: Parsed; problem?: PayloadProblem } {
+    const kind = ownTopicKind(client.id, packet.topic);
+    const payload = typeof packet.payload === 'string' ? Buffer.from(packet.payload) : packet.payload;
+    const rule = kind && kind !== 'other' ? this.jsonTopics[kind] : undefined;
+    if (!rule) return { kind, payload };
+    const result = parseJsonPayload(payload, rule.object);
+    if (result.ok) return { kind, payload, parsed: { value: result.value as Record<string, unknown>, text: result.text } };
+    // refused, but the device was seen
+    this.ingest.seenNow(client.id);
+    return { kind, payload, problem: result.problem };
+  }
+
+  /** A device publish the broker took; `parsed` is its checked payload on the JSON topics (a payload that failed never gets here). */
+  private take(client: Client, kind: TopicKind | 'other' | undefined, parsed: Parsed | undefined): void {
+    switch (kind) {
+      case 'telemetry':
+        if (parsed) this.ingest.addTelemetry(client.id, parsed.value, parsed.text);
         else this.ingest.seenNow(client.id);
         return;
-      }
-      case 'twinReported': {
+      case 'twinReported':
         this.ingest.seenNow(client.id);
-        const reported = this.parsed.get(packet.payload as object) as Record<string, unknown> | undefined;
-        if (reported) this.storeReported(client.id, reported);
+        if (parsed) this.storeReported(client.id, parsed.value);
         return;
-      }
       default:
         this.ingest.seenNow(client.id);
     }

@@ -45,12 +45,39 @@ function isOwnTopic(clientId: string, topic: string): boolean {
 
 const KINDS = Object.entries(TOPICS).map(([kind, t]) => ({ kind: kind as TopicKind, suffix: t.suffix }));
 
+/** the last answer of ownTopicKind: a device message asks it three times (ACL, payload check, ingest) */
+let lastClientId = '';
+let lastTopic = '';
+let lastKind: TopicKind | 'other' | undefined;
+
 /** Which device topic of `clientId` this is: its kind, 'other' for another topic under its prefix, undefined outside it. */
 export function ownTopicKind(clientId: string, topic: string): TopicKind | 'other' | undefined {
+  if (topic === lastTopic && clientId === lastClientId) return lastKind;
+  lastKind = topicKind(clientId, topic);
+  lastClientId = clientId;
+  lastTopic = topic;
+  return lastKind;
+}
+
+function topicKind(clientId: string, topic: string): TopicKind | 'other' | undefined {
   if (!isOwnTopic(clientId, topic)) return undefined;
   const suffixLength = topic.length - PREFIX.length - clientId.length - 1;
   for (const k of KINDS) if (k.suffix.length === suffixLength && topic.endsWith(k.suffix)) return k.kind;
   return 'other';
+}
+
+/**
+ * The device topics the broker's own service consumes whole (`take` in service.ts). Only these may
+ * take the fast lane (fastLane.ts), which skips Aedes' `publish` event: other topics have
+ * in-process listeners on that event (certificate renewal, OTA status through deviceMessaging) or
+ * may get some, so they always go through Aedes.
+ */
+const FAST_LANE_KINDS: ReadonlySet<TopicKind | 'other'> = new Set<TopicKind>(['heartbeat', 'telemetry', 'twinReported']);
+
+/** May this device publish take the fast lane? (its own telemetry, heartbeat or reported state) */
+export function fastLaneTopic(clientId: string, topic: string): boolean {
+  const kind = ownTopicKind(clientId, topic);
+  return kind !== undefined && FAST_LANE_KINDS.has(kind);
 }
 
 /** Devices publish under their prefix, except on the topics the gateway publishes. */

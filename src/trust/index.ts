@@ -15,6 +15,7 @@ import { claimGroupKind, enrollmentTokenKind, thingKind } from './kinds.js';
 import { revokeBlacklisted } from './blacklisted.js';
 import { CertificateRotation, rotationRoutes } from './rotation.js';
 import { CERTIFICATE_EXPIRY_JOB, CertificateExpiryWarnings } from './expiryWarnings.js';
+import { FirstUseFilter } from './firstUse.js';
 
 export interface TrustServices {
   trust: TrustService;
@@ -44,6 +45,7 @@ const SEALED_COLUMNS: SealedColumn[] = [
 
 const byGateway = new WeakMap<Gateway, TrustServices>();
 const sealers = new WeakMap<Gateway, Sealer>();
+const firstUse = new WeakMap<Gateway, FirstUseFilter>();
 
 /** Domain module of src/trust/: PKI services, models, things, claim groups, enrollment, revocation. */
 export const trustDomain = defineDomain({
@@ -63,6 +65,8 @@ export const trustDomain = defineDomain({
     };
     services.ddi.onFirstUse = (thingId, serial) => services.rotation.used(thingId, serial);
     byGateway.set(gw, services);
+    const certificateUse = new FirstUseFilter(gw, services.rotation);
+    firstUse.set(gw, certificateUse);
     blacklist.onAdded((identity) => revokeBlacklisted(gw, trust, identity));
     sealers.set(gw, sealer);
     // devices authenticate through the auth hook (routes declare { schemes: ['device-token', 'device-cert'] })
@@ -73,7 +77,7 @@ export const trustDomain = defineDomain({
     gw.jobs.define(CERTIFICATE_EXPIRY_JOB, async () => { await expiry.run(); }, { schedule: '37 3 * * *', retryLimit: 3 });
     gw.jobs.define('trust.claim-group-expiry', async () => { await trust.expireClaimGroups(); }, { schedule: '7 * * * *' });
     return {
-      trust, models, enrollment, crl, thingDirectory: trust, thingLifecycle: services.lifecycle, certificateUse: services.rotation,
+      trust, models, enrollment, crl, thingDirectory: trust, thingLifecycle: services.lifecycle, certificateUse,
       certificateRenewal: services.rotation, thingSearch: thingSearch(new RegistryService(gw.sql)),
     };
   },
@@ -85,9 +89,13 @@ export const trustDomain = defineDomain({
   },
   async start(gw) {
     await byGateway.get(gw)!.crl.current();
+    await firstUse.get(gw)!.start();
     // values sealed with the legacy or a rotated-out key move to the current one
     const sealed = await resealAll(gw.sql, sealers.get(gw)!, SEALED_COLUMNS);
     if (sealed.unreadable) gw.log.warn(sealed, 'some sealed values open with no sealing key');
     else if (sealed.resealed) gw.log.info(sealed, 'sealed values moved to the current sealing key');
+  },
+  async stop(gw) {
+    firstUse.get(gw)?.stop();
   },
 });

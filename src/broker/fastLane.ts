@@ -1,0 +1,140 @@
+import type { TLSSocket } from 'node:tls';
+import type { Client } from 'aedes';
+
+/** A device PUBLISH decoded by the fast lane (the fields of mqtt-packet's packet the hooks read). */
+export interface FastPublish {
+  cmd: 'publish';
+  topic: string;
+  payload: Buffer;
+  qos: 0 | 1;
+  messageId: number | undefined;
+  dup: boolean;
+  retain: false;
+}
+
+/**
+ * Takes one decoded device publish: `false` leaves it to Aedes (nothing may have been done yet),
+ * otherwise it was taken and the number is the PUBACK reason code for QoS 1 (0 = success).
+ */
+export type TakePublish = (client: Client, packet: FastPublish) => number | false;
+
+/** the parts of Aedes' client and mqtt-packet's parser the fast lane works with */
+interface LaneClient {
+  connackSent: boolean;
+  connected: boolean;
+  version: number;
+  /** packets handed to Aedes whose handling has not finished (Aedes reads on when it is 0) */
+  _parsingBatch: number;
+  _keepaliveInterval: number;
+  _keepaliveTimer: { refresh(): void } | null;
+  _parser: { parse(buf: Buffer): number; _list: { length: number }; _stateCounter: number; error: unknown };
+}
+
+/**
+ * The per-message path of a connected device's plain publishes, in front of Aedes: PUBLISH packets
+ * at QoS 0 or 1 without retain and without MQTT 5 properties, complete in the bytes just received
+ * and at most `maxPacketBytes`, are decoded here straight from the decrypted TLS record (the
+ * payload is a view of it, no copy) and given to `take`; the PUBACKs of one record (or read) go out
+ * in one write. Everything else (CONNECT, SUBSCRIBE, retained or QoS 2 messages, properties, a
+ * packet split across records, and whatever `take` declines) goes to mqtt-packet and Aedes
+ * unchanged, in order: the fast lane stops at the first packet it does not take and passes the
+ * rest on.
+ *
+ * Two entry points: the socket's `push` (each decrypted TLS record, before Node's stream buffers
+ * it, emits 'readable' on the next tick and Aedes reads it back), taken only while nothing is
+ * buffered or in Aedes' hands (so order holds); and mqtt-packet's `parse` (what Aedes reads
+ * otherwise). Why: for a small publish, Node's stream plumbing, mqtt-packet's BufferList parse
+ * and Aedes' generic pipeline (handler series, aedes-packet copy, emitter, a setImmediate per
+ * PUBACK) cost more than the TLS record itself; docs/benchmarks.md has the before and after.
+ */
+export function attachFastLane(socket: TLSSocket, client: Client, take: TakePublish, maxPacketBytes: number): boolean {
+  const c = client as unknown as LaneClient;
+  const parser = c._parser;
+  // the Aedes and mqtt-packet internals this relies on (pinned versions); anything else: no lane
+  if (typeof parser?.parse !== 'function' || typeof parser._list?.length !== 'number' || typeof c._parsingBatch !== 'number' || typeof socket.push !== 'function') return false;
+  const parse = parser.parse;
+  const idle = () => c.connackSent && c.connected && parser._list.length === 0 && parser._stateCounter === 0 && !parser.error;
+
+  /** Takes the plain publishes at the start of `buf`; returns how many bytes they used. */
+  const consume = (buf: Buffer): number => {
+    const v5 = c.version === 5;
+    const end = buf.length;
+    let pos = 0;
+    let acks: number[] | undefined;
+    while (pos < end) {
+      const first = buf[pos];
+      // PUBLISH (type 3) with QoS 0 or 1 and no retain: flags 0x0, 0x2, 0x8 (dup), 0xa (dup)
+      if ((first & 0xf5) !== 0x30) break;
+      const qos = ((first >> 1) & 3) as 0 | 1;
+      // remaining length: a variable byte integer of at most 4 bytes
+      let length = 0;
+      let i = pos + 1;
+      let shift = 0;
+      let byte = 0x80;
+      while (byte & 0x80) {
+        if (i >= end || shift > 21) break;
+        byte = buf[i++];
+        length += (byte & 0x7f) * 2 ** shift;
+        shift += 7;
+      }
+      if (byte & 0x80) break;
+      const packetEnd = i + length;
+      if (packetEnd > end || packetEnd - pos > maxPacketBytes || i + 2 > packetEnd) break;
+      const topicLength = (buf[i] << 8) | buf[i + 1];
+      i += 2;
+      if (i + topicLength > packetEnd) break;
+      const topic = buf.toString('utf8', i, i + topicLength);
+      i += topicLength;
+      let messageId: number | undefined;
+      if (qos === 1) {
+        if (i + 2 > packetEnd) break;
+        messageId = (buf[i] << 8) | buf[i + 1];
+        i += 2;
+      }
+      // MQTT 5: only a publish without properties (property length 0)
+      if (v5) {
+        if (i >= packetEnd || buf[i] !== 0) break;
+        i += 1;
+      }
+      const code = take(client, { cmd: 'publish', topic, payload: buf.subarray(i, packetEnd), qos, messageId, dup: (first & 0x08) !== 0, retain: false });
+      if (code === false) break;
+      pos = packetEnd;
+      if (qos === 1) (acks ??= []).push(messageId!, code);
+    }
+    if (pos > 0) {
+      if (acks && socket.writable) socket.write(pubacks(acks, v5));
+      if (c._keepaliveInterval > 0) c._keepaliveTimer?.refresh();
+    }
+    return pos;
+  };
+
+  parser.parse = function fastParse(buf: Buffer): number {
+    const used = idle() ? consume(buf) : 0;
+    return used === buf.length ? 0 : parse.call(parser, used === 0 ? buf : buf.subarray(used));
+  };
+
+  const push = socket.push;
+  socket.push = function fastPush(chunk: unknown, encoding?: BufferEncoding): boolean {
+    if (!Buffer.isBuffer(chunk) || socket.readableLength !== 0 || c._parsingBatch !== 0 || !idle()) return push.call(socket, chunk, encoding);
+    const used = consume(chunk);
+    return used === chunk.length || push.call(socket, used === 0 ? chunk : chunk.subarray(used));
+  };
+  return true;
+}
+
+/** PUBACKs for `[messageId, reasonCode, ...]`; reason code 0 is implied by the short form (MQTT 5 3.4.2.1). */
+function pubacks(acks: number[], v5: boolean): Buffer {
+  let size = 0;
+  for (let k = 1; k < acks.length; k += 2) size += v5 && acks[k] !== 0 ? 5 : 4;
+  const out = Buffer.allocUnsafe(size);
+  let o = 0;
+  for (let k = 0; k < acks.length; k += 2) {
+    const withCode = v5 && acks[k + 1] !== 0;
+    out[o++] = 0x40;
+    out[o++] = withCode ? 3 : 2;
+    out[o++] = acks[k] >> 8;
+    out[o++] = acks[k] & 0xff;
+    if (withCode) out[o++] = acks[k + 1];
+  }
+  return out;
+}

@@ -1,0 +1,159 @@
+import tls from 'node:tls';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import mqttPacket from 'mqtt-packet';
+import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
+import { createAccount } from '../helpers/accounts.js';
+import { createClaimGroup, enrollDevice, type EnrolledDevice } from '../helpers/devices.js';
+import { waitFor } from '../helpers/wait.js';
+import { connectDevice, nextMessage } from './fixtures.js';
+
+let gw: TestGateway;
+let devices: EnrolledDevice[];
+
+beforeAll(async () => {
+  gw = await startTestGateway();
+  const account = await createAccount(gw);
+  const claimSecret = (await createClaimGroup(gw, account)).sharedSecret;
+  devices = await Promise.all([0, 1].map(() => enrollDevice(gw, account, { claimSecret })));
+});
+afterAll(async () => gw?.close());
+
+const v5 = { protocolVersion: 5 } as const;
+const encode = (packet: Record<string, unknown>) => mqttPacket.generate(packet as unknown as mqttPacket.Packet, v5);
+const received = () => gw.services.brokerHost.broker!.stats.messagesReceived;
+const laned = () => gw.services.brokerHost.broker!.stats.fastLane;
+
+/** A device on a raw TLS socket, so the test decides how the bytes fall into TLS records. */
+async function rawDevice(d: EnrolledDevice) {
+  const socket = tls.connect({ host: '127.0.0.1', port: gw.mqttPort!, key: d.keyPem, cert: d.certPem, ca: d.caPem, servername: 'localhost' });
+  socket.setNoDelay(true);
+  const packets: mqttPacket.Packet[] = [];
+  const parser = mqttPacket.parser(v5);
+  parser.on('packet', (p) => packets.push(p));
+  socket.on('data', (b) => parser.parse(b));
+  await new Promise<void>((resolve, reject) => socket.once('secureConnect', resolve).once('error', reject));
+  socket.write(encode({ cmd: 'connect', protocolVersion: 5, clientId: d.thingId, username: d.thingId, clean: true, keepalive: 60 }));
+  await waitFor(() => packets.some((p) => p.cmd === 'connack'), 5000, 'CONNACK');
+  return { socket, packets };
+}
+
+const nextTick = () => new Promise((r) => setTimeout(r, 5));
+
+describe('fast lane (device publishes decoded in front of Aedes)', () => {
+  it('acknowledges and stores publishes split across TLS records, packed several to a record, and mixed with packets it leaves to Aedes', async () => {
+    const d = devices[0];
+    const { socket, packets } = await rawDevice(d);
+    const topic = `devices/${d.thingId}/telemetry`;
+    const before = received();
+    const lanedBefore = laned();
+    const stream: Buffer[] = [];
+    for (let i = 1; i <= 40; i++) {
+      const payload = JSON.stringify({ seq: i, [`k${i % 3}`]: i });
+      // every 10th with an MQTT 5 property (Aedes' path), every 7th at QoS 0, the rest plain QoS 1
+      const properties = i % 10 === 0 ? { contentType: 'application/json' } : undefined;
+      stream.push(encode({ cmd: 'publish', topic, payload, qos: i % 7 === 0 ? 0 : 1, messageId: i, retain: false, dup: false, ...(properties ? { properties } : {}) }));
+    }
+    // 1-10 in one record; 11-20 in records of odd sizes (cut in the header, the topic, the payload);
+    // 21-40 one per record
+    socket.write(Buffer.concat(stream.slice(0, 10)));
+    await nextTick();
+    const middle = Buffer.concat(stream.slice(10, 20));
+    let offset = 0;
+    for (const size of [1, 2, 5, 30, 3, 200, 17, 1]) {
+      socket.write(middle.subarray(offset, offset + size));
+      offset += size;
+      await nextTick();
+    }
+    socket.write(middle.subarray(offset));
+    for (const packet of stream.slice(20)) {
+      await nextTick();
+      socket.write(packet);
+    }
+
+    const qos1 = Array.from({ length: 40 }, (_, k) => k + 1).filter((i) => i % 7 !== 0);
+    await waitFor(() => packets.filter((p) => p.cmd === 'puback').length >= qos1.length, 10_000, 'PUBACKs');
+    const acks = packets.filter((p): p is mqttPacket.IPubackPacket => p.cmd === 'puback');
+    expect(acks.map((a) => a.messageId)).toEqual(qos1);
+    expect(acks.every((a) => (a.reasonCode ?? 0) === 0)).toBe(true);
+    expect(received() - before).toBe(40);
+    // the four with a property and those cut across records went through Aedes
+    const onLane = laned() - lanedBefore;
+    expect(onLane).toBeGreaterThanOrEqual(20);
+    expect(onLane).toBeLessThanOrEqual(30);
+
+    const stored = await waitFor(async () => {
+      await gw.services.devices.telemetry(d.thingId); // flushes the batch
+      const [row] = await gw.db.sql<{ telemetry: Record<string, number> }[]>`select telemetry from device_telemetry_latest where thing_id = ${d.thingId}`;
+      return row?.telemetry.seq === 40 ? row.telemetry : undefined;
+    }, 10_000, 'latest telemetry');
+    // merged in order: the last message's values win
+    expect(stored).toEqual({ seq: 40, k0: 39, k1: 40, k2: 38 });
+    socket.destroy();
+  });
+
+  it('refuses a bad payload on the lane with 0x99 and goes on with the next packet of the same record', async () => {
+    const d = devices[1];
+    const { socket, packets } = await rawDevice(d);
+    const topic = `devices/${d.thingId}/telemetry`;
+    const rejected = gw.services.brokerHost.broker!.stats.payloadsRejected.not_json;
+    socket.write(Buffer.concat([
+      encode({ cmd: 'publish', topic, payload: '{"a":1}', qos: 1, messageId: 1 }),
+      encode({ cmd: 'publish', topic, payload: 'not json', qos: 1, messageId: 2 }),
+      encode({ cmd: 'publish', topic, payload: '{"a":3}', qos: 1, messageId: 3 }),
+    ]));
+    await waitFor(() => packets.filter((p) => p.cmd === 'puback').length >= 3, 5000, 'PUBACKs');
+    const acks = packets.filter((p): p is mqttPacket.IPubackPacket => p.cmd === 'puback');
+    expect(acks.map((a) => [a.messageId, a.reasonCode ?? 0])).toEqual([[1, 0], [2, 0x99], [3, 0]]);
+    expect(gw.services.brokerHost.broker!.stats.payloadsRejected.not_json).toBe(rejected + 1);
+    socket.destroy();
+  });
+
+  it('routes through Aedes as soon as someone subscribes to the topic', async () => {
+    const d = devices[0];
+    const client = await connectDevice(gw.mqttPort!, d);
+    const topic = `devices/${d.thingId}/telemetry`;
+    const lanedBefore = laned();
+    await client.publishAsync(topic, '{"n":1}', { qos: 1 }); // nobody listens: the lane takes it
+    expect(laned()).toBe(lanedBefore + 1);
+    await client.subscribeAsync(topic, { qos: 1 });
+    const echoed = nextMessage(client, topic);
+    await client.publishAsync(topic, '{"n":2}', { qos: 1 });
+    expect(JSON.parse((await echoed).payload.toString())).toEqual({ n: 2 });
+    expect(laned()).toBe(lanedBefore + 1);
+
+    // and the gateway's own subscription (live telemetry) sees a device that nobody else follows
+    const other = await connectDevice(gw.mqttPort!, devices[1]);
+    const seen: unknown[] = [];
+    const unsubscribe = await gw.services.devices.streamTelemetry(devices[1].thingId, (m) => seen.push(m.telemetry));
+    await other.publishAsync(`devices/${devices[1].thingId}/telemetry`, '{"live":true}', { qos: 0 });
+    await waitFor(() => seen.length > 0, 5000, 'live telemetry');
+    expect(seen).toEqual([{ live: true }]);
+    await unsubscribe();
+    await Promise.all([client.endAsync(), other.endAsync()]);
+  });
+});
+
+describe('TLS session resumption', () => {
+  /** A TLS connection of `d` (optionally resuming `session`); its session ticket and whether it resumed. */
+  async function handshake(d: EnrolledDevice, session?: Buffer): Promise<{ session?: Buffer; reused: boolean }> {
+    const socket = tls.connect({ host: '127.0.0.1', port: gw.mqttPort!, key: d.keyPem, cert: d.certPem, ca: d.caPem, servername: 'localhost', session });
+    let ticket: Buffer | undefined;
+    socket.on('session', (t: Buffer) => { ticket = t; });
+    await new Promise<void>((resolve, reject) => socket.once('secureConnect', resolve).once('error', reject));
+    // TLS 1.3 tickets come after the handshake, before any data: the CONNACK is behind them
+    socket.write(encode({ cmd: 'connect', protocolVersion: 5, clientId: d.thingId, username: d.thingId, clean: true, keepalive: 60 }));
+    await new Promise((resolve) => socket.once('data', resolve));
+    const result = { session: ticket, reused: socket.isSessionReused() };
+    socket.destroy();
+    return result;
+  }
+
+  it('a reconnecting device resumes its session with its ticket, also after the broker loaded a new CRL', async () => {
+    const first = await handshake(devices[0]);
+    expect(first.reused).toBe(false);
+    expect(first.session).toBeDefined();
+    expect((await handshake(devices[0], first.session)).reused).toBe(true);
+    await gw.services.brokerHost.crl!.refresh(); // a new secure context
+    expect((await handshake(devices[0], first.session)).reused).toBe(true);
+  });
+});

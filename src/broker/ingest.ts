@@ -29,8 +29,8 @@ export class IngestBuffer {
   private flushing: Promise<void> = Promise.resolve();
   /** rows not written (read by /metrics) */
   readonly dropped: Record<IngestTable, number> = { telemetry: 0, last_seen: 0, history: 0 };
-  /** per thing: its telemetry messages of this batch as `[epoch ms,{values}]` JSON texts, in arrival order (when history is on) */
-  private historyPending = new Map<string, { first: number; last: number; points: string[] }>();
+  /** per thing: its telemetry messages of this batch, in arrival order (when history is on) */
+  private historyPending = new Map<string, HistoryPoints>();
   private historyMessages = 0;
 
   /** `history`: where every message is also appended (telemetry_history); without it, latest values only */
@@ -53,17 +53,18 @@ export class IngestBuffer {
   }
 
   /**
-   * `values` is the caller's freshly parsed object: kept as is, not copied. `text`, the checked
-   * JSON text it was parsed from, goes to the history as sent (saves re-encoding `values`).
+   * `values` is the caller's freshly parsed object: kept as is, not copied. `json`, the checked
+   * JSON it was parsed from, goes to the history as sent (saves re-encoding `values`): its text,
+   * and its UTF-8 bytes, which may be a view of a buffer the caller reuses (copied here).
    */
-  addTelemetry(thingId: string, values: Record<string, unknown>, text?: string): void {
+  addTelemetry(thingId: string, values: Record<string, unknown>, json?: { text: string; bytes: Buffer }): void {
     const now = Date.now();
     if (this.history) {
-      // as text now: the merge below mutates the first message's object
-      const point = `[${now},${text ?? JSON.stringify(values)}]`;
-      const list = this.historyPending.get(thingId);
-      if (list) { list.points.push(point); list.last = now; }
-      else this.historyPending.set(thingId, { first: now, last: now, points: [point] });
+      // taken now: the merge below mutates the first message's object
+      const text = json?.text ?? JSON.stringify(values);
+      const h = this.historyPending.get(thingId);
+      if (h) h.add(now, json?.bytes ?? Buffer.from(text));
+      else this.historyPending.set(thingId, new HistoryPoints(now, text));
       if (++this.historyMessages >= MAX_HISTORY_MESSAGES) void this.flush();
     }
     const entry = this.pending.get(thingId);
@@ -85,7 +86,7 @@ export class IngestBuffer {
       const batch = this.pending;
       this.pending = new Map();
       const history: HistoryRow[] = [];
-      for (const [thing_id, h] of this.historyPending) history.push({ thing_id, first: h.first, last: h.last, points: `[${h.points.join(',')}]` });
+      for (const [thing_id, h] of this.historyPending) history.push({ thing_id, first: h.first, last: h.last, points: h.text() });
       this.historyPending = new Map();
       this.historyMessages = 0;
       const telemetry: { thing_id: string; telemetry: Record<string, unknown>; at: string }[] = [];
@@ -126,5 +127,53 @@ export class IngestBuffer {
         await this.write(table, rows.slice(half), insert);
       }
     }
+  }
+}
+
+/**
+ * One thing's history points of a batch, `[[epoch ms,{values}],...]`. The first as a string (the
+ * payload's text, decoded for the parse anyway); from the second on, as UTF-8 bytes outside the
+ * JavaScript heap, decoded once at the flush. Why: a busy device's texts, kept as strings until
+ * the flush, outlived a young-generation collection or two and were copied by the garbage
+ * collector, then joined (about 1 to 1.5 µs more per 1 KiB message); for a device that sends one
+ * message per batch (the common case) a buffer would only add a copy and a decode.
+ */
+class HistoryPoints {
+  private readonly firstPoint: string;
+  private buf?: Buffer;
+  private length = 0;
+  last: number;
+
+  constructor(readonly first: number, text: string) {
+    this.firstPoint = `[${first},${text}]`;
+    this.last = first;
+  }
+
+  add(at: number, json: Buffer): void {
+    this.last = at;
+    if (!this.buf) {
+      this.buf = Buffer.allocUnsafe(Math.max(2 * Buffer.byteLength(this.firstPoint), 4 * json.length) + 64);
+      this.buf[this.length++] = 0x5b; // [
+      this.length += this.buf.write(this.firstPoint, this.length);
+    }
+    // room for the point and text()'s closing bracket
+    const need = this.length + json.length + 24;
+    if (need > this.buf.length) {
+      const grown = Buffer.allocUnsafe(Math.max(need, 2 * this.buf.length));
+      this.buf.copy(grown, 0, 0, this.length);
+      this.buf = grown;
+    }
+    this.buf[this.length++] = 0x2c; // ,
+    this.buf[this.length++] = 0x5b; // [
+    this.length += this.buf.write(String(at), this.length, 'latin1');
+    this.buf[this.length++] = 0x2c;
+    this.length += json.copy(this.buf, this.length);
+    this.buf[this.length++] = 0x5d; // ]
+  }
+
+  text(): string {
+    if (!this.buf) return `[${this.firstPoint}]`;
+    this.buf[this.length] = 0x5d;
+    return this.buf.toString('utf8', 0, this.length + 1);
   }
 }

@@ -14,8 +14,8 @@ import { deviceTopic, ownTopicKind, parseDeviceTopic, type TopicKind } from './t
  * Device topics whose payload must be JSON: stored as jsonb (telemetry, reported state) or returned
  * to tenants as JSON (command replies). Other topics (heartbeat, the device's own) take any payload.
  */
-/** a checked JSON payload: the parsed value and the text it was parsed from */
-interface Parsed { value: Record<string, unknown>; text: string }
+/** a checked JSON payload: the parsed value and the text and bytes it was parsed from */
+interface Parsed { value: Record<string, unknown>; json: { text: string; bytes: Buffer } }
 
 const JSON_TOPICS: Partial<Record<TopicKind, { object: boolean }>> = {
   telemetry: { object: true },
@@ -131,7 +131,7 @@ export class ConnectedDeviceService {
     const rule = kind && kind !== 'other' ? this.jsonTopics[kind] : undefined;
     if (!rule) return { kind, payload };
     const result = parseJsonPayload(payload, rule.object);
-    if (result.ok) return { kind, payload, parsed: { value: result.value as Record<string, unknown>, text: result.text } };
+    if (result.ok) return { kind, payload, parsed: { value: result.value as Record<string, unknown>, json: { text: result.text, bytes: payload } } };
     // refused, but the device was seen
     this.ingest.seenNow(client.id);
     return { kind, payload, problem: result.problem };
@@ -141,7 +141,7 @@ export class ConnectedDeviceService {
   private take(client: Client, kind: TopicKind | 'other' | undefined, parsed: Parsed | undefined): void {
     switch (kind) {
       case 'telemetry':
-        if (parsed) this.ingest.addTelemetry(client.id, parsed.value, parsed.text);
+        if (parsed) this.ingest.addTelemetry(client.id, parsed.value, parsed.json);
         else this.ingest.seenNow(client.id);
         return;
       case 'twinReported':

@@ -157,6 +157,29 @@ describe('batched history writes', () => {
     }
   });
 
+  it('stores each payload as sent, byte for byte, though the buffer it came in is reused: many points, multi-byte text', async () => {
+    const ingest = new IngestBuffer(new BrokerRepo(gw.db.sql), createLogger('error', false), new TelemetryHistoryRepo(gw.db.sql));
+    const thing = `bytes-${crypto.randomUUID()}`;
+    // one receive buffer reused for every message, as the TLS records are
+    const record = Buffer.alloc(2048);
+    const sent: string[] = [];
+    for (let i = 0; i < 150; i++) {
+      // the first message: 3 UTF-8 bytes per character
+      const name = i === 0 ? '☃'.repeat(300) : `température ☃ 🌡 ${'é'.repeat(i % 40)}`;
+      const text = JSON.stringify({ i, name, list: [i, -i / 3, null, true] });
+      const length = record.write(text, 7);
+      ingest.addTelemetry(thing, JSON.parse(text), { text, bytes: record.subarray(7, 7 + length) });
+      record.fill(0x7b); // the bytes under the views are overwritten before the flush
+      sent.push(text);
+    }
+    await ingest.flush();
+    const [row] = await gw.db.sql<{ points: string }[]>`select points::text as points from telemetry_history where thing_id = ${thing}`;
+    const points = JSON.parse(row.points) as [number, unknown][];
+    expect(points).toHaveLength(150);
+    expect(points.map(([, v]) => JSON.stringify(v))).toEqual(sent);
+    expect(points.every(([at]) => Number.isInteger(at) && at > 0)).toBe(true);
+  });
+
   it('two nodes maintaining the partitions at once: no error, each partition once', async () => {
     const repo = new TelemetryHistoryRepo(gw.db.sql);
     const future = new Date(Date.now() + 20 * 86_400_000);

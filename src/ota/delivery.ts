@@ -1,6 +1,7 @@
 import { Counter, type Registry } from 'prom-client';
 import { z } from 'zod';
 import type { DeviceMessage, DeviceMessaging, Gateway } from '../gateway.js';
+import { furtherThan } from '../../machines/otaAction.js';
 import { otaRepo, type Delivery, type Report, type ReportedStatus } from './repo.js';
 import type { Rollouts } from './rollouts.js';
 
@@ -33,7 +34,6 @@ async function retried<T>(run: () => Promise<T>, attempts = 3): Promise<T> {
 }
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-const RANK: Record<ReportedStatus, number> = { delivered: 0, downloading: 1, installing: 2, succeeded: 3, failed: 3 };
 
 /**
  * OTA over MQTT: update actions go out on `devices/{id}/ota/update` (correlation data = action
@@ -122,7 +122,7 @@ export class OtaDelivery {
     const status: ReportedStatus = r.status === 'received' ? 'delivered' : r.status;
     const previous = this.buffer.get(actionId);
     // one report per action and batch: the furthest status, with the newest progress
-    if (previous && (previous.thingId !== m.thingId || RANK[previous.status] > RANK[status])) return;
+    if (previous && (previous.thingId !== m.thingId || !furtherThan(status, previous.status))) return;
     this.buffer.set(actionId, { actionId, thingId: m.thingId, status, progress: r.progress ?? previous?.progress ?? null, reason: r.reason ?? null });
     this.scheduleFlush();
   }

@@ -1,12 +1,18 @@
 import type { Db } from '../db/client.js';
 import type { ThingQuery } from '../gateway.js';
 
-/** Action statuses a device report may still change (the others are final or not started). */
-export const OPEN_STATUSES = ['pending', 'delivered', 'downloading', 'installing'] as const;
-export const ACTION_STATUSES = ['scheduled', 'pending', 'delivered', 'downloading', 'installing', 'succeeded', 'failed', 'cancelled'] as const;
-export type ActionStatus = (typeof ACTION_STATUSES)[number];
-/** what a device reports (`received` records the action as delivered) */
-export type ReportedStatus = 'delivered' | 'downloading' | 'installing' | 'succeeded' | 'failed';
+import {
+  ACTION_STATUSES, FINAL_STATUSES, NOT_TAKEN_UP, OPEN_STATUSES, RELEASE, type ActionStatus, type ReportedStatus,
+} from '../../machines/otaAction.js';
+
+export { ACTION_STATUSES, type ActionStatus, type ReportedStatus };
+
+// The statuses below come from machines/otaAction.ts, the actions' lifecycle rules: these bulk
+// statements apply them, they decide nothing of their own.
+const open = OPEN_STATUSES as readonly string[] as string[];
+const notTakenUp = NOT_TAKEN_UP as readonly string[] as string[];
+const final = FINAL_STATUSES as readonly string[] as string[];
+const order = ACTION_STATUSES as readonly string[] as string[];
 
 export interface FilterRow { id: string; account_id: string; name: string; query: ThingQuery; created_at: Date; updated_at: Date }
 
@@ -51,19 +57,19 @@ export const otaRepo = {
     return db<GroupRow[]>`select * from ota_rollout_groups where rollout_id = ${rolloutId} order by index`;
   },
 
-  /** scheduled -> pending for a group that starts; returns how many */
+  /** scheduled -> pending for a group whose machine accepted START; returns how many */
   async releaseGroup(db: Db, groupId: string, at: Date): Promise<number> {
     const r = await db`
-      update ota_actions set status = 'pending', updated_at = ${at}
-      where id in (select id from ota_actions where group_id = ${groupId} and status = 'scheduled' order by id for update)`;
+      update ota_actions set status = ${RELEASE.to}, updated_at = ${at}
+      where id in (select id from ota_actions where group_id = ${groupId} and status = ${RELEASE.from} order by id for update)`;
     return r.count;
   },
 
-  /** scheduled and pending actions of a rollout that stops or is cancelled */
+  /** the actions no device took up, of a rollout whose machine ended STOPPED or CANCELLED */
   async cancelOpen(db: Db, rolloutId: string, at: Date): Promise<number> {
     const r = await db`
       update ota_actions set status = 'cancelled', updated_at = ${at}
-      where id in (select id from ota_actions where rollout_id = ${rolloutId} and status in ('scheduled', 'pending') order by id for update)`;
+      where id in (select id from ota_actions where rollout_id = ${rolloutId} and status = any(${notTakenUp}::text[]) order by id for update)`;
     return r.count;
   },
 
@@ -71,7 +77,7 @@ export const otaRepo = {
   async tally(db: Db, groupId: string): Promise<{ succeeded: number; failed: number; finished: number }> {
     const [row] = await db<{ succeeded: number; failed: number; finished: number }[]>`
       select count(*) filter (where status = 'succeeded')::int as succeeded, count(*) filter (where status = 'failed')::int as failed,
-        count(*) filter (where status in ('succeeded', 'failed', 'cancelled'))::int as finished
+        count(*) filter (where status = any(${final}::text[]))::int as finished
       from ota_actions where group_id = ${groupId}`;
     return row;
   },
@@ -89,7 +95,7 @@ export const otaRepo = {
     return db<Delivery[]>`
       select a.id, a.thing_id, a.rollout_id, r.version, r.artifact_url, r.sha256, r.size::text as size
       from ota_actions a join ota_rollouts r on r.id = a.rollout_id
-      where a.thing_id = ${thingId} and a.status in ('pending', 'delivered', 'downloading', 'installing')
+      where a.thing_id = ${thingId} and a.status = any(${open}::text[])
         and r.state in ('RUNNING', 'FINISHED')
       order by r.created_at, a.id`;
   },
@@ -119,8 +125,9 @@ export const otaRepo = {
   },
 
   /**
-   * Applies device reports in one statement: each only to its own thing's open action and only
-   * forward (a late `downloading` never undoes `installing`; a final status is never changed).
+   * Applies device reports in one statement: each only to its own thing's action and only where
+   * `reportApplies` (machines/otaAction.ts) allows: an open action, moved forward (a late
+   * `downloading` never undoes `installing`; a final status is never changed).
    * Returns the groups whose tally may have changed.
    */
   async applyReports(db: Db, reports: Report[], at: Date): Promise<{ groupId: string; rolloutId: string; ended: boolean }[]> {
@@ -132,8 +139,8 @@ export const otaRepo = {
       ), locked as (select a.id from ota_actions a join v on v.id = a.id order by a.id for update of a)
       update ota_actions a set status = v.status, progress = coalesce(v.progress, a.progress), reason = coalesce(v.reason, a.reason), updated_at = ${at}
       from v
-      where a.id = v.id and a.id in (select id from locked) and a.thing_id = v.thing_id and a.status in ('pending', 'delivered', 'downloading', 'installing')
-        and array_position(${ACTION_STATUSES as unknown as string[]}::text[], a.status) <= array_position(${ACTION_STATUSES as unknown as string[]}::text[], v.status)
+      where a.id = v.id and a.id in (select id from locked) and a.thing_id = v.thing_id and a.status = any(${open}::text[])
+        and array_position(${order}::text[], a.status) <= array_position(${order}::text[], v.status)
       returning a.group_id as "groupId", a.rollout_id as "rolloutId", v.status in ('succeeded', 'failed') as ended`;
   },
 };

@@ -3,6 +3,7 @@ import { createActor } from 'xstate';
 import { rolloutMachine, type RolloutEvent } from '../../machines/rollout.js';
 import { rolloutGroupMachine, type RolloutGroupEvent } from '../../machines/rolloutGroup.js';
 import { groupSizes } from '../../src/ota/rollouts.js';
+import { ACTION_STATUSES, FINAL_STATUSES, NOT_TAKEN_UP, furtherThan, reportApplies } from '../../machines/otaAction.js';
 
 const AT = '2026-01-01T00:00:00.000Z';
 
@@ -121,5 +122,28 @@ describe('group sizes', () => {
     expect(groupSizes(1000, 2)).toEqual([500, 500]);
     expect(groupSizes(7, [10, 90])).toEqual([0, 7]);
     expect(groupSizes(1000, [10, 40, 50])).toEqual([100, 400, 500]);
+  });
+});
+
+describe('OTA action rules (machines/otaAction.ts)', () => {
+  it('a report moves only an open action, and only forward; final and not-released actions never change', () => {
+    expect(reportApplies('pending', 'downloading')).toBe(true);
+    expect(reportApplies('delivered', 'delivered')).toBe(true);
+    expect(reportApplies('installing', 'succeeded')).toBe(true);
+    expect(reportApplies('installing', 'failed')).toBe(true);
+    expect(reportApplies('installing', 'downloading')).toBe(false);
+    expect(reportApplies('scheduled', 'delivered')).toBe(false);
+    for (const s of FINAL_STATUSES) for (const r of ['delivered', 'downloading', 'installing', 'succeeded', 'failed'] as const) expect(reportApplies(s, r)).toBe(false);
+  });
+
+  it('of two reports in one batch the further one wins; succeeded and failed tie', () => {
+    expect(furtherThan('installing', 'downloading')).toBe(true);
+    expect(furtherThan('downloading', 'installing')).toBe(false);
+    expect(furtherThan('failed', 'succeeded')).toBe(true);
+    expect(furtherThan('succeeded', 'failed')).toBe(true);
+  });
+
+  it('what a stopped rollout cancels is what no device took up, all before the device statuses', () => {
+    expect([...NOT_TAKEN_UP]).toEqual(ACTION_STATUSES.slice(0, 2));
   });
 });

@@ -2,8 +2,8 @@
  * bench:ingest-path: CPU per telemetry message of the gateway's ingest path alone (payload check,
  * latest-values merge, history points, the batch flush), this checkout against COMPARE_ROOT (another
  * checkout, e.g. `git worktree add /work/wt-before main`) in alternating child processes. No broker,
- * no database: the repos only encode what postgres.js would send (the history text and the latest
- * values as UTF-8), so the figures show what bench:mqtt's end-to-end rounds are too noisy to resolve.
+ * no database: the real repos over a stand-in for postgres.js that encodes the parameters as it
+ * would send them (the history text, the latest values), so the figures show what bench:mqtt's end-to-end rounds are too noisy to resolve.
  *
  *   COMPARE_ROOT=/work/wt-before npx tsx bench/ingest-path.ts
  *
@@ -26,16 +26,29 @@ async function side(root: string, devices: number, per: number, batches: number)
   // the payload as the fast lane hands it over: a view of a TLS record
   const record = Buffer.concat([Buffer.alloc(20), Buffer.from(text)]);
   let sink: unknown;
-  const repo = { writeTelemetry: async (rows: { telemetry: unknown }[]) => { for (const r of rows) sink = Buffer.from(JSON.stringify(r.telemetry)); }, writeSeen: async () => {} };
-  const history = { insert: async (rows: { points: string }[]) => { for (const r of rows) sink = Buffer.from(r.points); } };
+  // the real repos over a stand-in for postgres.js that encodes the parameters as it would send them
+  const encode = (v: unknown) => { sink = Buffer.from(typeof v === 'string' ? v : JSON.stringify((v as { json?: unknown }).json ?? v)); };
+  const sql = Object.assign((_strings: TemplateStringsArray, ...params: unknown[]) => { params.forEach(encode); return Promise.resolve([]); }, {
+    json: (value: unknown) => ({ json: value }),
+    unsafe: (_text: string, params: unknown[]) => { params.forEach(encode); return Promise.resolve([]); },
+  });
+  const { BrokerRepo } = await import(path.join(root, 'src/broker/repo.ts'));
+  const { TelemetryHistoryRepo } = await import(path.join(root, 'src/broker/telemetryHistory.ts'));
   const log = { error() {}, info() {}, warn() {}, debug() {} };
-  const ingest = new IngestBuffer(repo, log, history);
-  // the older signature took the text only (before the history points were kept as bytes)
+  const ingest = new IngestBuffer(new BrokerRepo(sql), log, new TelemetryHistoryRepo(sql));
+  // this checkout's telemetry check (bytes, no parse), or an older one's parse
+  const scanner = await import(path.join(root, 'src/broker/jsonScan.ts')).catch(() => undefined);
   const takesBytes = String(ingest.addTelemetry).includes('bytes');
   const ids = Array.from({ length: devices }, (_, i) => `thing-${i}`);
   const batch = async () => {
     for (let i = 0; i < per; i++) for (const id of ids) {
       const payload = record.subarray(20);
+      if (scanner) {
+        const r = scanner.scanJsonObject(payload);
+        if (!r.ok) throw new Error('payload refused');
+        ingest.addTelemetry(id, payload, r.keys);
+        continue;
+      }
       const r = parseJsonPayload(payload, true);
       if (!r.ok) throw new Error('payload refused');
       ingest.addTelemetry(id, r.value, takesBytes ? { text: r.text, bytes: payload } : r.text);

@@ -1,12 +1,14 @@
 import postgres from 'postgres';
 import type { Logger } from '../log.js';
-import type { BrokerRepo } from './repo.js';
+import type { BrokerRepo, TelemetryRow } from './repo.js';
 import type { HistoryRow, TelemetryHistoryRepo } from './telemetryHistory.js';
 
 const FLUSH_MS = 250;
 const MAX_PENDING = 2_000;
-/** telemetry messages waiting for the history that trigger a flush before the timer */
-const MAX_HISTORY_MESSAGES = 20_000;
+/** telemetry messages waiting that trigger a flush before the timer */
+const MAX_MESSAGES = 20_000;
+/** telemetry bytes waiting that trigger a flush before the timer (bounds the memory of a burst of large messages) */
+const MAX_BYTES = 16 * 1024 * 1024;
 
 /** the batched writes, the `table` label of `broker_ingest_rows_dropped_total` */
 export type IngestTable = 'telemetry' | 'last_seen' | 'history';
@@ -19,19 +21,24 @@ const refusedData = (err: unknown) => err instanceof postgres.PostgresError && /
 
 /**
  * Telemetry and last-seen writes, coalesced in memory and written in one statement per batch
- * (every FLUSH_MS, or sooner when MAX_PENDING things are waiting): a device sending 10 messages
- * a second costs the database at most one row update per batch.
+ * (every FLUSH_MS, or sooner when MAX_PENDING things, MAX_MESSAGES messages or MAX_BYTES of
+ * telemetry are waiting): a device sending 10 messages a second costs the database at most one
+ * row update per batch.
+ *
+ * Telemetry is taken as checked JSON bytes (scanJsonObject) and not parsed here: a thing's
+ * messages of a batch are appended to one buffer as history points, and its latest values are
+ * the last message's text, merged into the stored ones by PostgreSQL (`||`). Only when the
+ * messages of a batch have different keys are they parsed and merged here, at the flush.
  */
 export class IngestBuffer {
-  /** per thing: when it was last seen (epoch ms: this runs for every device message) and its merged telemetry */
-  private pending = new Map<string, { at: number; values?: Record<string, unknown> }>();
+  /** per thing: when it was last seen (epoch ms: this runs for every device message) and its telemetry of the batch */
+  private pending = new Map<string, { at: number; telemetry?: ThingTelemetry }>();
   private timer?: NodeJS.Timeout;
   private flushing: Promise<void> = Promise.resolve();
   /** rows not written (read by /metrics) */
   readonly dropped: Record<IngestTable, number> = { telemetry: 0, last_seen: 0, history: 0 };
-  /** per thing: its telemetry messages of this batch, in arrival order (when history is on) */
-  private historyPending = new Map<string, HistoryPoints>();
-  private historyMessages = 0;
+  private messages = 0;
+  private bytes = 0;
 
   /** `history`: where every message is also appended (telemetry_history); without it, latest values only */
   constructor(private readonly repo: BrokerRepo, private readonly log: Logger, private readonly history?: TelemetryHistoryRepo) {}
@@ -53,28 +60,22 @@ export class IngestBuffer {
   }
 
   /**
-   * `values` is the caller's freshly parsed object: kept as is, not copied. `json`, the checked
-   * JSON it was parsed from, goes to the history as sent (saves re-encoding `values`): its text,
-   * and its UTF-8 bytes, which may be a view of a buffer the caller reuses (copied here).
+   * `json`: a telemetry object as checked by scanJsonObject (a view of a buffer the caller may
+   * reuse: copied here), `keys` the signature of its top-level keys it returned.
    */
-  addTelemetry(thingId: string, values: Record<string, unknown>, json?: { text: string; bytes: Buffer }): void {
+  addTelemetry(thingId: string, json: Uint8Array, keys: number): void {
     const now = Date.now();
-    if (this.history) {
-      // taken now: the merge below mutates the first message's object
-      const text = json?.text ?? JSON.stringify(values);
-      const h = this.historyPending.get(thingId);
-      if (h) h.add(now, json?.bytes ?? Buffer.from(text));
-      else this.historyPending.set(thingId, new HistoryPoints(now, text));
-      if (++this.historyMessages >= MAX_HISTORY_MESSAGES) void this.flush();
-    }
     const entry = this.pending.get(thingId);
-    if (!entry) return this.add(thingId, { at: now, values });
-    entry.at = now;
-    if (entry.values) Object.assign(entry.values, values);
-    else entry.values = values;
+    if (entry) {
+      entry.at = now;
+      if (entry.telemetry) entry.telemetry.add(now, json, keys);
+      else entry.telemetry = new ThingTelemetry(now, json, keys);
+    } else this.add(thingId, { at: now, telemetry: new ThingTelemetry(now, json, keys) });
+    this.bytes += json.length;
+    if (++this.messages >= MAX_MESSAGES || this.bytes >= MAX_BYTES) void this.flush();
   }
 
-  private add(thingId: string, entry: { at: number; values?: Record<string, unknown> }): void {
+  private add(thingId: string, entry: { at: number; telemetry?: ThingTelemetry }): void {
     this.pending.set(thingId, entry);
     if (this.pending.size >= MAX_PENDING) void this.flush();
   }
@@ -82,19 +83,24 @@ export class IngestBuffer {
   /** Writes what is pending; batches never overlap (the next waits for the previous). */
   flush(): Promise<void> {
     this.flushing = this.flushing.then(async () => {
-      if (this.pending.size === 0 && this.historyPending.size === 0) return;
+      if (this.pending.size === 0) return;
       const batch = this.pending;
       this.pending = new Map();
+      this.messages = 0;
+      this.bytes = 0;
       const history: HistoryRow[] = [];
-      for (const [thing_id, h] of this.historyPending) history.push({ thing_id, first: h.first, last: h.last, points: h.text() });
-      this.historyPending = new Map();
-      this.historyMessages = 0;
-      const telemetry: { thing_id: string; telemetry: Record<string, unknown>; at: string }[] = [];
+      const telemetry: TelemetryRow[] = [];
       const seen: { thing_id: string; at: string }[] = [];
       for (const [thing_id, entry] of batch) {
         const at = new Date(entry.at).toISOString();
         seen.push({ thing_id, at });
-        if (entry.values) telemetry.push({ thing_id, telemetry: entry.values, at });
+        const t = entry.telemetry;
+        if (!t) continue;
+        const last = t.lastText();
+        // one message (the usual device: one a second, a batch every 250 ms): its points from its text, no second decode
+        const points = this.history || t.mixedKeys ? (t.count === 1 ? `[[${t.first},${last}]]` : t.points()) : undefined;
+        telemetry.push({ thing_id, telemetry: t.mixedKeys ? mergedValues(points!) : last, at });
+        if (this.history) history.push({ thing_id, first: t.first, last: t.last, points: points! });
       }
       await this.write('telemetry', telemetry, (rows) => this.repo.writeTelemetry(rows));
       await this.write('last_seen', seen, (rows) => this.repo.writeSeen(rows));
@@ -130,50 +136,72 @@ export class IngestBuffer {
   }
 }
 
-/**
- * One thing's history points of a batch, `[[epoch ms,{values}],...]`. The first as a string (the
- * payload's text, decoded for the parse anyway); from the second on, as UTF-8 bytes outside the
- * JavaScript heap, decoded once at the flush. Why: a busy device's texts, kept as strings until
- * the flush, outlived a young-generation collection or two and were copied by the garbage
- * collector, then joined (about 1 to 1.5 µs more per 1 KiB message); for a device that sends one
- * message per batch (the common case) a buffer would only add a copy and a decode.
- */
-class HistoryPoints {
-  private readonly firstPoint: string;
-  private buf?: Buffer;
-  private length = 0;
-  last: number;
+/** The latest values of messages with different keys: merged in order, as JSON text (null prototype: a `__proto__` key is data). */
+function mergedValues(points: string): string {
+  const merged = Object.create(null) as Record<string, unknown>;
+  for (const [, values] of JSON.parse(points) as [number, Record<string, unknown>][]) for (const key of Object.keys(values)) merged[key] = values[key];
+  return JSON.stringify(merged);
+}
 
-  constructor(readonly first: number, text: string) {
-    this.firstPoint = `[${first},${text}]`;
+/**
+ * One thing's telemetry of a batch: its messages as history points `[[epoch ms,{values}],...`,
+ * UTF-8 in one buffer outside the JavaScript heap (copied from the payload, the timestamp written
+ * in place), decoded once at the flush; where the last message is; whether all had the same keys.
+ */
+class ThingTelemetry {
+  private buf: Buffer;
+  private length = 0;
+  private lastStart = 0;
+  private lastEnd = 0;
+  last: number;
+  /** the messages' top-level keys differ (signatures from scanJsonObject) */
+  mixedKeys = false;
+  count = 1;
+
+  constructor(readonly first: number, json: Uint8Array, private keys: number) {
+    // room for a few points; small buffers come from Node's shared pool
+    this.buf = Buffer.allocUnsafe(2 * json.length + 64);
+    this.buf[this.length++] = 0x5b; // [
     this.last = first;
+    this.append(first, json);
   }
 
-  add(at: number, json: Buffer): void {
+  add(at: number, json: Uint8Array, keys: number): void {
+    if (keys !== this.keys) this.mixedKeys = true;
+    this.keys = keys;
+    this.count++;
     this.last = at;
-    if (!this.buf) {
-      this.buf = Buffer.allocUnsafe(Math.max(2 * Buffer.byteLength(this.firstPoint), 4 * json.length) + 64);
-      this.buf[this.length++] = 0x5b; // [
-      this.length += this.buf.write(this.firstPoint, this.length);
-    }
-    // room for the point and text()'s closing bracket
+    this.buf[this.length++] = 0x2c; // ,
+    this.append(at, json);
+  }
+
+  private append(at: number, json: Uint8Array): void {
+    // room for the point, the next comma and points()' closing bracket
     const need = this.length + json.length + 24;
     if (need > this.buf.length) {
       const grown = Buffer.allocUnsafe(Math.max(need, 2 * this.buf.length));
       this.buf.copy(grown, 0, 0, this.length);
       this.buf = grown;
     }
-    this.buf[this.length++] = 0x2c; // ,
-    this.buf[this.length++] = 0x5b; // [
-    this.length += this.buf.write(String(at), this.length, 'latin1');
-    this.buf[this.length++] = 0x2c;
-    this.length += json.copy(this.buf, this.length);
-    this.buf[this.length++] = 0x5d; // ]
+    const buf = this.buf;
+    buf[this.length++] = 0x5b; // [
+    this.length += buf.write(String(at), this.length, 'latin1');
+    buf[this.length++] = 0x2c;
+    this.lastStart = this.length;
+    buf.set(json, this.length);
+    this.length += json.length;
+    this.lastEnd = this.length;
+    buf[this.length++] = 0x5d; // ]
   }
 
-  text(): string {
-    if (!this.buf) return `[${this.firstPoint}]`;
+  /** the history points, `[[epoch ms,{values}],...]` */
+  points(): string {
     this.buf[this.length] = 0x5d;
     return this.buf.toString('utf8', 0, this.length + 1);
+  }
+
+  /** the last message's text (its values are the thing's latest when all messages had the same keys) */
+  lastText(): string {
+    return this.buf.toString('utf8', this.lastStart, this.lastEnd);
   }
 }

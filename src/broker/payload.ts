@@ -13,7 +13,7 @@ export const MAX_JSON_BYTES = 64 * 1024;
 export const MAX_JSON_DEPTH = 64;
 
 /** Why a payload cannot be taken: the `reason` label of `broker_payloads_rejected_total`. */
-export const PAYLOAD_PROBLEMS = ['too_large', 'invalid_utf8', 'nul', 'lone_surrogate', 'not_json', 'not_object', 'too_deep'] as const;
+export const PAYLOAD_PROBLEMS = ['too_large', 'invalid_utf8', 'nul', 'lone_surrogate', 'not_json', 'not_object', 'too_deep', 'number_out_of_range'] as const;
 export type PayloadProblem = (typeof PAYLOAD_PROBLEMS)[number];
 
 export type JsonCheck = { ok: true; value: unknown; text: string } | { ok: false; problem: PayloadProblem };

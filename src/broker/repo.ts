@@ -20,6 +20,9 @@ export interface TwinRow {
 }
 
 /** SQL of the broker domain (device connectivity, telemetry, twins). */
+/** a thing's latest values of a batch: `telemetry` is the text of a checked JSON object, `at` an ISO time */
+export interface TelemetryRow { thing_id: string; telemetry: string; at: string }
+
 export class BrokerRepo {
   constructor(private readonly sql: Sql) {}
 
@@ -54,11 +57,16 @@ export class BrokerRepo {
     return row;
   }
 
-  /** One statement per batch: latest telemetry merged per key. */
-  async writeTelemetry(rows: { thing_id: string; telemetry: Record<string, unknown>; at: string }[]): Promise<void> {
+  /**
+   * One statement per batch: latest telemetry merged per key. Each row's `telemetry` is a JSON
+   * object's text (checked), so the batch's JSON is put together as text and parsed once, by
+   * PostgreSQL: the gateway never parses or encodes the values.
+   */
+  async writeTelemetry(rows: TelemetryRow[]): Promise<void> {
+    const json = `[${rows.map((r) => `{"thing_id":${JSON.stringify(r.thing_id)},"at":"${r.at}","telemetry":${r.telemetry}}`).join(',')}]`;
     await this.sql`
       insert into device_telemetry_latest (thing_id, telemetry, updated_at)
-      select x.thing_id, x.telemetry, x.at from jsonb_to_recordset(${this.sql.json(rows as never)}) as x(thing_id text, telemetry jsonb, at timestamptz)
+      select x.thing_id, x.telemetry, x.at from jsonb_to_recordset(${json}::text::jsonb) as x(thing_id text, telemetry jsonb, at timestamptz)
       on conflict (thing_id) do update set telemetry = device_telemetry_latest.telemetry || excluded.telemetry,
         updated_at = greatest(device_telemetry_latest.updated_at, excluded.updated_at)`;
   }

@@ -6,6 +6,7 @@ import { conflict, notFound, unavailable } from '../lib/errors.js';
 import type { Principal } from '../http/auth/principal.js';
 import type { Broker, BrokerHooks } from './broker.js';
 import type { IngestBuffer } from './ingest.js';
+import { scanJsonObject } from './jsonScan.js';
 import { MAX_JSON_BYTES, parseJsonPayload, type PayloadProblem } from './payload.js';
 import type { BrokerRepo } from './repo.js';
 import { deviceTopic, ownTopicKind, parseDeviceTopic, type TopicKind } from './topics.js';
@@ -14,8 +15,11 @@ import { deviceTopic, ownTopicKind, parseDeviceTopic, type TopicKind } from './t
  * Device topics whose payload must be JSON: stored as jsonb (telemetry, reported state) or returned
  * to tenants as JSON (command replies). Other topics (heartbeat, the device's own) take any payload.
  */
-/** a checked JSON payload: the parsed value and the text and bytes it was parsed from */
-interface Parsed { value: Record<string, unknown>; json: { text: string; bytes: Buffer } }
+/**
+ * A checked JSON payload: telemetry is checked but not parsed (its bytes and the signature of its
+ * keys go to the ingest batch, see scanJsonObject); other JSON topics are parsed.
+ */
+type Parsed = { telemetry: true; bytes: Buffer; keys: number } | { telemetry?: undefined; value: Record<string, unknown> };
 
 const JSON_TOPICS: Partial<Record<TopicKind, { object: boolean }>> = {
   telemetry: { object: true },
@@ -130,8 +134,14 @@ export class ConnectedDeviceService {
     const payload = typeof packet.payload === 'string' ? Buffer.from(packet.payload) : packet.payload;
     const rule = kind && kind !== 'other' ? this.jsonTopics[kind] : undefined;
     if (!rule) return { kind, payload };
+    if (kind === 'telemetry') {
+      const scanned = scanJsonObject(payload);
+      if (scanned.ok) return { kind, payload, parsed: { telemetry: true, bytes: payload, keys: scanned.keys } };
+      this.ingest.seenNow(client.id);
+      return { kind, payload, problem: scanned.problem };
+    }
     const result = parseJsonPayload(payload, rule.object);
-    if (result.ok) return { kind, payload, parsed: { value: result.value as Record<string, unknown>, json: { text: result.text, bytes: payload } } };
+    if (result.ok) return { kind, payload, parsed: { value: result.value as Record<string, unknown> } };
     // refused, but the device was seen
     this.ingest.seenNow(client.id);
     return { kind, payload, problem: result.problem };
@@ -141,12 +151,12 @@ export class ConnectedDeviceService {
   private take(client: Client, kind: TopicKind | 'other' | undefined, parsed: Parsed | undefined): void {
     switch (kind) {
       case 'telemetry':
-        if (parsed) this.ingest.addTelemetry(client.id, parsed.value, parsed.json);
+        if (parsed?.telemetry) this.ingest.addTelemetry(client.id, parsed.bytes, parsed.keys);
         else this.ingest.seenNow(client.id);
         return;
       case 'twinReported':
         this.ingest.seenNow(client.id);
-        if (parsed) this.storeReported(client.id, parsed.value);
+        if (parsed && !parsed.telemetry) this.storeReported(client.id, parsed.value);
         return;
       default:
         this.ingest.seenNow(client.id);

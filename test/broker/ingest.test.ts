@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLogger } from '../../src/log.js';
 import { IngestBuffer } from '../../src/broker/ingest.js';
 import { BrokerRepo } from '../../src/broker/repo.js';
+import { telemetry } from '../helpers/telemetry.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 
 let db: TestDatabase;
@@ -29,7 +30,7 @@ describe('batched telemetry writes', () => {
       const big = things[17];
       // one batch: nothing is flushed until flush() (the timer is not started)
       for (const [i, thingId] of things.entries()) {
-        ingest.addTelemetry(thingId, thingId === big ? { blob: crypto.randomBytes(2048).toString('base64') } : { n: i });
+        ingest.addTelemetry(thingId, ...telemetry(thingId === big ? { blob: crypto.randomBytes(2048).toString('base64') } : { n: i }));
       }
       await ingest.flush();
 
@@ -57,7 +58,7 @@ describe('batched telemetry writes', () => {
     const things = Array.from({ length: 5 }, () => crypto.randomUUID());
     await db.sql`alter table device_telemetry_latest rename to device_telemetry_latest_away`;
     try {
-      for (const t of things) ingest.addTelemetry(t, { a: 1 });
+      for (const t of things) ingest.addTelemetry(t, ...telemetry({ a: 1 }));
       await ingest.flush();
     } finally {
       await db.sql`alter table device_telemetry_latest_away rename to device_telemetry_latest`;
@@ -65,9 +66,38 @@ describe('batched telemetry writes', () => {
     expect(ingest.dropped).toEqual({ telemetry: 5, last_seen: 0, history: 0 });
     expect(logs).toHaveLength(1);
     expect(logs[0]).toMatchObject({ table: 'telemetry', things: 5 });
-    ingest.addTelemetry(things[0], { a: 2 });
+    ingest.addTelemetry(things[0], ...telemetry({ a: 2 }));
     await ingest.flush();
     const [row] = await db.sql<{ telemetry: unknown }[]>`select telemetry from device_telemetry_latest where thing_id = ${things[0]}`;
     expect(row.telemetry).toEqual({ a: 2 });
+  });
+});
+
+describe('latest values of a batch', () => {
+  it('are the last message when a thing sent the same keys, and the messages merged in order when the keys differ', async () => {
+    const { ingest } = buffer();
+    const [same, mixed, proto, reordered] = Array.from({ length: 4 }, () => crypto.randomUUID());
+    ingest.addTelemetry(mixed, ...telemetry({ kept: 'from an earlier batch', a: 0 }));
+    await ingest.flush();
+    ingest.addTelemetry(same, ...telemetry({ a: 1, b: 'one' }));
+    ingest.addTelemetry(same, ...telemetry({ a: 2, b: 'two' }));
+    ingest.addTelemetry(mixed, ...telemetry({ a: 1 }));
+    ingest.addTelemetry(mixed, ...telemetry({ b: { deep: [1, 2] } }));
+    ingest.addTelemetry(mixed, ...telemetry({ a: 3 }));
+    // a key named __proto__ is data, whether merged by PostgreSQL or here
+    ingest.addTelemetry(proto, ...telemetry(Buffer.from('{"__proto__":{"polluted":true},"n":1}')));
+    ingest.addTelemetry(proto, ...telemetry({ m: 2 }));
+    ingest.addTelemetry(reordered, ...telemetry({ x: 1, y: 1 }));
+    ingest.addTelemetry(reordered, ...telemetry({ y: 2, x: 2 }));
+    await ingest.flush();
+    const rows = await db.sql<{ thing_id: string; telemetry: unknown }[]>`
+      select thing_id, telemetry::text::json as telemetry from device_telemetry_latest where thing_id in ${db.sql([same, mixed, proto, reordered])}`;
+    const latest = Object.fromEntries(rows.map((r) => [r.thing_id, r.telemetry]));
+    expect(latest[same]).toEqual({ a: 2, b: 'two' });
+    expect(latest[mixed]).toEqual({ kept: 'from an earlier batch', a: 3, b: { deep: [1, 2] } });
+    expect(latest[reordered]).toEqual({ x: 2, y: 2 });
+    const [{ text }] = await db.sql<{ text: string }[]>`select telemetry::text as text from device_telemetry_latest where thing_id = ${proto}`;
+    expect(JSON.parse(text)).toEqual(JSON.parse('{"__proto__":{"polluted":true},"n":1,"m":2}'));
+    expect(({} as Record<string, unknown>).polluted).toBeUndefined();
   });
 });

@@ -1,6 +1,7 @@
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { MAX_JSON_DEPTH, parseJsonPayload } from '../../src/broker/payload.js';
+import { scanJsonObject } from '../../src/broker/jsonScan.js';
+import { MAX_JSON_BYTES, MAX_JSON_DEPTH, parseJsonPayload } from '../../src/broker/payload.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 
 let db: TestDatabase;
@@ -55,5 +56,74 @@ describe('parseJsonPayload', () => {
     expect(parseJsonPayload(Buffer.from('[]'), true)).toEqual({ ok: false, problem: 'not_object' });
     expect(parseJsonPayload(Buffer.from('null'), true)).toEqual({ ok: false, problem: 'not_object' });
     expect(parseJsonPayload(Buffer.from('{"__proto__":{"a":"\\u0000"}}'), true)).toEqual({ ok: false, problem: 'nul' });
+  });
+});
+
+/** What the telemetry check must accept: a JSON object that Postgres stores as jsonb, within the limits. */
+async function acceptable(text: string): Promise<boolean> {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    return false;
+  }
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return false;
+  return postgresAccepts(text);
+}
+
+/** JSON objects as text, with keys from `keys` and strings of `stringUnit` */
+const objectText = (keys: fc.Arbitrary<string>, stringUnit: fc.Arbitrary<string> | 'grapheme') =>
+  fc.dictionary(keys, fc.oneof(fc.jsonValue({ maxDepth: 3, stringUnit }), fc.double({ noNaN: true, noDefaultInfinity: true }))).map((o) => JSON.stringify(o));
+
+/** JSON texts with a byte changed, removed or repeated: near misses of valid JSON */
+const mutated = fc
+  .tuple(fc.jsonValue({ maxDepth: 3, stringUnit: unit }).map((v) => JSON.stringify({ v, w: [v, 1.5e3, -0.25, true, null] })), fc.nat(), fc.constantFrom(...' \t\n{}[]":,.-+eE0159\\u/tfnlrx\u0000'.split('')), fc.constantFrom('replace', 'insert', 'delete'))
+  .map(([text, at, c, how]) => {
+    const i = at % text.length;
+    return how === 'replace' ? text.slice(0, i) + c + text.slice(i + 1) : how === 'insert' ? text.slice(0, i) + c + text.slice(i) : text.slice(0, i) + text.slice(i + 1);
+  });
+
+describe('scanJsonObject (the telemetry check: no parse)', () => {
+  it('accepts exactly the JSON objects Postgres stores as jsonb: generated objects and near misses', async () => {
+    const seen = { accepted: 0, refused: 0 };
+    await fc.assert(
+      fc.asyncProperty(fc.oneof(objectText(fc.string({ unit }), unit), objectText(fc.string(), 'grapheme'), mutated), async (text) => {
+        const scanned = scanJsonObject(Buffer.from(text));
+        expect(scanned.ok, text).toBe(await acceptable(text));
+        seen[scanned.ok ? 'accepted' : 'refused'] += 1;
+      }),
+      { numRuns: 600 },
+    );
+    expect(seen.accepted).toBeGreaterThan(100);
+    expect(seen.refused).toBeGreaterThan(100);
+  });
+
+  it('gives the same reasons as the parse for what it refuses', () => {
+    const cases: [string, string][] = [
+      ['[1,2]', 'not_object'], ['"text"', 'not_object'], ['12', 'not_object'], ['null', 'not_object'],
+      ['{"a":1', 'not_json'], ['{"a":01}', 'not_json'], ['{"a":1,}', 'not_json'], ['{a:1}', 'not_json'], ['{"a":"\t"}', 'not_json'],
+      ['{"a":1} {}', 'not_json'], ['', 'not_json'], ['{"a":tru}', 'not_json'], ['{"a":-}', 'not_json'], ['{"a":1.}', 'not_json'], ['{"a":1e}', 'not_json'],
+      ['{"a":"\\u0000"}', 'nul'], ['{"\\u0000":1}', 'nul'], ['{"a":1}\u0000', 'nul'],
+      ['{"a":"\\ud800"}', 'lone_surrogate'], ['{"a":"\\udc00\\ud800"}', 'lone_surrogate'], ['{"\\ud83dx":1}', 'lone_surrogate'],
+      ['{"a":1e10000}', 'number_out_of_range'], [`{"a":${'9'.repeat(1001)}}`, 'number_out_of_range'],
+    ];
+    for (const [text, problem] of cases) expect(scanJsonObject(Buffer.from(text)), text).toEqual({ ok: false, problem });
+    expect(scanJsonObject(Buffer.from([0x7b, 0x22, 0xff, 0x22, 0x3a, 0x31, 0x7d]))).toEqual({ ok: false, problem: 'invalid_utf8' });
+    const nested = (depth: number) => '{"a":'.repeat(depth) + '1' + '}'.repeat(depth);
+    expect(scanJsonObject(Buffer.from(nested(MAX_JSON_DEPTH))).ok).toBe(true);
+    expect(scanJsonObject(Buffer.from(nested(MAX_JSON_DEPTH + 1)))).toEqual({ ok: false, problem: 'too_deep' });
+    expect(scanJsonObject(Buffer.from(`{"a":${'['.repeat(20_000)}`))).toEqual({ ok: false, problem: 'too_deep' });
+    expect(scanJsonObject(Buffer.alloc(MAX_JSON_BYTES + 1, 0x20))).toEqual({ ok: false, problem: 'too_large' });
+    // the limits' edges are what Postgres' numeric holds
+    for (const ok of ['{"a":1e9999}', '{"a":-1.5E-9999}', `{"a":${'9'.repeat(1000)}}`, '{"a":0.0e+0}', ' {"\\ud83d\\ude00":[{},[],""]} ']) expect(scanJsonObject(Buffer.from(ok)).ok, ok).toBe(true);
+  });
+
+  it('signs the top-level keys in order: the same keys give the same signature, other keys another', () => {
+    const keys = (o: Record<string, unknown>) => { const r = scanJsonObject(Buffer.from(JSON.stringify(o))); return r.ok ? r.keys : -1; };
+    expect(keys({ a: 1, b: 'x' })).toBe(keys({ a: 2.5, b: { c: 1 } }));
+    expect(keys({ a: { x: 1 } })).toBe(keys({ a: { y: 2 } })); // nested keys are values of `a`
+    const signatures = new Set([keys({}), keys({ a: 1 }), keys({ b: 1 }), keys({ a: 1, b: 1 }), keys({ b: 1, a: 1 }), keys({ ab: 1 }), keys({ a: 1, bc: 1 }), keys({ ab: 1, c: 1 }), keys({ 'a"': 1 })]);
+    expect(signatures.size).toBe(9);
+    expect(scanJsonObject(Buffer.from('{"\\u00e9":1}'))).not.toEqual(scanJsonObject(Buffer.from('{"é":1}')));
   });
 });

@@ -91,6 +91,8 @@ describe('a payload the gateway cannot store is refused alone', () => {
       ['lone low surrogate', '{"a":"x\\udc00y"}', 0x99],
       ['high surrogate followed by a non-surrogate escape', '{"a":"\\ud800\\u0041"}', 0x99],
       ['65 levels', nested(65), 0x99],
+      ['a number beyond what the database holds', '{"a":1e10000}', 0x99],
+      ['a large number the database holds', '{"a":-1.5e9999}', 0],
       ['64 levels', nested(64), 0],
       ['an escaped backslash before u0000 (text, not a NUL)', '{"a":"\\\\u0000"}', 0],
       ['an escaped surrogate pair', '{"a":"\\ud83d\\ude00"}', 0],
@@ -101,7 +103,7 @@ describe('a payload the gateway cannot store is refused alone', () => {
     expect(codes).toEqual(Object.fromEntries(cases.map(([name, , code]) => [name, code])));
     const after = rejected();
     expect(Object.fromEntries(Object.keys(after).map((k) => [k, after[k as keyof typeof after] - before[k as keyof typeof before]]))).toEqual({
-      too_large: 0, invalid_utf8: 1, nul: 2, lone_surrogate: 2, not_json: 1, not_object: 1, too_deep: 1,
+      too_large: 0, invalid_utf8: 1, nul: 2, lone_surrogate: 2, not_json: 1, not_object: 1, too_deep: 1, number_out_of_range: 1,
     });
 
     // the same rules on reported state and command replies; heartbeat and the device's own topics take anything

@@ -8,6 +8,7 @@ import { connectDevice, type TestDevice } from './fixtures.js';
 import crypto from 'node:crypto';
 import { TelemetryHistoryRepo } from '../../src/broker/telemetryHistory.js';
 import { IngestBuffer } from '../../src/broker/ingest.js';
+import { telemetry } from '../helpers/telemetry.js';
 import { BrokerRepo } from '../../src/broker/repo.js';
 import { createLogger } from '../../src/log.js';
 
@@ -142,7 +143,7 @@ describe('batched history writes', () => {
       const ingest = new IngestBuffer(new BrokerRepo(gw.db.sql), log, new TelemetryHistoryRepo(gw.db.sql));
       const things = Array.from({ length: 9 }, () => `capped-${crypto.randomUUID()}`);
       const chatty = things[4];
-      for (const t of things) for (let i = 0; i < (t === chatty ? 5 : 2); i++) ingest.addTelemetry(t, { i });
+      for (const t of things) for (let i = 0; i < (t === chatty ? 5 : 2); i++) ingest.addTelemetry(t, ...telemetry({ i }));
       await ingest.flush();
       const rows = await gw.db.sql<{ thing_id: string; n: number }[]>`
         select thing_id, json_array_length(points) as n from telemetry_history where thing_id in ${gw.db.sql(things)}`;
@@ -168,7 +169,7 @@ describe('batched history writes', () => {
       const name = i === 0 ? '☃'.repeat(300) : `température ☃ 🌡 ${'é'.repeat(i % 40)}`;
       const text = JSON.stringify({ i, name, list: [i, -i / 3, null, true] });
       const length = record.write(text, 7);
-      ingest.addTelemetry(thing, JSON.parse(text), { text, bytes: record.subarray(7, 7 + length) });
+      ingest.addTelemetry(thing, ...telemetry(record.subarray(7, 7 + length)));
       record.fill(0x7b); // the bytes under the views are overwritten before the flush
       sent.push(text);
     }

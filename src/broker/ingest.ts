@@ -1,6 +1,6 @@
 import postgres from 'postgres';
 import type { Logger } from '../log.js';
-import type { BrokerRepo, TelemetryRow } from './repo.js';
+import type { BrokerRepo, SeenRow, TelemetryRow } from './repo.js';
 import type { HistoryRow, TelemetryHistoryRepo } from './telemetryHistory.js';
 
 const FLUSH_MS = 250;
@@ -90,9 +90,9 @@ export class IngestBuffer {
       this.bytes = 0;
       const history: HistoryRow[] = [];
       const telemetry: TelemetryRow[] = [];
-      const seen: { thing_id: string; at: string }[] = [];
+      const seen: SeenRow[] = [];
       for (const [thing_id, entry] of batch) {
-        const at = new Date(entry.at).toISOString();
+        const at = entry.at;
         seen.push({ thing_id, at });
         const t = entry.telemetry;
         if (!t) continue;

@@ -20,8 +20,10 @@ export interface TwinRow {
 }
 
 /** SQL of the broker domain (device connectivity, telemetry, twins). */
-/** a thing's latest values of a batch: `telemetry` is the text of a checked JSON object, `at` an ISO time */
-export interface TelemetryRow { thing_id: string; telemetry: string; at: string }
+/** a thing's latest values of a batch: `telemetry` is the text of a checked JSON object, `at` epoch ms */
+export interface TelemetryRow { thing_id: string; telemetry: string; at: number }
+/** when a thing was last seen, epoch ms */
+export interface SeenRow { thing_id: string; at: number }
 
 export class BrokerRepo {
   constructor(private readonly sql: Sql) {}
@@ -63,19 +65,20 @@ export class BrokerRepo {
    * PostgreSQL: the gateway never parses or encodes the values.
    */
   async writeTelemetry(rows: TelemetryRow[]): Promise<void> {
-    const json = `[${rows.map((r) => `{"thing_id":${JSON.stringify(r.thing_id)},"at":"${r.at}","telemetry":${r.telemetry}}`).join(',')}]`;
+    const json = `[${rows.map((r) => `{"thing_id":${JSON.stringify(r.thing_id)},"at":${r.at},"telemetry":${r.telemetry}}`).join(',')}]`;
     await this.sql`
       insert into device_telemetry_latest (thing_id, telemetry, updated_at)
-      select x.thing_id, x.telemetry, x.at from jsonb_to_recordset(${json}::text::jsonb) as x(thing_id text, telemetry jsonb, at timestamptz)
+      select x.thing_id, x.telemetry, to_timestamp(x.at / 1000) from jsonb_to_recordset(${json}::text::jsonb) as x(thing_id text, telemetry jsonb, at float8)
       on conflict (thing_id) do update set telemetry = device_telemetry_latest.telemetry || excluded.telemetry,
         updated_at = greatest(device_telemetry_latest.updated_at, excluded.updated_at)`;
   }
 
-  /** One statement per batch: last seen advanced. */
-  async writeSeen(rows: { thing_id: string; at: string }[]): Promise<void> {
+  /** One statement per batch: last seen advanced (`at` in epoch ms). */
+  async writeSeen(rows: SeenRow[]): Promise<void> {
+    const json = `[${rows.map((r) => `{"thing_id":${JSON.stringify(r.thing_id)},"at":${r.at}}`).join(',')}]`;
     await this.sql`
       insert into device_connectivity (thing_id, last_seen)
-      select x.thing_id, x.at from jsonb_to_recordset(${this.sql.json(rows as never)}) as x(thing_id text, at timestamptz)
+      select x.thing_id, to_timestamp(x.at / 1000) from jsonb_to_recordset(${json}::text::jsonb) as x(thing_id text, at float8)
       on conflict (thing_id) do update set last_seen = greatest(device_connectivity.last_seen, excluded.last_seen)`;
   }
 

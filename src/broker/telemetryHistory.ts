@@ -78,17 +78,17 @@ export class TelemetryHistoryRepo {
    * One multi-row insert per batch, a row per thing, each value its own text parameter: the
    * points go to the server as they are (an array parameter would escape every quote of them on
    * the gateway's CPU). Not COPY: postgres.js never settles a COPY FROM STDIN the server refuses.
-   * Unprepared: the statement's text changes with the number of things.
+   * Unprepared: the statement's text changes with the number of things. Times go as epoch ms.
    */
   async insert(rows: HistoryRow[]): Promise<void> {
-    const params: string[] = [];
-    const tuples: string[] = [];
+    const params: (string | number)[] = [];
+    let values = '';
     for (const r of rows) {
       const i = params.length;
-      tuples.push(`($${i + 1}::text, $${i + 2}::text::timestamptz, $${i + 3}::text::timestamptz, $${i + 4}::text::json)`);
-      params.push(r.thing_id, new Date(r.first).toISOString(), new Date(r.last).toISOString(), r.points);
+      values += `${i === 0 ? '' : ', '}($${i + 1}::text, to_timestamp($${i + 2}::float8 / 1000), to_timestamp($${i + 3}::float8 / 1000), $${i + 4}::text::json)`;
+      params.push(r.thing_id, r.first, r.last, r.points);
     }
-    await this.sql.unsafe(`insert into telemetry_history (thing_id, first_at, last_at, points) values ${tuples.join(', ')}`, params, { prepare: false });
+    await this.sql.unsafe(`insert into telemetry_history (thing_id, first_at, last_at, points) values ${values}`, params, { prepare: false });
   }
 
   /** Raw values of `key` in [from, to), oldest first; one more than `limit` tells that more remain. */

@@ -55,6 +55,9 @@ export function attachFastLane(socket: TLSSocket, client: Client, take: TakePubl
   const parse = parser.parse;
   const idle = () => c.connackSent && c.connected && parser._list.length === 0 && parser._stateCounter === 0 && !parser.error;
 
+  let lastTopic = '';
+  let lastTopicBytes = new Uint8Array(0);
+
   /** Takes the plain publishes at the start of `buf`; returns how many bytes they used. */
   const consume = (buf: Buffer): number => {
     const v5 = c.version === 5;
@@ -83,7 +86,12 @@ export function attachFastLane(socket: TLSSocket, client: Client, take: TakePubl
       const topicLength = (buf[i] << 8) | buf[i + 1];
       i += 2;
       if (i + topicLength > packetEnd) break;
-      const topic = buf.toString('utf8', i, i + topicLength);
+      // a device publishes on a few topics: the last one's string is reused while the bytes match
+      if (topicLength !== lastTopicBytes.length || !sameBytes(buf, i, lastTopicBytes)) {
+        lastTopic = buf.toString('utf8', i, i + topicLength);
+        lastTopicBytes = Uint8Array.prototype.slice.call(buf, i, i + topicLength);
+      }
+      const topic = lastTopic;
       i += topicLength;
       let messageId: number | undefined;
       if (qos === 1) {
@@ -119,6 +127,12 @@ export function attachFastLane(socket: TLSSocket, client: Client, take: TakePubl
     const used = consume(chunk);
     return used === chunk.length || push.call(socket, used === 0 ? chunk : chunk.subarray(used));
   };
+  return true;
+}
+
+/** Whether `buf` holds `bytes` at `at` (from the end: a device's topics differ in their last level). */
+function sameBytes(buf: Buffer, at: number, bytes: Uint8Array): boolean {
+  for (let k = bytes.length - 1; k >= 0; k--) if (buf[at + k] !== bytes[k]) return false;
   return true;
 }
 

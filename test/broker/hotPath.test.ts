@@ -91,6 +91,39 @@ describe('fast lane (device publishes decoded in front of Aedes)', () => {
     socket.destroy();
   });
 
+  it('tells a device\'s topics apart within one record: telemetry, reported state, heartbeat, and an own topic of the same length', async () => {
+    const d = devices[0];
+    const { socket, packets } = await rawDevice(d);
+    const prefix = `devices/${d.thingId}`;
+    const lanedBefore = laned();
+    socket.write(Buffer.concat([
+      encode({ cmd: 'publish', topic: `${prefix}/telemetry`, payload: '{"t":1}', qos: 1, messageId: 1 }),
+      encode({ cmd: 'publish', topic: `${prefix}/twin/reported`, payload: '{"fw":"2.0"}', qos: 1, messageId: 2 }),
+      encode({ cmd: 'publish', topic: `${prefix}/telemetry`, payload: '{"t":2}', qos: 1, messageId: 3 }),
+      encode({ cmd: 'publish', topic: `${prefix}/heartbeat`, payload: 'x', qos: 1, messageId: 4 }),
+      // same length as telemetry, last byte differs: the device's own topic, not telemetry (Aedes' path)
+      encode({ cmd: 'publish', topic: `${prefix}/telemetrz`, payload: '{"t":99}', qos: 1, messageId: 5 }),
+      encode({ cmd: 'publish', topic: `${prefix}/telemetry`, payload: '{"t":3,"u":1}', qos: 1, messageId: 6 }),
+    ]));
+    await waitFor(() => packets.filter((p) => p.cmd === 'puback').length >= 6, 5000, 'PUBACKs');
+    expect(packets.filter((p): p is mqttPacket.IPubackPacket => p.cmd === 'puback').map((a) => [a.messageId, a.reasonCode ?? 0]))
+      .toEqual([[1, 0], [2, 0], [3, 0], [4, 0], [5, 0], [6, 0]]);
+    // the four before the other topic on the lane; it and what follows it in the record go to Aedes
+    expect(laned() - lanedBefore).toBe(4);
+    const latest = await waitFor(async () => {
+      await gw.services.devices.telemetry(d.thingId); // flushes the batch
+      const [row] = await gw.db.sql<{ telemetry: Record<string, number> }[]>`select telemetry from device_telemetry_latest where thing_id = ${d.thingId}`;
+      return row?.telemetry.t === 3 ? row.telemetry : undefined;
+    }, 10_000, 'latest telemetry');
+    expect(latest).toMatchObject({ t: 3, u: 1 });
+    const reported = await waitFor(async () => {
+      const [row] = await gw.db.sql<{ reported: Record<string, string> }[]>`select reported from device_twins where thing_id = ${d.thingId}`;
+      return row?.reported;
+    }, 5000, 'reported state');
+    expect(reported).toEqual({ fw: '2.0' });
+    socket.destroy();
+  });
+
   it('refuses a bad payload on the lane with 0x99 and goes on with the next packet of the same record', async () => {
     const d = devices[1];
     const { socket, packets } = await rawDevice(d);

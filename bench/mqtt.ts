@@ -18,7 +18,8 @@
  *   SHAPES=300 QOS=0 PAYLOADS=small ROUNDS=5 npm run bench:mqtt -- --no-write
  *
  * Also: MSGS_QOS0 / MSGS_QOS1 (messages per round, spread over the devices), INFLIGHT (QoS 1 window
- * per device, 20), ONLY=gateway|ingest-off|mosquitto (comma list of brokers), NODELAY=1 (TCP_NODELAY
+ * per device, 20), ONLY=gateway|ingest-off|mosquitto|history-off (comma list of brokers; history-off:
+ * the gateway with TELEMETRY_HISTORY=false, not in the default run), NODELAY=1 (TCP_NODELAY
  * on the publishers), BENCH_CPU_PROF=<dir> (V8 CPU profiles of the gateways), COMPARE_ROOT=<worktree>
  * (a fourth broker, 'before': the gateway of another checkout, for before/after figures of a change
  * in the same alternating rounds). Only a full run (every shape, payload, QoS and the three brokers)
@@ -31,7 +32,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { parseArgs } from 'node:util';
 import mqtt from 'mqtt';
 import {
-  MONITOR_CN, cpuSeconds, issueDevices, startGatewayProcess, startMosquitto, type Creds,
+  MONITOR_CN, cpuSeconds, issueDevices, systemSeconds, startGatewayProcess, startMosquitto, type Creds,
 } from './lib/brokers.js';
 import { writeBenchmarkSection } from './lib/report.js';
 
@@ -192,6 +193,8 @@ async function stopPublishers(procs: ChildProcess[]): Promise<void> {
 interface RunResult {
   messages: number; received: number; seconds: number; msgsPerSecond: number;
   brokerCpuUsPerMsg: number; brokerCpuShare: number; generatorCpuShare: number; helperCpuUsPerMsg: number;
+  /** of the broker's CPU, the share in the kernel (approximate: read after the round's last busy sample) */
+  brokerSystemShare: number;
 }
 
 /** The devices of one broker, connected and waiting for lines. */
@@ -222,7 +225,7 @@ async function runRound(fleet: Fleet, qos: 0 | 1, payload: PayloadName): Promise
   const lines = Buffer.from(`${PAYLOAD_TEXT[payload]}\n`.repeat(perDevice));
   const pubPids = procs.map((p) => p.pid!);
   const helpers = target.helperPids();
-  const cpu0 = { broker: cpuSeconds(target.pid), gen: cpuOf(pubPids), helpers: cpuOf(helpers) };
+  const cpu0 = { broker: cpuSeconds(target.pid), gen: cpuOf(pubPids), helpers: cpuOf(helpers), system: systemSeconds(target.pid) };
   const t0 = performance.now();
   // CPU sampled every SAMPLE_MS: the round ends at the last sample in which the broker was busy
   let last = { t: t0, cpu: cpu0.broker };
@@ -244,7 +247,9 @@ async function runRound(fleet: Fleet, qos: 0 | 1, payload: PayloadName): Promise
   const helperCpu = cpuOf(helpers) - cpu0.helpers;
   const seconds = (end.t - t0) / 1000;
   const brokerCpu = end.cpu - cpu0.broker;
+  const system = systemSeconds(target.pid) - cpu0.system;
   return {
+    brokerSystemShare: round(Math.min(1, system / Math.max(brokerCpu, 1e-9)), 2),
     messages: expected, received, seconds: round(seconds, 2),
     msgsPerSecond: Math.round(received / seconds),
     brokerCpuUsPerMsg: round(brokerCpu * 1e6 / received, 2),
@@ -284,6 +289,9 @@ async function main(): Promise<void> {
     if (ingestOff) stops.push(() => ingestOff.stop());
     const before = COMPARE_ROOT && ONLY.includes('before') ? await startGatewayProcess(path.join(dir, 'gw-before'), {}, gateway.certsDir, path.resolve(COMPARE_ROOT)) : undefined;
     if (before) stops.push(() => before.stop());
+    // not in the default run: latest values only (TELEMETRY_HISTORY=false), to read the history's share apart
+    const historyOff = ONLY.includes('history-off') ? await startGatewayProcess(path.join(dir, 'gw-history-off'), { TELEMETRY_HISTORY: 'false' }, gateway.certsDir) : undefined;
+    if (historyOff) stops.push(() => historyOff.stop());
     const caFile = path.join(gateway.certsDir, 'ca-bundle.pem');
     const ca = fs.readFileSync(caFile, 'utf8');
     const [monitorCreds, ...creds] = await issueDevices(gateway.certsDir, Math.max(...SHAPES) + 1, [MONITOR_CN]);
@@ -295,6 +303,7 @@ async function main(): Promise<void> {
       ...(ONLY.includes('gateway') ? [gatewayTarget('gateway', gateway.pid, gateway.mqttPort, gateway.httpUrl)] : []),
       ...(ingestOff ? [gatewayTarget('ingest-off', ingestOff.pid, ingestOff.mqttPort, ingestOff.httpUrl)] : []),
       ...(before ? [gatewayTarget('before', before.pid, before.mqttPort, before.httpUrl)] : []),
+      ...(historyOff ? [gatewayTarget('history-off', historyOff.pid, historyOff.mqttPort, historyOff.httpUrl)] : []),
       ...(ONLY.includes('mosquitto') ? [monitor] : []),
     ];
     const cells: Cell[] = [];
@@ -311,7 +320,7 @@ async function main(): Promise<void> {
                 const r = await runRound(fleet, qos, payload);
                 const key = `${fleet.target.name}/${payload}`;
                 results.set(key, [...(results.get(key) ?? []), r]);
-                console.log(`  ${String(shape).padStart(4)} devices  QoS ${qos}  ${payload.padEnd(5)}  round ${i + 1}  ${fleet.target.name.padEnd(10)} ${String(r.msgsPerSecond).padStart(7)} msg/s  ${r.received}/${r.messages} in ${r.seconds} s  broker ${r.brokerCpuUsPerMsg} µs/msg (${Math.round(r.brokerCpuShare * 100)}% of a core; generator ${Math.round(r.generatorCpuShare * 100)}%${r.helperCpuUsPerMsg ? `; PostgreSQL ${r.helperCpuUsPerMsg} µs/msg` : ''})`);
+                console.log(`  ${String(shape).padStart(4)} devices  QoS ${qos}  ${payload.padEnd(5)}  round ${i + 1}  ${fleet.target.name.padEnd(10)} ${String(r.msgsPerSecond).padStart(7)} msg/s  ${r.received}/${r.messages} in ${r.seconds} s  broker ${r.brokerCpuUsPerMsg} µs/msg (${Math.round(r.brokerCpuShare * 100)}% of a core, ${Math.round(r.brokerSystemShare * 100)}% of it system; generator ${Math.round(r.generatorCpuShare * 100)}%${r.helperCpuUsPerMsg ? `; PostgreSQL ${r.helperCpuUsPerMsg} µs/msg` : ''})`);
               }
             }
           }

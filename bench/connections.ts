@@ -90,24 +90,33 @@ function treeCpuSeconds(pid: number): number {
   return total;
 }
 
+interface IdleRates { own: number; children: number }
+
+/** CPU seconds per second a broker (and its child processes) uses while no client is connected */
+async function idleRates(pid: number): Promise<IdleRates> {
+  const own0 = cpuSeconds(pid);
+  const tree0 = treeCpuSeconds(pid);
+  const t0 = performance.now();
+  await new Promise((r) => setTimeout(r, 3000));
+  const seconds = (performance.now() - t0) / 1000;
+  const own = (cpuSeconds(pid) - own0) / seconds;
+  return { own, children: (treeCpuSeconds(pid) - tree0) / seconds - own };
+}
+
 /**
  * One round against one broker: `go` (full handshakes) or `resume` (with the tickets of the last
  * `go` to the same broker). CPU during the connects, and until 3 s after them (the gateway's
  * batched bookkeeping finishes then; Mosquitto keeps none) less what the broker uses when idle
- * (its rate over the 2 s before the round: timers, jobs); `dbMsPerSession`: the broker's child
- * processes (the gateway's PostgreSQL) over the same span, less their idle rate likewise.
+ * (`idle`: its rates measured before any connect: timers, jobs); `dbMsPerSession`: the broker's
+ * child processes (the gateway's PostgreSQL) over the same span, less their idle rate likewise.
  */
-async function measure(pid: number, port: number, n: number, ask: (line: string) => Promise<string[]>, command: 'go' | 'resume'): Promise<Measured> {
-  const idleCpu0 = cpuSeconds(pid);
-  const idleTree0 = treeCpuSeconds(pid);
-  const idle0 = performance.now();
+async function measure(pid: number, port: number, n: number, ask: (line: string) => Promise<string[]>, command: 'go' | 'resume', idle: IdleRates): Promise<Measured> {
   await new Promise((r) => setTimeout(r, 2000));
   const rssBefore = rssBytes(pid);
   const cpuBefore = cpuSeconds(pid);
   const treeBefore = treeCpuSeconds(pid);
-  const idleSeconds = (performance.now() - idle0) / 1000;
-  const idleRate = (cpuBefore - idleCpu0) / idleSeconds;
-  const idleTreeRate = (treeBefore - idleTree0) / idleSeconds - idleRate;
+  const idleRate = idle.own;
+  const idleTreeRate = idle.children;
   const start = performance.now();
   const outs = (await ask(`${command} ${port}`)).map((l) => JSON.parse(l) as WorkerResult);
   const seconds = (performance.now() - start) / 1000;
@@ -153,11 +162,13 @@ async function main(): Promise<void> {
     await Promise.all(workers.map((_, i) => nextLine(i)));
     console.log(`  certificates issued in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
     mosquitto = await startMosquitto(dir, gateway.certsDir);
-    const brokers: { name: string; pid: number; port: number }[] = [
+    const brokers: { name: string; pid: number; port: number; idle?: IdleRates }[] = [
       ...(baseline ? [{ name: 'gateway, baseline', pid: baseline.pid, port: baseline.mqttPort }] : []),
       { name: 'gateway (Aedes)', pid: gateway.pid, port: gateway.mqttPort },
       { name: 'mosquitto 2', pid: mosquitto.pid, port: mosquitto.port },
     ];
+    for (const b of brokers) b.idle = await idleRates(b.pid);
+    console.log(`  idle CPU: ${brokers.map((b) => `${b.name} ${(b.idle!.own * 1000).toFixed(0)} ms/s (child processes ${(b.idle!.children * 1000).toFixed(0)} ms/s)`).join(', ')}`);
     // not measured: every broker's first connects (JIT warm-up of the gateways, session caches)
     for (const b of brokers) {
       await ask(`go ${b.port} ${Math.ceil(Math.min(500, n / 4) / workersN)}`);
@@ -166,7 +177,7 @@ async function main(): Promise<void> {
     const results: { name: string; round: 'full' | 'resumed'; r: Measured }[] = [];
     for (const command of ['go', 'resume'] as const) {
       for (const b of brokers) {
-        const r = await measure(b.pid, b.port, n, ask, command);
+        const r = await measure(b.pid, b.port, n, ask, command, b.idle!);
         const round = command === 'go' ? 'full' : 'resumed';
         results.push({ name: b.name, round, r });
         console.log(`  ${b.name}, ${round}: ${r.connected}/${n} in ${r.seconds.toFixed(1)} s (${r.resumed} resumed), ${r.cpuMsPerSession.toFixed(2)} ms CPU per session (${r.cpuSettledMsPerSession.toFixed(2)} with the 3 s after, less idle; database ${r.dbMsPerSession.toFixed(2)}), ${r.kibPerConnection.toFixed(1)} KiB per connection`);

@@ -45,6 +45,9 @@ async function main(): Promise<void> {
   const loadBefore = os.loadavg()[0];
   try {
     const certsDir = path.join(dir, 'certs');
+    // generates the CA hierarchy without a database (Pki.ensure only takes an advisory lock there)
+    const noDb = { begin: async (work: (tx: unknown) => Promise<unknown>) => work(async () => []) };
+    await Pki.ensure(noDb as never, { dir: certsDir, serverNames: ['localhost'], crlUrl: 'http://127.0.0.1/crl' });
     const creds = await issueDevices(certsDir, 100);
     const pki = await Pki.ensure(undefined as never, { dir: certsDir, serverNames: ['localhost'], crlUrl: 'http://127.0.0.1/crl' });
     const crl = await pki.createCrl([], 1, 3600);

@@ -1,4 +1,4 @@
-import crypto, { type X509Certificate } from 'node:crypto';
+import crypto from 'node:crypto';
 import tls from 'node:tls';
 import type { AddressInfo } from 'node:net';
 import { Aedes, type AedesOptions, type AedesPublishPacket, type Client, type PublishPacket } from 'aedes';
@@ -48,19 +48,9 @@ const certificates = new WeakMap<Client, ClientCertificate>();
 /** The serial (hex) and notBefore of the client certificate this MQTT session authenticated with. */
 export const clientCertificate = (client: Client): ClientCertificate | undefined => certificates.get(client);
 
-/**
- * The client certificate as an X509Certificate: its fields are read on demand (getPeerCertificate
- * would build every field, the key and three fingerprints, on every CONNECT).
- */
-function peerCertificate(client: Client): X509Certificate | undefined {
+function peerCertificate(client: Client): tls.PeerCertificate | undefined {
   const conn = client.conn as unknown as tls.TLSSocket;
-  return typeof conn.getPeerX509Certificate === 'function' ? conn.getPeerX509Certificate() : undefined;
-}
-
-/** The first CN of a certificate's subject (one `name=value` per line) */
-function commonName(cert: X509Certificate | undefined): string | undefined {
-  const line = cert?.subject.split('\n').find((l) => l.startsWith('CN='));
-  return line?.slice(3);
+  return typeof conn.getPeerCertificate === 'function' ? conn.getPeerCertificate() : undefined;
 }
 
 /** Certificate serials compare as lower-case hex without leading zeros. */
@@ -166,7 +156,7 @@ export class Broker {
     const aedes = await Aedes.createBroker({
       authenticate: (client, username, _password, done) => {
         const cert = peerCertificate(client);
-        const cn = commonName(cert);
+        const cn = Array.isArray(cert?.subject?.CN) ? cert.subject.CN[0] : cert?.subject?.CN;
         const refuse = (message: string) => {
           if (self) self.stats.connectsRefused += 1;
           done(notAuthorized(message), false);
@@ -174,7 +164,7 @@ export class Broker {
         if (!cn || cn !== client.id || username !== cn) return refuse('certificate CN must equal client id and username');
         const serial = cert?.serialNumber;
         if (!serial || self?.revokedSerials.has(normalizeSerial(serial))) return refuse('certificate revoked');
-        certificates.set(client, { serial, notBefore: new Date(cert.validFrom) });
+        certificates.set(client, { serial, notBefore: new Date(cert.valid_from) });
         done(null, true);
       },
       authorizePublish: (client, packet, cb) => {

@@ -11,7 +11,7 @@ export interface ConnectivityChange {
 }
 
 /** how long a change waits for others to share its writes */
-const BATCH_MS = 20;
+const BATCH_MS = 100;
 /** changes that trigger a write before the timer */
 const MAX_BATCH = 1_000;
 

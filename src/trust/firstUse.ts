@@ -11,7 +11,7 @@ export const FIRST_USE_FRESH_MS = 15 * 60_000;
 const normalize = (hex: string) => hex.toLowerCase().replace(/^0+(?=.)/, '');
 
 /** how long a young certificate's question waits for others to share its query */
-const ASK_BATCH_MS = 20;
+const ASK_BATCH_MS = 100;
 
 /**
  * The connect path's certificate first-use check without a round trip in the common case. Every

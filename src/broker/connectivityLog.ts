@@ -30,12 +30,15 @@ export class ConnectivityLog {
   private queue: ConnectivityChange[] = [];
   private timer?: NodeJS.Timeout;
   private writing: Promise<void> = Promise.resolve();
+  /** per thing: its changes not written yet (queued or being written) */
+  private readonly unwritten = new Map<string, number>();
 
   /** `write` gets one chunk (each thing once); its failure is logged and the next chunk goes on */
   constructor(private readonly write: (chunk: ConnectivityChange[]) => Promise<void>, private readonly log: Logger) {}
 
   add(change: ConnectivityChange): void {
     this.queue.push(change);
+    this.unwritten.set(change.thingId, (this.unwritten.get(change.thingId) ?? 0) + 1);
     if (this.queue.length >= MAX_BATCH) void this.flush();
     else if (!this.timer) {
       this.timer = setTimeout(() => void this.flush(), BATCH_MS);
@@ -57,9 +60,22 @@ export class ConnectivityLog {
         } catch (err) {
           this.log.error({ err, changes: chunk.length }, 'device connectivity changes not recorded');
         }
+        for (const { thingId } of chunk) {
+          const left = this.unwritten.get(thingId)! - 1;
+          if (left) this.unwritten.set(thingId, left);
+          else this.unwritten.delete(thingId);
+        }
       }
     });
     return this.writing;
+  }
+
+  /**
+   * Resolves once the changes of this thing seen so far are written: a read of its connectivity
+   * on this node (e.g. a command right after the device connected) sees its latest connect.
+   */
+  async written(thingId: string): Promise<void> {
+    if (this.unwritten.has(thingId)) await this.flush();
   }
 }
 

@@ -194,6 +194,8 @@ export class ConnectedDeviceService {
   }
 
   async connectivity(thingId: string) {
+    // this node's connects and disconnects of the thing not yet written go first (read your writes)
+    await this.connectivityLog.written(thingId);
     const row = await this.repo.connectivity(thingId);
     return {
       thingId,

@@ -131,6 +131,13 @@ describe('device topics and tenant endpoints', () => {
     expect(events[0].account_id).toBe(account.id);
   });
 
+  it('a read right after CONNACK sees the device connected (this node writes its pending connects first)', async () => {
+    const device = await ownedDevice();
+    const client = await connectDevice(port, device);
+    expect((await gw.http.get(`/api/v1/things/${device.thingId}/connectivity`, { token: account.viewer })).body.connected).toBe(true);
+    await client.endAsync();
+  });
+
   it('records a burst of connects in batches, and quick reconnects of one device in their order', async () => {
     // ten owned devices at once: each gets its connectivity row and one device.connected with its account
     const devices = await Promise.all(Array.from({ length: 10 }, () => ownedDevice()));

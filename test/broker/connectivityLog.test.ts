@@ -33,4 +33,16 @@ describe('connectivity log', () => {
     await log.flush();
     expect(written).toEqual([['a'], ['b', 'bad'], ['b', 'c']]);
   });
+
+  it('a read of one thing waits for its unwritten changes only', async () => {
+    const written: string[] = [];
+    const log = new ConnectivityLog(async (chunk) => void written.push(...chunk.map((c) => c.thingId)), pino({ level: 'silent' }));
+    await log.written('a'); // nothing of it: no write
+    expect(written).toEqual([]);
+    log.add(change('connected', 'a', '1'));
+    await log.written('a');
+    expect(written).toEqual(['a']);
+    await log.written('a'); // written already
+    expect(written).toEqual(['a']);
+  });
 });

@@ -3,16 +3,23 @@
  * gateway process, then the same clients against Debian's Mosquitto 2 (same certificates, TLS
  * settings and ACL as bench:mqtt): handshakes per second (TLS handshake + CONNECT/CONNACK, all
  * clients started together), broker CPU per session and resident memory per connection, with the
- * ratio gateway/Mosquitto. Clients run in WORKERS processes (mqtt.js; each issues its own device
- * certificates from the gateway's device CA first). Rewrites its docs/benchmarks.md section.
+ * ratio gateway/Mosquitto. Then a reconnect round: every client disconnects and connects again
+ * presenting the TLS session ticket the broker gave it (TLS 1.3 resumption: no certificate
+ * signature or chain check), again for both. Clients run in WORKERS processes (mqtt.js; each
+ * issues its own device certificates from the gateway's device CA and prepares their TLS contexts
+ * first, so the clients' PEM parsing is not in the measured window). BASELINE_ROOT=<checkout>
+ * also runs the gateway of another checkout (same certificates), measured in the same rounds, as
+ * a before/after. Rewrites its docs/benchmarks.md section.
  *
  *   npm run bench:connections
  *   CONNECTIONS=2000 npm run bench:connections -- --no-write
+ *   CONNECTIONS=2000 BASELINE_ROOT=/tmp/base npm run bench:connections -- --no-write
  */
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import readline from 'node:readline';
+import tls from 'node:tls';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -20,28 +27,42 @@ import type { MqttClient } from 'mqtt';
 import { ROOT, connectMany, cpuSeconds, issueDevices, rssBytes, startGatewayProcess, startMosquitto } from './lib/brokers.js';
 import { writeBenchmarkSection } from './lib/report.js';
 
-interface WorkerResult { connected: number; failed: number; p50: number; p99: number }
+interface WorkerResult { connected: number; failed: number; resumed: number; p50: number; p99: number }
 
-/** Worker: issues its certificates, then on `go <port>` connects them all and reports; `stop` disconnects. */
+/**
+ * Worker: issues its certificates, then on `go <port>` connects them all (full handshakes) and
+ * reports, keeping the TLS session ticket each got; `resume <port>` connects them again with those
+ * tickets; `stop` disconnects.
+ */
 async function worker(): Promise<void> {
   const [count, certsDir] = process.argv.slice(3);
   const creds = await issueDevices(certsDir, Number(count));
   const ca = fs.readFileSync(path.join(certsDir, 'ca-bundle.pem'), 'utf8');
+  const contexts = creds.map((c) => tls.createSecureContext({ key: c.key, cert: c.cert, ca }));
+  /** per broker port, per client: the last ticket the broker sent in the last `go` */
+  const sessions = new Map<string, (Buffer | undefined)[]>();
   process.stdout.write('ready\n');
   let clients: MqttClient[] = [];
   for await (const line of readline.createInterface({ input: process.stdin })) {
-    const [command, port] = line.split(' ');
-    if (command === 'go') {
+    const [command, port, count] = line.split(' ');
+    if (command === 'go' || command === 'resume') {
       const latencies: number[] = [];
       let failed = 0;
+      const resume = command === 'resume';
+      if (!resume) sessions.set(port, new Array(creds.length));
+      const tickets = sessions.get(port) ?? [];
       try {
-        clients = await connectMany(Number(port), creds, ca, 100, (ms) => latencies.push(ms));
+        clients = await connectMany(Number(port), count ? creds.slice(0, Number(count)) : creds, ca, 100, (ms) => latencies.push(ms), (i) => ({
+          secureContext: contexts[i],
+          ...(resume ? { session: tickets[i] } : { onSession: (s: Buffer) => (tickets[i] = s) }),
+        }));
       } catch (err) {
         failed += 1;
         process.stderr.write(`connect failed: ${(err as Error).message}\n`);
       }
       latencies.sort((a, b) => a - b);
-      const result: WorkerResult = { connected: clients.filter(Boolean).length, failed, p50: latencies[Math.floor(latencies.length / 2)], p99: latencies[Math.floor(latencies.length * 0.99)] };
+      const resumed = clients.filter((c) => (c?.stream as tls.TLSSocket | undefined)?.isSessionReused()).length;
+      const result: WorkerResult = { connected: clients.filter(Boolean).length, failed, resumed, p50: latencies[Math.floor(latencies.length / 2)], p99: latencies[Math.floor(latencies.length * 0.99)] };
       process.stdout.write(JSON.stringify(result) + '\n');
     } else if (command === 'stop') {
       await Promise.all(clients.map((c) => c?.endAsync(true)));
@@ -52,23 +73,65 @@ async function worker(): Promise<void> {
   process.exit(0);
 }
 
-interface Measured { connected: number; n: number; seconds: number; cpuMsPerSession: number; rssBefore: number; rssAfter: number; kibPerConnection: number; latencies: string }
+interface Measured { connected: number; resumed: number; n: number; seconds: number; cpuMsPerSession: number; cpuSettledMsPerSession: number; dbMsPerSession: number; rssBefore: number; rssAfter: number; kibPerConnection: number; latencies: string }
 
-async function measure(pid: number, port: number, n: number, ask: (line: string) => Promise<string[]>): Promise<Measured> {
+/** CPU seconds of a process and all its descendants (the gateway's embedded PostgreSQL) */
+function treeCpuSeconds(pid: number): number {
+  let total = 0;
+  const visit = (p: number) => {
+    try {
+      total += cpuSeconds(p);
+      for (const task of fs.readdirSync(`/proc/${p}/task`)) {
+        for (const child of fs.readFileSync(`/proc/${p}/task/${task}/children`, 'utf8').split(' ').filter(Boolean)) visit(Number(child));
+      }
+    } catch { /* gone meanwhile */ }
+  };
+  visit(pid);
+  return total;
+}
+
+interface IdleRates { own: number; children: number }
+
+/** CPU seconds per second a broker (and its child processes) uses while no client is connected */
+async function idleRates(pid: number): Promise<IdleRates> {
+  const own0 = cpuSeconds(pid);
+  const tree0 = treeCpuSeconds(pid);
+  const t0 = performance.now();
+  await new Promise((r) => setTimeout(r, 3000));
+  const seconds = (performance.now() - t0) / 1000;
+  const own = (cpuSeconds(pid) - own0) / seconds;
+  return { own, children: (treeCpuSeconds(pid) - tree0) / seconds - own };
+}
+
+/**
+ * One round against one broker: `go` (full handshakes) or `resume` (with the tickets of the last
+ * `go` to the same broker). CPU during the connects, and until 3 s after them (the gateway's
+ * batched bookkeeping finishes then; Mosquitto keeps none) less what the broker uses when idle
+ * (`idle`: its rates measured before any connect: timers, jobs); `dbMsPerSession`: the broker's
+ * child processes (the gateway's PostgreSQL) over the same span, less their idle rate likewise.
+ */
+async function measure(pid: number, port: number, n: number, ask: (line: string) => Promise<string[]>, command: 'go' | 'resume', idle: IdleRates): Promise<Measured> {
   await new Promise((r) => setTimeout(r, 2000));
   const rssBefore = rssBytes(pid);
   const cpuBefore = cpuSeconds(pid);
+  const treeBefore = treeCpuSeconds(pid);
+  const idleRate = idle.own;
+  const idleTreeRate = idle.children;
   const start = performance.now();
-  const outs = (await ask(`go ${port}`)).map((l) => JSON.parse(l) as WorkerResult);
+  const outs = (await ask(`${command} ${port}`)).map((l) => JSON.parse(l) as WorkerResult);
   const seconds = (performance.now() - start) / 1000;
   const cpu = cpuSeconds(pid) - cpuBefore;
   await new Promise((r) => setTimeout(r, 3000)); // connect bookkeeping (database writes) settles
+  const span = (performance.now() - start) / 1000;
+  const cpuSettled = cpuSeconds(pid) - cpuBefore - idleRate * span;
+  const db = treeCpuSeconds(pid) - treeBefore - (cpuSeconds(pid) - cpuBefore) - idleTreeRate * span;
   const rssAfter = rssBytes(pid);
   const connected = outs.reduce((a, o) => a + o.connected, 0);
   await ask('stop');
+  const per = (seconds: number) => seconds * 1000 / Math.max(1, connected);
   return {
-    connected, n, seconds, rssBefore, rssAfter,
-    cpuMsPerSession: cpu * 1000 / Math.max(1, connected),
+    connected, n, seconds, rssBefore, rssAfter, resumed: outs.reduce((a, o) => a + o.resumed, 0),
+    cpuMsPerSession: per(cpu), cpuSettledMsPerSession: per(cpuSettled), dbMsPerSession: per(db),
     kibPerConnection: (rssAfter - rssBefore) / Math.max(1, connected) / 1024,
     latencies: outs.map((o) => `${Math.round(o.p50)}/${Math.round(o.p99)}`).join(', '),
   };
@@ -82,6 +145,8 @@ async function main(): Promise<void> {
   const loadBefore = os.loadavg()[0];
   console.log(`bench:connections  ${n} mTLS MQTT 5 sessions, ${workersN} client processes, ${os.cpus().length} CPUs, node ${process.version}`);
   const gateway = await startGatewayProcess(dir);
+  // the gateway of another checkout, same certificates (its own database), for a before/after in the same rounds
+  const baseline = process.env.BASELINE_ROOT ? await startGatewayProcess(path.join(dir, 'baseline'), {}, gateway.certsDir, process.env.BASELINE_ROOT) : undefined;
   let mosquitto: Awaited<ReturnType<typeof startMosquitto>> | undefined;
   try {
     const per = Math.ceil(n / workersN);
@@ -97,34 +162,59 @@ async function main(): Promise<void> {
     await Promise.all(workers.map((_, i) => nextLine(i)));
     console.log(`  certificates issued in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
     mosquitto = await startMosquitto(dir, gateway.certsDir);
-    const g = await measure(gateway.pid, gateway.mqttPort, n, ask);
-    console.log(`  gateway:   ${g.connected}/${n} in ${g.seconds.toFixed(1)} s, ${g.cpuMsPerSession.toFixed(2)} ms CPU per session, ${g.kibPerConnection.toFixed(1)} KiB per connection`);
-    const m = await measure(mosquitto.pid, mosquitto.port, n, ask);
-    console.log(`  mosquitto: ${m.connected}/${n} in ${m.seconds.toFixed(1)} s, ${m.cpuMsPerSession.toFixed(2)} ms CPU per session, ${m.kibPerConnection.toFixed(1)} KiB per connection`);
+    const brokers: { name: string; pid: number; port: number; idle?: IdleRates }[] = [
+      ...(baseline ? [{ name: 'gateway, baseline', pid: baseline.pid, port: baseline.mqttPort }] : []),
+      { name: 'gateway (Aedes)', pid: gateway.pid, port: gateway.mqttPort },
+      { name: 'mosquitto 2', pid: mosquitto.pid, port: mosquitto.port },
+    ];
+    for (const b of brokers) b.idle = await idleRates(b.pid);
+    console.log(`  idle CPU: ${brokers.map((b) => `${b.name} ${(b.idle!.own * 1000).toFixed(0)} ms/s (child processes ${(b.idle!.children * 1000).toFixed(0)} ms/s)`).join(', ')}`);
+    // not measured: every broker's first connects (JIT warm-up of the gateways, session caches)
+    for (const b of brokers) {
+      await ask(`go ${b.port} ${Math.ceil(Math.min(500, n / 4) / workersN)}`);
+      await ask('stop');
+    }
+    const results: { name: string; round: 'full' | 'resumed'; r: Measured }[] = [];
+    for (const command of ['go', 'resume'] as const) {
+      for (const b of brokers) {
+        const r = await measure(b.pid, b.port, n, ask, command, b.idle!);
+        const round = command === 'go' ? 'full' : 'resumed';
+        results.push({ name: b.name, round, r });
+        console.log(`  ${b.name}, ${round}: ${r.connected}/${n} in ${r.seconds.toFixed(1)} s (${r.resumed} resumed), ${r.cpuMsPerSession.toFixed(2)} ms CPU per session (${r.cpuSettledMsPerSession.toFixed(2)} with the 3 s after, less idle; database ${r.dbMsPerSession.toFixed(2)}), ${r.kibPerConnection.toFixed(1)} KiB per connection`);
+      }
+    }
     for (const w of workers) w.stdin!.write('exit\n');
     await Promise.all(workers.map((w) => new Promise((r) => (w.exitCode !== null ? r(null) : w.once('exit', r)))));
-    const rows = ([['gateway (Aedes)', g], ['mosquitto 2', m]] as const).map(([name, r]) =>
-      `| ${name} | ${r.connected.toLocaleString('en-US')} of ${r.n.toLocaleString('en-US')} | ${Math.round(r.connected / r.seconds)} | ${r.seconds.toFixed(1)} s | ${r.latencies} | ${r.cpuMsPerSession.toFixed(2)} | ${(r.rssBefore / 2 ** 20).toFixed(0)} / ${(r.rssAfter / 2 ** 20).toFixed(0)} MiB | **${r.kibPerConnection.toFixed(1)}** |`);
-    const table = `| broker | sessions | handshakes/s | time to connect all | connect latency p50/p99 per client process (ms) | broker CPU ms per session | RSS before / after | KiB per connection |
-|---|---|---|---|---|---|---|---|
+    const rows = results.map(({ name, round, r }) =>
+      `| ${name} | ${round}${round === 'resumed' ? ` (${r.resumed.toLocaleString('en-US')})` : ''} | ${r.connected.toLocaleString('en-US')} of ${r.n.toLocaleString('en-US')} | **${Math.round(r.connected / r.seconds)}** | ${r.seconds.toFixed(1)} s | ${r.latencies} | ${r.cpuMsPerSession.toFixed(2)} / **${r.cpuSettledMsPerSession.toFixed(2)}** | ${r.dbMsPerSession.toFixed(2)} | ${round === 'full' ? `${(r.rssBefore / 2 ** 20).toFixed(0)} / ${(r.rssAfter / 2 ** 20).toFixed(0)} MiB | **${r.kibPerConnection.toFixed(1)}**` : '- | -'} |`);
+    const table = `| broker | handshakes (resumed) | sessions | handshakes/s | time to connect all | connect latency p50/p99 per client process (ms) | broker CPU ms per session: connects / with the 3 s after, less idle | its child processes (PostgreSQL) CPU ms per session | RSS before / after | KiB per connection |
+|---|---|---|---|---|---|---|---|---|---|
 ${rows.join('\n')}`;
     console.log(`\n${table}`);
-    const ratios = `Ratios gateway/Mosquitto: handshakes/s ${((g.connected / g.seconds) / (m.connected / m.seconds)).toFixed(2)}, CPU per session ${(m.cpuMsPerSession / g.cpuMsPerSession).toFixed(2)} (Mosquitto's / the gateway's), memory per connection ${(m.kibPerConnection / g.kibPerConnection).toFixed(2)} (Mosquitto's / the gateway's).`;
+    const of = (name: string, round: string) => results.find((x) => x.name === name && x.round === round)!.r;
+    const ratioLine = (name: string) => (['full', 'resumed'] as const).map((round) => {
+      const g = of(name, round);
+      const m = of('mosquitto 2', round);
+      return `${round}: handshakes/s ${((g.connected / g.seconds) / (m.connected / m.seconds)).toFixed(2)}, CPU per session ${(m.cpuSettledMsPerSession / g.cpuSettledMsPerSession).toFixed(2)} (Mosquitto's / the gateway's, with the 3 s after, less idle)${round === 'full' ? `, memory per connection ${(m.kibPerConnection / g.kibPerConnection).toFixed(2)}` : ''}`;
+    }).join('; ');
+    const ratios = [`Ratios gateway/Mosquitto: ${ratioLine('gateway (Aedes)')}.`, ...(baseline ? [`Baseline gateway/Mosquitto: ${ratioLine('gateway, baseline')}.`] : [])].join('\n');
     console.log(ratios);
+    const loadAfter = os.loadavg()[0];
+    console.log(`load average ${loadBefore.toFixed(1)} at the start, ${loadAfter.toFixed(1)} at the end`);
     if (!args['no-write']) {
       const section = `### Connections (\`npm run bench:connections\`)
 
-Measured ${new Date().toISOString().slice(0, 16)}Z on ${os.cpus().length} cores, Node ${process.versions.node} (1-minute load average ${loadBefore.toFixed(1)} at the start).
+Measured ${new Date().toISOString().slice(0, 16)}Z on ${os.cpus().length} cores, Node ${process.versions.node} (1-minute load average ${loadBefore.toFixed(1)} at the start, ${loadAfter.toFixed(1)} at the end).
 ${n.toLocaleString('en-US')} concurrent MQTT 5 sessions with mutual TLS (EC P-256 client certificates), opened all at once by
-${workersN} mqtt.js client processes (100 connects in flight each), first against the gateway, then the same clients
-against Mosquitto 2 (Debian; the bench:mqtt configuration). The client processes share the 2 cores with the broker,
-so handshakes/s is a floor for both. The gateway's CPU per session includes the connect bookkeeping
-(connectivity row, retained lifecycle message, domain event; since issue 19 no first-use query for a
-certificate that is neither young nor awaiting first use); Mosquitto keeps nothing. A perf profile of
-the gateway during the connects (2026-11-22) put about 23% in OpenSSL, 7% in OpenSSL's locks and 10% in
-the PostgreSQL bookkeeping; the rest is Node's TLS and stream objects, Aedes and garbage collection.
-The bench's device certificates are minutes old, so here every connect still takes the first-use
-query (a young certificate is always looked up); devices in the field mostly present older ones.
+${workersN} mqtt.js client processes (100 connects in flight each, TLS contexts prepared before), first against the gateway, then the same clients
+against Mosquitto 2 (Debian; the bench:mqtt configuration); then all of them again, each presenting the TLS 1.3 session
+ticket it got (resumed: no certificate signature or chain check). The client processes share the 2 cores with the broker,
+so handshakes/s is a floor for both; the broker CPU per session is the figure that compares the brokers' own cost.
+Each broker gets an unmeasured warm-up round first; the CPU "with the 3 s after" runs until 3 s after the last CONNACK
+(the gateway's batched bookkeeping is written by then) less the broker's idle rate, measured once before any connect.
+The gateway's CPU per session includes the connect bookkeeping (connectivity rows, retained lifecycle messages,
+domain events, written in batches since issue 19; the certificate first-use question, which here is always asked,
+batched, since the bench's certificates are minutes old); its PostgreSQL's CPU is the separate column. Mosquitto keeps nothing.
 
 ${table}
 
@@ -134,6 +224,7 @@ ${ratios}
     }
   } finally {
     await mosquitto?.stop();
+    await baseline?.stop();
     await gateway.stop();
     fs.rmSync(dir, { recursive: true, force: true });
   }

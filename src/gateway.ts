@@ -163,6 +163,8 @@ export interface CrlSource {
 
 export interface ThingDirectory {
   accountOf(thingId: string): Promise<string | undefined>;
+  /** the owning account of each of these things that exists (one query for a batch) */
+  accountsOf(thingIds: string[]): Promise<Map<string, string>>;
 }
 
 export interface QuotaGate {

@@ -7,6 +7,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import net from 'node:net';
+import tls from 'node:tls';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import mqtt, { type MqttClient } from 'mqtt';
@@ -126,21 +127,32 @@ export async function startMosquitto(dir: string, certsDir: string): Promise<{ p
   return { proc, pid: proc.pid!, port, stop: () => new Promise((resolve) => { proc.once('exit', () => resolve()); proc.kill('SIGTERM'); }) };
 }
 
-export function connectDevice(port: number, c: Creds, ca: string, protocolVersion: 4 | 5 = 5): Promise<MqttClient> {
-  return mqtt.connectAsync(`mqtts://127.0.0.1:${port}`, {
-    key: c.key, cert: c.cert, ca, servername: 'localhost', clientId: c.thingId, username: c.thingId,
+/** TLS details of a connect: a prepared secure context (key, certificate and CA parsed once), a TLS session to resume, where to put the tickets the broker sends */
+export interface ConnectTls { secureContext?: tls.SecureContext; session?: Buffer; onSession?: (session: Buffer) => void }
+
+export function connectDevice(port: number, c: Creds, ca: string, protocolVersion: 4 | 5 = 5, t: ConnectTls = {}): Promise<MqttClient> {
+  const client = mqtt.connect(`mqtts://127.0.0.1:${port}`, {
+    ...(t.secureContext ? { secureContext: t.secureContext } : { key: c.key, cert: c.cert, ca }),
+    ...(t.session ? { session: t.session } : {}),
+    servername: 'localhost', clientId: c.thingId, username: c.thingId,
     protocolVersion, reconnectPeriod: 0, connectTimeout: 300_000, keepalive: 600,
+  } as mqtt.IClientOptions);
+  // TLS 1.3 tickets arrive after the handshake, before CONNACK
+  if (t.onSession) client.stream.on('session', t.onSession);
+  return new Promise((resolve, reject) => {
+    client.once('connect', () => { client.off('error', reject); resolve(client); });
+    client.once('error', reject);
   });
 }
 
-export async function connectMany(port: number, creds: Creds[], ca: string, concurrency: number, onEach?: (ms: number) => void): Promise<MqttClient[]> {
+export async function connectMany(port: number, creds: Creds[], ca: string, concurrency: number, onEach?: (ms: number) => void, tlsOf?: (i: number) => ConnectTls): Promise<MqttClient[]> {
   const clients: MqttClient[] = new Array(creds.length);
   let next = 0;
   await Promise.all(Array.from({ length: concurrency }, async () => {
     while (next < creds.length) {
       const i = next++;
       const t0 = performance.now();
-      clients[i] = await connectDevice(port, creds[i], ca);
+      clients[i] = await connectDevice(port, creds[i], ca, 5, tlsOf?.(i));
       onEach?.(performance.now() - t0);
     }
   }));

@@ -55,6 +55,21 @@ export class Cluster {
     await (db as Sql).unsafe('select pg_notify($1, $2)', [CHANNEL, text]);
   }
 
+  /**
+   * Like `notify` for many payloads of one topic, in one statement (the connect bookkeeping sends a
+   * batch of device events at once); an oversized payload still travels by reference.
+   */
+  async notifyMany<T>(topic: string, payloads: T[], db: { unsafe: Sql['unsafe'] } = this.sql): Promise<void> {
+    const texts: string[] = [];
+    for (const payload of payloads) {
+      const text = JSON.stringify({ topic, node: this.nodeId, payload } satisfies ClusterMessage<T>);
+      if (Buffer.byteLength(text) > MAX_INLINE) await this.notify(topic, payload, db);
+      else texts.push(text);
+    }
+    if (texts.length === 0) return;
+    await (db as Sql).unsafe('select pg_notify($1, t) from unnest($2::text[]) with ordinality as x(t, n) order by n', [CHANNEL, texts as never]);
+  }
+
   private async receive(raw: string): Promise<void> {
     try {
       let msg = JSON.parse(raw) as ClusterMessage | { ref: string };

@@ -153,6 +153,32 @@ export class UnitOfWork {
     return stored;
   }
 
+  /**
+   * Records many domain events that no machine emitted, in one insert and one NOTIFY statement
+   * (events in the given order: their `seq` follows it). For bursts such as the broker's connect
+   * bookkeeping, where one transaction per event would cost a round trip each.
+   */
+  async emitMany(items: { actorType: string; actorId: string; accountId: string | null; event: EmittedEvent }[]): Promise<StoredEvent[]> {
+    if (items.length === 0) return [];
+    const rows = items.map(({ actorType, actorId, accountId, event: { type, ...payload } }, n) => ({ n, actor_type: actorType, actor_id: actorId, type, account_id: accountId, payload }));
+    const inserted = await this.sql<{ seq: number; id: string; created_at: Date; actor_id: string }[]>`
+      insert into domain_events (actor_type, actor_id, type, account_id, payload)
+      select x.actor_type, x.actor_id, x.type, x.account_id, x.payload
+      from jsonb_to_recordset(${this.sql.json(rows as never)}) as x(n int, actor_type text, actor_id text, type text, account_id uuid, payload jsonb)
+      order by x.n
+      returning seq, id, created_at, actor_id`;
+    // seq is drawn in insertion order, which follows `order by x.n`
+    inserted.sort((a, b) => Number(a.seq) - Number(b.seq));
+    const out = inserted.map((row, i): StoredEvent => {
+      const r = rows[i];
+      if (row.actor_id !== r.actor_id) throw internal('domain events were not inserted in the order given');
+      return { seq: row.seq, id: row.id, actorType: r.actor_type, actorId: r.actor_id, type: r.type, accountId: r.account_id, payload: r.payload, createdAt: row.created_at.toISOString() };
+    });
+    await this.cluster.notifyMany(DOMAIN_EVENT_TOPIC, out, this.sql);
+    this.events.push(...out);
+    return out;
+  }
+
   /** Writes the kind's projection of the new snapshot onto its domain row. */
   private async project<M extends AnyStateMachine>(kind: ActorKind<M>, id: string, snapshot: AnyMachineSnapshot, state: string): Promise<void> {
     const p = kind.projection;

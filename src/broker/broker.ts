@@ -61,6 +61,24 @@ export const MAX_PACKET_BYTES = 256 * 1024;
 
 const notAuthorized = (message: string) => Object.assign(new Error(message), { returnCode: 5 as const });
 
+/**
+ * Single node only: Aedes publishes every connect and disconnect on `$SYS/{broker id}/new/clients`
+ * and `.../disconnect/clients` (aedes.js registerClient/unregisterClient) so that other nodes
+ * close a duplicate session of the same client id. On a single node the only listener is Aedes'
+ * own handler, which ignores its own broker id (devices cannot subscribe to `$SYS`: the ACL keeps
+ * them on their own prefix, and the gateway subscribes to none), so those two publishes are
+ * dropped before Aedes' publish pipeline. The instance's `publish` is wrapped; Aedes is untouched.
+ */
+function skipOwnClientAnnouncements(aedes: Aedes): void {
+  const own = new Set([`$SYS/${aedes.id}/new/clients`, `$SYS/${aedes.id}/disconnect/clients`]);
+  const publish = aedes.publish.bind(aedes) as (packet: AedesPublishPacket, client?: unknown, done?: unknown) => void;
+  (aedes as unknown as { publish: typeof publish }).publish = (packet, client, done) => {
+    if (!own.has(packet.topic)) return publish(packet, client, done);
+    const callback = typeof client === 'function' ? client : done;
+    if (typeof callback === 'function') process.nextTick(callback as () => void);
+  };
+}
+
 /** MQTT 5 PUBACK/PUBREC reason code: payload format invalid */
 const PAYLOAD_FORMAT_INVALID = 0x99;
 
@@ -109,6 +127,7 @@ export class Broker {
       this.stats.tlsHandshakesRefused += 1;
       options.log.debug({ err: err.message }, 'mqtt tls handshake refused');
     });
+    if (!options.aedes?.mq) skipOwnClientAnnouncements(aedes);
     const hooks = options.hooks ?? {};
     aedes.on('client', (c) => {
       const previous = this.clients.get(c.id);

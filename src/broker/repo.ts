@@ -28,20 +28,32 @@ export interface SeenRow { thing_id: string; at: number }
 export class BrokerRepo {
   constructor(private readonly sql: Sql) {}
 
-  async markConnected(thingId: string, nodeId: string, sessionId: string, protocolVersion: number): Promise<void> {
+  /**
+   * A batch of connects of this node, one statement; each thing at most once per batch (an upsert
+   * cannot touch a row twice; the caller splits the batch so a thing's changes stay in order).
+   */
+  async markConnectedMany(nodeId: string, rows: { thing_id: string; session_id: string; protocol_version: number }[]): Promise<void> {
+    if (rows.length === 0) return;
     await this.sql`
       insert into device_connectivity (thing_id, connected, node_id, session_id, protocol_version, connected_at, last_seen)
-      values (${thingId}, true, ${nodeId}, ${sessionId}, ${protocolVersion}, now(), now())
+      select x.thing_id, true, ${nodeId}, x.session_id, x.protocol_version, now(), now()
+      from jsonb_to_recordset(${this.sql.json(rows as never)}) as x(thing_id text, session_id uuid, protocol_version int)
       on conflict (thing_id) do update set connected = true, node_id = excluded.node_id, session_id = excluded.session_id,
         protocol_version = excluded.protocol_version, connected_at = now(), last_seen = now()`;
   }
 
-  /** True when this session was the thing's current one (a newer session elsewhere is left alone). */
-  async markDisconnected(thingId: string, sessionId: string): Promise<boolean> {
-    const res = await this.sql`
-      update device_connectivity set connected = false, disconnected_at = now()
-      where thing_id = ${thingId} and session_id = ${sessionId} and connected`;
-    return res.count === 1;
+  /**
+   * A batch of disconnects, one statement (each thing at most once): returns the things whose
+   * given session was their current one (a newer session, maybe on another node, is left alone).
+   */
+  async markDisconnectedMany(rows: { thing_id: string; session_id: string }[]): Promise<Set<string>> {
+    if (rows.length === 0) return new Set();
+    const ended = await this.sql<{ thing_id: string }[]>`
+      update device_connectivity c set connected = false, disconnected_at = now()
+      from jsonb_to_recordset(${this.sql.json(rows as never)}) as x(thing_id text, session_id uuid)
+      where c.thing_id = x.thing_id and c.session_id = x.session_id and c.connected
+      returning c.thing_id`;
+    return new Set(ended.map((r) => r.thing_id));
   }
 
   /** Sessions of nodes that are gone (crashed, or this node's previous run) are not connected. */

@@ -5,6 +5,7 @@ import type { BrokerHost } from './host.js';
 import { conflict, notFound, unavailable } from '../lib/errors.js';
 import type { Principal } from '../http/auth/principal.js';
 import type { Broker, BrokerHooks } from './broker.js';
+import { ConnectivityLog, type ConnectivityChange } from './connectivityLog.js';
 import type { IngestBuffer } from './ingest.js';
 import { scanJsonObject } from './jsonScan.js';
 import { MAX_JSON_BYTES, parseJsonPayload, type PayloadProblem } from './payload.js';
@@ -43,12 +44,12 @@ function jsonObject(payload: Buffer | string): Record<string, unknown> | undefin
  * and what tenants read and change through HTTP (connectivity, twin, commands, telemetry).
  */
 export class ConnectedDeviceService {
-  /** per MQTT connection: its session id and the pending connect write (a disconnect waits for it) */
-  private readonly sessions = new WeakMap<Client, { id: string; connected: Promise<void> }>();
+  /** per MQTT connection: its session id */
+  private readonly sessions = new WeakMap<Client, string>();
   /** set on shutdown: disconnects are still recorded, but no lifecycle message goes to a closing broker */
   stopping = false;
-  /** disconnect writes in flight (shutdown waits for them before the database closes) */
-  private readonly disconnecting = new Set<Promise<void>>();
+  /** connects and disconnects, written in batches off the handshake path (connectivityLog.ts) */
+  private readonly connectivityLog: ConnectivityLog;
   /** Aedes' path: payloads parsed when their publish was checked, by payload buffer (Aedes passes it on), so onPublish does not parse again */
   private readonly parsed = new WeakMap<object, Parsed>();
   /** the topics whose payload is checked and parsed (TELEMETRY_INGEST=false leaves telemetry unread) */
@@ -62,25 +63,23 @@ export class ConnectedDeviceService {
     private readonly things: ThingDirectory,
   ) {
     this.jsonTopics = gw.config.TELEMETRY_INGEST ? JSON_TOPICS : { ...JSON_TOPICS, telemetry: undefined };
+    this.connectivityLog = new ConnectivityLog((chunk) => this.record(chunk), gw.log.child({ component: 'connectivity' }));
   }
 
   hooks(): BrokerHooks {
     return {
       connected: (client) => {
-        const id = crypto.randomUUID();
-        this.sessions.set(client, { id, connected: this.onConnected(client, id).catch((err) => this.gw.log.error({ err, thingId: client.id }, 'device connect not recorded')) });
+        const sessionId = crypto.randomUUID();
+        this.sessions.set(client, sessionId);
+        this.connectivityLog.add({ state: 'connected', thingId: client.id, sessionId, protocolVersion: client.version, at: Date.now() });
       },
       disconnected: (client) => {
-        const session = this.sessions.get(client);
-        if (!session) return;
+        const sessionId = this.sessions.get(client);
+        if (!sessionId) return;
         this.sessions.delete(client);
         // a takeover (e.g. reconnecting with a renewed certificate) keeps the device connected: the new session records itself
         if (this.host.broker?.isTakenOver(client.id)) return;
-        const write = session.connected
-          .then(() => this.onDisconnected(client.id, session.id))
-          .catch((err) => this.gw.log.error({ err, thingId: client.id }, 'device disconnect not recorded'))
-          .finally(() => this.disconnecting.delete(write));
-        this.disconnecting.add(write);
+        this.connectivityLog.add({ state: 'disconnected', thingId: client.id, sessionId, at: Date.now() });
       },
       refusePayload: (packet, client) => {
         const checked = this.checkPayload(packet, client);
@@ -104,28 +103,40 @@ export class ConnectedDeviceService {
     };
   }
 
-  private async onConnected(client: Client, sessionId: string): Promise<void> {
-    const node = this.gw.cluster.nodeId;
-    await this.repo.markConnected(client.id, node, sessionId, client.version);
-    await this.lifecycle(client.id, 'connected', { node, protocolVersion: client.version });
-  }
-
-  /** Waits for the disconnect writes of the sessions closed so far (shutdown). */
+  /** Waits until the connects and disconnects seen so far are written (shutdown, tests). */
   async drainDisconnects(): Promise<void> {
-    while (this.disconnecting.size) await Promise.all([...this.disconnecting]);
+    await this.connectivityLog.flush();
   }
 
-  private async onDisconnected(thingId: string, sessionId: string): Promise<void> {
-    if (!(await this.repo.markDisconnected(thingId, sessionId))) return;
-    await this.lifecycle(thingId, 'disconnected', { node: this.gw.cluster.nodeId });
-  }
-
-  /** Retained lifecycle message on the device's topic, and the domain event. */
-  private async lifecycle(thingId: string, state: 'connected' | 'disconnected', extra: Record<string, unknown>): Promise<void> {
-    const at = new Date().toISOString();
-    if (!this.stopping) await this.host.broker?.publish({ topic: deviceTopic(thingId, 'lifecycle'), payload: JSON.stringify({ state, at, ...extra }), qos: 0, retain: true });
-    const accountId = (await this.things.accountOf(thingId)) ?? null;
-    await this.gw.actors.run((uow) => uow.emit('device', thingId, { type: `device.${state}`, thingId, at, ...extra }, accountId));
+  /**
+   * One chunk of connectivity changes (each thing once, see connectivityLog.ts): the connectivity
+   * rows in two statements, then for each change that took effect (a disconnect of a session that
+   * is no longer the thing's current one did not) the retained lifecycle message on the device's
+   * topic and the domain event, all events of the chunk in one transaction.
+   */
+  private async record(chunk: ConnectivityChange[]): Promise<void> {
+    const node = this.gw.cluster.nodeId;
+    const connects = chunk.filter((c) => c.state === 'connected');
+    const disconnects = chunk.filter((c) => c.state === 'disconnected');
+    await this.repo.markConnectedMany(node, connects.map((c) => ({ thing_id: c.thingId, session_id: c.sessionId, protocol_version: c.protocolVersion ?? 0 })));
+    const ended = await this.repo.markDisconnectedMany(disconnects.map((c) => ({ thing_id: c.thingId, session_id: c.sessionId })));
+    const changed = chunk.filter((c) => c.state === 'connected' || ended.has(c.thingId));
+    if (changed.length === 0) return;
+    const events = changed.map((c) => {
+      const extra = c.state === 'connected' ? { node, protocolVersion: c.protocolVersion } : { node };
+      return { change: c, body: { state: c.state, at: new Date(c.at).toISOString(), ...extra } };
+    });
+    if (!this.stopping && this.host.broker) {
+      const broker = this.host.broker;
+      await Promise.all(events.map(({ change, body }) =>
+        broker.publish({ topic: deviceTopic(change.thingId, 'lifecycle'), payload: JSON.stringify(body), qos: 0, retain: true })
+          .catch((err) => this.gw.log.error({ err, thingId: change.thingId }, 'lifecycle message not published'))));
+    }
+    const accounts = await this.things.accountsOf(changed.map((c) => c.thingId));
+    await this.gw.actors.run((uow) => uow.emitMany(events.map(({ change, body: { state, ...rest } }) => ({
+      actorType: 'device', actorId: change.thingId, accountId: accounts.get(change.thingId) ?? null,
+      event: { type: `device.${state}`, thingId: change.thingId, ...rest },
+    }))));
   }
 
   /** A device publish's topic kind and, on the JSON topics, its checked payload (or why it is refused). */
@@ -193,6 +204,8 @@ export class ConnectedDeviceService {
   }
 
   async connectivity(thingId: string) {
+    // this node's connects and disconnects of the thing not yet written go first (read your writes)
+    await this.connectivityLog.written(thingId);
     const row = await this.repo.connectivity(thingId);
     return {
       thingId,

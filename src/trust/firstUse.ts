@@ -10,6 +10,9 @@ export const FIRST_USE_FRESH_MS = 15 * 60_000;
 
 const normalize = (hex: string) => hex.toLowerCase().replace(/^0+(?=.)/, '');
 
+/** how long a young certificate's question waits for others to share its query */
+const ASK_BATCH_MS = 100;
+
 /**
  * The connect path's certificate first-use check without a round trip in the common case. Every
  * accepted CONNECT reports its certificate (`used`); almost never is it a renewed certificate
@@ -18,10 +21,15 @@ const normalize = (hex: string) => hex.toLowerCase().replace(/^0+(?=.)/, '');
  * only for a serial in the set, a certificate younger than FIRST_USE_FRESH_MS (issued after the
  * last reload, maybe on another node), or while the set is not loaded. A renewal always issues a
  * new certificate, so no renewed certificate is missed; the older ones are revoked on first use as before.
+ * The young certificates' questions (a connect storm of newly enrolled or renewed devices) are
+ * asked together, one query per ASK_BATCH_MS, and only a serial found awaiting goes on to the
+ * rotation service.
  */
 export class FirstUseFilter implements CertificateUse {
   private awaiting?: Set<string>;
   private timer?: NodeJS.Timeout;
+  /** young certificates' serials waiting for the next batched question */
+  private asking?: { serials: Set<string>; answer: Promise<Set<string>> };
 
   constructor(private readonly gw: Gateway, private readonly inner: CertificateUse) {}
 
@@ -49,8 +57,28 @@ export class FirstUseFilter implements CertificateUse {
   async used(thingId: string, serial: string, notBefore?: Date): Promise<void> {
     const hex = normalize(serial);
     const fresh = !notBefore || notBefore.getTime() > Date.now() - FIRST_USE_FRESH_MS;
-    if (this.awaiting && !this.awaiting.has(hex) && !fresh) return;
+    if (this.awaiting && !this.awaiting.has(hex)) {
+      if (!fresh) return;
+      // young, maybe renewed on another node since the last reload: asked with the others of this moment
+      if (!(await this.awaitingNow(hex))) return;
+    }
     await this.inner.used(thingId, serial, notBefore);
     this.awaiting?.delete(hex);
+  }
+
+  /** Does this serial await its first use? One query for all the serials asked within ASK_BATCH_MS. */
+  private async awaitingNow(hex: string): Promise<boolean> {
+    if (!this.asking) {
+      const serials = new Set<string>();
+      const answer = new Promise<void>((resolve) => setTimeout(resolve, ASK_BATCH_MS)).then(async () => {
+        this.asking = undefined;
+        const rows = await this.gw.sql<{ serial: string }[]>`
+          select serial from device_certificates where awaiting_first_use and not revoked and ltrim(lower(serial), '0') = any(${[...serials]}::text[])`;
+        return new Set(rows.map((r) => normalize(r.serial)));
+      });
+      this.asking = { serials, answer };
+    }
+    this.asking.serials.add(hex);
+    return (await this.asking.answer).has(hex);
   }
 }

@@ -25,6 +25,13 @@ export class TrustService implements ThingDirectory {
     return row?.account_id;
   }
 
+  async accountsOf(thingIds: string[]): Promise<Map<string, string>> {
+    const ids = [...new Set(thingIds.filter(isUuid))];
+    if (ids.length === 0) return new Map();
+    const rows = await this.gw.sql<{ id: string; account_id: string }[]>`select id, account_id from things where id = any(${ids}::uuid[])`;
+    return new Map(rows.map((r) => [r.id, r.account_id]));
+  }
+
   /** POST /api/v1/things: registers a device and hands out its single-use enrollment token. */
   async registerThing(accountId: string, input: { manufacturer: string; model: string; serial: string; metadata?: Record<string, unknown> }) {
     const model = await this.models.resolve(input.model);

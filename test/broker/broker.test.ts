@@ -131,6 +131,44 @@ describe('device topics and tenant endpoints', () => {
     expect(events[0].account_id).toBe(account.id);
   });
 
+  it('a read right after CONNACK sees the device connected (this node writes its pending connects first)', async () => {
+    const device = await ownedDevice();
+    const client = await connectDevice(port, device);
+    expect((await gw.http.get(`/api/v1/things/${device.thingId}/connectivity`, { token: account.viewer })).body.connected).toBe(true);
+    await client.endAsync();
+  });
+
+  it('records a burst of connects in batches, and quick reconnects of one device in their order', async () => {
+    // ten owned devices at once: each gets its connectivity row and one device.connected with its account
+    const devices = await Promise.all(Array.from({ length: 10 }, () => ownedDevice()));
+    const clients = await Promise.all(devices.map((d) => connectDevice(port, d)));
+    const ids = devices.map((d) => d.thingId);
+    await waitFor(async () => (await gw.db.sql`select 1 from device_connectivity where thing_id = any(${ids}) and connected`).length === 10, 10_000, 'all connected');
+    const connectedEvents = await gw.db.sql<{ actor_id: string; account_id: string; payload: { thingId: string; protocolVersion: number } }[]>`
+      select actor_id, account_id, payload from domain_events where actor_id = any(${ids}) and type = 'device.connected'`;
+    expect(connectedEvents.map((e) => e.actor_id).sort()).toEqual([...ids].sort());
+    for (const e of connectedEvents) expect(e).toMatchObject({ account_id: account.id, payload: { thingId: e.actor_id, protocolVersion: 5 } });
+    await Promise.all(clients.map((c) => c.endAsync()));
+
+    // one device connects and disconnects three times in a row, without waiting for the bookkeeping:
+    // the last session stands, and the events come in the order the broker saw them
+    const device = devices[0];
+    await waitFor(async () => (await gw.db.sql`select connected from device_connectivity where thing_id = ${device.thingId}`)[0]?.connected === false, 10_000, 'first session ended');
+    for (let i = 0; i < 3; i++) {
+      const c = await connectDevice(port, device);
+      if (i < 2) await c.endAsync();
+      else clients[0] = c;
+    }
+    const events = () => gw.db.sql<{ type: string }[]>`select type from domain_events where actor_id = ${device.thingId} and type like 'device.%' order by seq`;
+    await waitFor(async () => (await events()).length === 7, 10_000, 'seven events');
+    expect((await events()).map((e) => e.type)).toEqual(['device.connected', 'device.disconnected', 'device.connected', 'device.disconnected', 'device.connected', 'device.disconnected', 'device.connected']);
+    expect((await gw.http.get(`/api/v1/things/${device.thingId}/connectivity`, { token: account.viewer })).body.connected).toBe(true);
+    await clients[0].subscribeAsync(`devices/${device.thingId}/lifecycle`);
+    const life = await nextMessage(clients[0], `devices/${device.thingId}/lifecycle`);
+    expect(JSON.parse(life.payload.toString())).toMatchObject({ state: 'connected' });
+    await clients[0].endAsync();
+  });
+
   it('keeps the latest telemetry per key and streams it live over WebSocket', async () => {
     const device = await ownedDevice();
     const client = await connectDevice(port, device);

@@ -40,6 +40,20 @@ describe('certificate first use on the connect path', () => {
     expect(await revokedOf(pending)).toBe(false);
   });
 
+  it('young certificates presented at once are asked together: each awaiting one is found, the others left alone', async () => {
+    const a = await renewed();
+    const b = await renewed();
+    const plain = await Promise.all(Array.from({ length: 5 }, () => enrollDevice(gw, account, { claimSecret })));
+    await Promise.all([
+      filter().used(a.device.thingId, `00${a.pending}`, new Date()),
+      ...plain.map((d) => filter().used(d.thingId, d.serial, new Date())),
+      filter().used(b.device.thingId, b.pending.toUpperCase(), new Date()),
+    ]);
+    expect(await revokedOf(a.device.serial)).toBe(true);
+    expect(await revokedOf(b.device.serial)).toBe(true);
+    for (const d of plain) expect(await revokedOf(d.serial)).toBe(false);
+  });
+
   it('an older certificate is looked up when the node knows it awaits first use; other connects cost no round trip', async () => {
     const { device, pending } = await renewed();
     // the common connect: the current certificate, nothing of it awaits first use

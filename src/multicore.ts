@@ -1,4 +1,5 @@
 import cluster, { type Worker } from 'node:cluster';
+import crypto from 'node:crypto';
 import path from 'node:path';
 import { AggregatorRegistry, type Registry } from 'prom-client';
 import type { Config } from './config.js';
@@ -19,6 +20,8 @@ import { relayWorkerEmitters } from './broker/workerEmitter.js';
 /** IPC of start-up and /metrics between the primary and its workers (besides the emitter's `mqx` ones) */
 type Control =
   | { workers: 'ready'; mqttPort: number }
+  | { workers: 'ticketKeys' }
+  | { workers: 'ticketKeysReply'; keys: Uint8Array }
   | { workers: 'metrics'; id: number }
   | { workers: 'metricsText'; id: number; text?: string; error?: string; contentType: string };
 
@@ -49,6 +52,12 @@ export async function startNodePrimary(config: Config, log: Logger): Promise<Nod
   cluster.setupPrimary({ serialization: 'advanced' });
   relayWorkerEmitters();
   serveNodeMetrics();
+  // TLS session ticket keys for the node's life, the same in every worker (a device's reconnect
+  // lands on any worker); kept in memory and given over IPC only
+  const ticketKeys = crypto.randomBytes(48);
+  cluster.on('message', (worker: Worker, m: unknown) => {
+    if (isControl(m) && m.workers === 'ticketKeys' && worker.isConnected()) worker.send({ workers: 'ticketKeysReply', keys: ticketKeys } satisfies Control);
+  });
 
   let embedded: EmbeddedDatabase | undefined;
   let databaseUrl = config.DATABASE_URL;
@@ -131,5 +140,19 @@ export function nodeWideMetrics(config: Pick<Config, 'BROKER_WORKERS'>, registry
     const id = nextId++;
     waiting.set(id, (m) => (m.text !== undefined ? resolve({ text: m.text, contentType: m.contentType }) : reject(new Error(m.error ?? 'no metrics'))));
     process.send!({ workers: 'metrics', id } satisfies Control);
+  });
+}
+
+/** In a worker: the node's TLS session ticket keys, from the primary. */
+export function nodeTicketKeys(): Promise<Buffer> {
+  return new Promise((resolve) => {
+    const onMessage = (m: unknown) => {
+      if (!isControl(m) || m.workers !== 'ticketKeysReply') return;
+      process.off('message', onMessage);
+      // structured clone delivers a Uint8Array
+      resolve(Buffer.from(m.keys));
+    };
+    process.on('message', onMessage);
+    process.send!({ workers: 'ticketKeys' } satisfies Control);
   });
 }

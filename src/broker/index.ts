@@ -15,7 +15,7 @@ import { OfflineCommands, EXPIRE_COMMANDS_JOB, deviceCommandKind } from './offli
 import { offlineCommandRoutes } from './offlineCommandRoutes.js';
 import { BrokerRepo } from './repo.js';
 import { workerEmitter } from './workerEmitter.js';
-import { isNodeWorker } from '../multicore.js';
+import { isNodeWorker, nodeTicketKeys } from '../multicore.js';
 import { brokerRoutes, connectivityStreamRoute } from './routes.js';
 import { ConnectedDeviceService } from './service.js';
 import { ClusterSessions } from './sessions.js';
@@ -102,6 +102,8 @@ export const brokerDomain = defineDomain({
       log: gw.log.child({ component: 'broker' }),
       aedes: { id: gw.cluster.nodeId, ...aedesEmitter(gw) },
       hooks: withCertificateUse(devices.hooks(), certificateUse, gw.log),
+      // the workers of a multi-core node share one set: a device resumes its TLS session on any of them
+      ...(isNodeWorker(gw.config) ? { ticketKeys: await nodeTicketKeys() } : {}),
     });
     const crl = new CrlWatcher(gw, broker, crlSource);
     await crl.start();

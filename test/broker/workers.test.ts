@@ -1,5 +1,6 @@
 import crypto from 'node:crypto';
 import http from 'node:http';
+import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { MqttClient } from 'mqtt';
 import WebSocket from 'ws';
@@ -180,6 +181,31 @@ describe('a node with two worker processes (BROKER_WORKERS=2)', () => {
     expect(cmd.body.response).toEqual({ from: device.thingId, got: 'again' });
     await clients[0].endAsync();
     await waitFor(async () => !(await node.http.get(`/api/v1/things/${device.thingId}/connectivity`, { token: account.viewer })).body.connected, 15_000, 'disconnected');
+  });
+
+  it('a device resumes its TLS session on either worker (the node shares its ticket keys)', async () => {
+    const device = devices[1];
+    /** one TLS connection (no MQTT): was the session resumed, and the ticket the server sent */
+    const open = (session?: Buffer) => new Promise<{ reused: boolean; ticket?: Buffer }>((resolve, reject) => {
+      const socket = tls.connect({ host: '127.0.0.1', port: mqttPort, servername: 'localhost', cert: device.certPem, key: device.keyPem, ca: device.caPem, session });
+      let ticket: Buffer | undefined;
+      // TLS 1.3 sends the ticket after the handshake (a resumed session may get none)
+      socket.on('session', (t: Buffer) => (ticket = t));
+      socket.once('secureConnect', () => {
+        const reused = socket.isSessionReused();
+        setTimeout(() => {
+          socket.destroy();
+          resolve({ reused, ticket });
+        }, 300);
+      });
+      socket.once('error', reject);
+    });
+    const { ticket } = await open();
+    expect(ticket).toBeDefined();
+    // consecutive connections are handed to the workers in turn: four of them reach both
+    const reused = [];
+    for (let i = 0; i < 4; i++) reused.push((await open(ticket)).reused);
+    expect(reused).toEqual([true, true, true, true]);
   });
 
   it('/metrics counts the messages of both workers', async () => {

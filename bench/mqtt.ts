@@ -23,7 +23,9 @@
  * on the publishers), BENCH_CPU_PROF=<dir> (V8 CPU profiles of the gateways), COMPARE_ROOT=<worktree>
  * (a fourth broker, 'before': the gateway of another checkout, for before/after figures of a change
  * in the same alternating rounds). Only a full run (every shape, payload, QoS and the three brokers)
- * rewrites docs/benchmarks.md.
+ * rewrites docs/benchmarks.md. WORKERS=N adds the broker 'workers': the gateway with BROKER_WORKERS=N (a
+ * node:cluster primary and N worker processes; its CPU is the sum over the primary and the workers,
+ * its counters the node-wide /metrics), e.g. `WORKERS=2 ONLY=gateway,workers`.
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -44,7 +46,8 @@ const INFLIGHT = Number(process.env.INFLIGHT ?? 20);
 const QOS = list('QOS', '0,1').map(Number) as (0 | 1)[];
 const ROUNDS = Number(process.env.ROUNDS ?? 2);
 const COMPARE_ROOT = process.env.COMPARE_ROOT;
-const ONLY = list('ONLY', `gateway,ingest-off,mosquitto${COMPARE_ROOT ? ',before' : ''}`);
+const WORKERS = Number(process.env.WORKERS ?? 0);
+const ONLY = list('ONLY', `gateway,ingest-off,mosquitto${COMPARE_ROOT ? ',before' : ''}${WORKERS > 1 ? ',workers' : ''}`);
 /** 48 bytes, and a 1 KiB object of 64 readings (what a richer device sends) */
 const PAYLOAD_TEXT = {
   small: JSON.stringify({ temperature: 21.5, humidity: 40, voltage: 3.3 }),
@@ -84,6 +87,8 @@ function writeDeviceFiles(dir: string, creds: Creds[]): DeviceFiles[] {
 interface Target {
   name: string;
   pid: number;
+  /** the processes whose CPU is the broker's (a multi-core gateway: the primary and its workers) */
+  pids(): number[];
   port: number;
   connected(): Promise<number>;
   received(): Promise<number>;
@@ -100,11 +105,19 @@ function gatewayTarget(name: string, pid: number, port: number, httpUrl: string)
     if (!m) throw new Error(`metric ${name} missing`);
     return Number(m[1]);
   };
+  // the gateway's worker processes (BROKER_WORKERS > 1) are Node children of the gateway's pid; the
+  // other descendants are its embedded PostgreSQL (and tsx's esbuild service)
+  const isNode = (p: number) => {
+    try { return fs.readFileSync(`/proc/${p}/comm`, 'utf8').trim() === 'node'; } catch { return false; }
+  };
+  let workers: number[] | undefined;
+  const nodePids = () => (workers ??= descendants(pid).filter(isNode));
   return {
     name, pid, port,
+    pids: () => [pid, ...nodePids()],
     connected: () => metric('mqtt_connected_clients'),
     received: () => metric('mqtt_messages_received_total'),
-    helperPids: () => descendants(pid),
+    helperPids: () => descendants(pid).filter((p) => !nodePids().includes(p)),
   };
 }
 
@@ -121,7 +134,7 @@ async function mosquittoTarget(pid: number, port: number, monitor: Creds, ca: st
     return values.get(topic) ?? 0;
   };
   return {
-    name: 'mosquitto', pid, port,
+    name: 'mosquitto', pid, port, pids: () => [pid],
     connected: async () => (await read('$SYS/broker/clients/connected')) - 1, // the monitor itself
     received: () => read('$SYS/broker/publish/messages/received'),
     helperPids: () => [],
@@ -150,21 +163,31 @@ function descendants(pid: number): number[] {
 const cpuOf = (pids: number[]) => pids.reduce((sum, p) => {
   try { return sum + cpuSeconds(p); } catch { return sum; }
 }, 0);
+const systemOf = (pids: number[]) => pids.reduce((sum, p) => {
+  try { return sum + systemSeconds(p); } catch { return sum; }
+}, 0);
 
-/** Waits until the process uses less than IDLE_SHARE of a core over `quietMs` (on a busy machine: at most `timeoutMs`, then goes on). */
-async function waitIdle(pid: number, quietMs = 1000, timeoutMs = 30_000): Promise<void> {
+/**
+ * How many processes run the broker's code: the thresholds below are per process, since each
+ * gateway process has its own idle baseline (pollers, timers: about 7 to 9% of a core on this
+ * machine), which a multi-core gateway's workers pay each (its primary does nothing while idle).
+ */
+const processCount = (pids: number[]) => Math.max(1, pids.length - 1);
+
+/** Waits until the processes use less than IDLE_SHARE of a core each over `quietMs` (on a busy machine: at most `timeoutMs`, then goes on). */
+async function waitIdle(pids: number[], quietMs = 1000, timeoutMs = 30_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
-  let last = cpuSeconds(pid);
+  let last = cpuOf(pids);
   let quietSince = Date.now();
   const stepMs = 200;
   while (Date.now() < deadline) {
     await sleep(stepMs);
-    const now = cpuSeconds(pid);
-    if (now - last > IDLE_SHARE * (stepMs / 1000)) quietSince = Date.now();
+    const now = cpuOf(pids);
+    if (now - last > processCount(pids) * IDLE_SHARE * (stepMs / 1000)) quietSince = Date.now();
     last = now;
     if (Date.now() - quietSince >= quietMs) return;
   }
-  console.log(`    (broker ${pid} not idle after ${timeoutMs / 1000} s; going on)`);
+  console.log(`    (broker ${pids.join('+')} not idle after ${timeoutMs / 1000} s; going on)`);
 }
 
 /** One `mosquitto_pub -l` per device, connected and waiting on its stdin. */
@@ -220,25 +243,26 @@ async function runRound(fleet: Fleet, qos: 0 | 1, payload: PayloadName): Promise
   const { target, procs } = fleet;
   const perDevice = Math.ceil(MSGS[qos] / procs.length);
   const expected = procs.length * perDevice;
-  await waitIdle(target.pid, 500); // connect bookkeeping and the previous round are not part of the measurement
+  const brokerPids = target.pids();
+  await waitIdle(brokerPids, 500); // connect bookkeeping and the previous round are not part of the measurement
   const before = await target.received();
   const lines = Buffer.from(`${PAYLOAD_TEXT[payload]}\n`.repeat(perDevice));
   const pubPids = procs.map((p) => p.pid!);
   const helpers = target.helperPids();
-  const cpu0 = { broker: cpuSeconds(target.pid), gen: cpuOf(pubPids), helpers: cpuOf(helpers), system: systemSeconds(target.pid) };
+  const cpu0 = { broker: cpuOf(brokerPids), gen: cpuOf(pubPids), helpers: cpuOf(helpers), system: systemOf(brokerPids) };
   const t0 = performance.now();
   // CPU sampled every SAMPLE_MS: the round ends at the last sample in which the broker was busy
   let last = { t: t0, cpu: cpu0.broker };
   let end = { ...last };
   const sampler = setInterval(() => {
-    const now = { t: performance.now(), cpu: cpuSeconds(target.pid) };
-    if ((now.cpu - last.cpu) > BUSY_SHARE * (now.t - last.t) / 1000) end = now;
+    const now = { t: performance.now(), cpu: cpuOf(brokerPids) };
+    if ((now.cpu - last.cpu) > processCount(brokerPids) * BUSY_SHARE * (now.t - last.t) / 1000) end = now;
     last = now;
   }, SAMPLE_MS);
   for (const p of procs) p.stdin!.write(lines);
   let received = 0;
   for (;;) {
-    await waitIdle(target.pid, 500, 120_000);
+    await waitIdle(brokerPids, 500, 120_000);
     received = (await target.received()) - before;
     if (received >= expected || performance.now() - end.t > 5000) break;
   }
@@ -247,7 +271,7 @@ async function runRound(fleet: Fleet, qos: 0 | 1, payload: PayloadName): Promise
   const helperCpu = cpuOf(helpers) - cpu0.helpers;
   const seconds = (end.t - t0) / 1000;
   const brokerCpu = end.cpu - cpu0.broker;
-  const system = systemSeconds(target.pid) - cpu0.system;
+  const system = systemOf(brokerPids) - cpu0.system;
   return {
     brokerSystemShare: round(Math.min(1, system / Math.max(brokerCpu, 1e-9)), 2),
     messages: expected, received, seconds: round(seconds, 2),
@@ -292,6 +316,8 @@ async function main(): Promise<void> {
     // not in the default run: latest values only (TELEMETRY_HISTORY=false), to read the history's share apart
     const historyOff = ONLY.includes('history-off') ? await startGatewayProcess(path.join(dir, 'gw-history-off'), { TELEMETRY_HISTORY: 'false' }, gateway.certsDir) : undefined;
     if (historyOff) stops.push(() => historyOff.stop());
+    const workers = WORKERS > 1 && ONLY.includes('workers') ? await startGatewayProcess(path.join(dir, 'gw-workers'), { BROKER_WORKERS: String(WORKERS) }, gateway.certsDir) : undefined;
+    if (workers) stops.push(() => workers.stop());
     const caFile = path.join(gateway.certsDir, 'ca-bundle.pem');
     const ca = fs.readFileSync(caFile, 'utf8');
     const [monitorCreds, ...creds] = await issueDevices(gateway.certsDir, Math.max(...SHAPES) + 1, [MONITOR_CN]);
@@ -304,6 +330,7 @@ async function main(): Promise<void> {
       ...(ingestOff ? [gatewayTarget('ingest-off', ingestOff.pid, ingestOff.mqttPort, ingestOff.httpUrl)] : []),
       ...(before ? [gatewayTarget('before', before.pid, before.mqttPort, before.httpUrl)] : []),
       ...(historyOff ? [gatewayTarget('history-off', historyOff.pid, historyOff.mqttPort, historyOff.httpUrl)] : []),
+      ...(workers ? [gatewayTarget('workers', workers.pid, workers.mqttPort, workers.httpUrl)] : []),
       ...(ONLY.includes('mosquitto') ? [monitor] : []),
     ];
     const cells: Cell[] = [];
@@ -343,7 +370,7 @@ async function main(): Promise<void> {
     const minutes = (Date.now() - started) / 60_000;
     console.log(`run took ${minutes.toFixed(1)} min; load average ${Object.entries(loads).map(([k, v]) => `${k}: ${v}`).join('; ')}`);
     const full = SHAPES.length === 3 && QOS.length === 2 && PAYLOADS.length === 2 && ['gateway', 'ingest-off', 'mosquitto'].every((t) => ONLY.includes(t));
-    if (!args['no-write'] && full) writeSection(rows, loads, minutes);
+    if (!args['no-write'] && full && !workers) writeSection(rows, loads, minutes);
   } finally {
     await monitor?.close().catch(() => {});
     for (const stop of stops.reverse()) await stop().catch(() => {});
@@ -357,10 +384,10 @@ function ratioRows(cells: Cell[]): Row[] {
   const rows: Row[] = [];
   for (const shape of SHAPES) for (const qos of QOS) for (const payload of PAYLOADS) {
     const of = (t: string) => cells.find((c) => c.shape === shape && c.qos === qos && c.payload === payload && c.target === t);
-    const [g, off, m, b] = [of('gateway'), of('ingest-off'), of('mosquitto'), of('before')];
+    const [g, off, m, b, w] = [of('gateway'), of('ingest-off'), of('mosquitto'), of('before'), of('workers')];
     const eff = (x?: Cell) => (x && m ? round(m.r.brokerCpuUsPerMsg / x.r.brokerCpuUsPerMsg, 2) : undefined);
     const row: Row = { shape, qos, payload, cells: { gateway: g, 'ingest-off': off, mosquitto: m }, efficiency: eff(g), efficiencyOff: eff(off), throughput: g && m ? round(g.r.msgsPerSecond / m.r.msgsPerSecond, 2) : undefined, line: '' };
-    row.line = `${String(shape).padStart(4)} devices QoS ${qos} ${payload.padEnd(5)}  µs/msg ${b ? `before ${b.r.brokerCpuUsPerMsg} ` : ''}gateway ${g?.r.brokerCpuUsPerMsg ?? '-'} ingest-off ${off?.r.brokerCpuUsPerMsg ?? '-'} mosquitto ${m?.r.brokerCpuUsPerMsg ?? '-'}  CPU efficiency ${row.efficiency ?? '-'} (ingest off ${row.efficiencyOff ?? '-'})  throughput ratio ${row.throughput ?? '-'}`;
+    row.line = `${String(shape).padStart(4)} devices QoS ${qos} ${payload.padEnd(5)}  µs/msg ${b ? `before ${b.r.brokerCpuUsPerMsg} ` : ''}gateway ${g?.r.brokerCpuUsPerMsg ?? '-'} ingest-off ${off?.r.brokerCpuUsPerMsg ?? '-'} mosquitto ${m?.r.brokerCpuUsPerMsg ?? '-'}  CPU efficiency ${row.efficiency ?? '-'} (ingest off ${row.efficiencyOff ?? '-'})  throughput ratio ${row.throughput ?? '-'}${w && g ? `  | ${WORKERS} workers: ${w.r.brokerCpuUsPerMsg} µs/msg, ${w.r.msgsPerSecond} msg/s vs one process ${g.r.msgsPerSecond} msg/s: throughput x${round(w.r.msgsPerSecond / g.r.msgsPerSecond, 2)}, CPU/msg x${round(w.r.brokerCpuUsPerMsg / g.r.brokerCpuUsPerMsg, 2)}` : ''}`;
     rows.push(row);
   }
   return rows;

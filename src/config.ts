@@ -32,6 +32,7 @@ export const configSchema = z.object({
   DATABASE_CONNECT_TIMEOUT_MS: positiveInt.default(60_000).describe('how long start-up waits for DATABASE_URL to answer'),
   EMBEDDED_PG_PORT: port.default(5433),
   REDIS_URL: url.optional(),
+  BROKER_WORKERS: positiveInt.max(64).default(1).describe('processes of this node (node:cluster workers sharing the HTTP and MQTT listeners, each a gateway node of its own); 1 = one process'),
   PUBLIC_BASE_URL: url.optional(),
   CONSOLE_BASE_URL: url.optional(),
   OIDC_ISSUERS: csv.default([]),

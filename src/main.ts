@@ -1,8 +1,10 @@
+import cluster from 'node:cluster';
 import os from 'node:os';
 import { ConfigError, loadConfig, type Config } from './config.js';
 import { createLogger } from './log.js';
 import { startGateway } from './server.js';
 import { isLoopback } from './http/trustedProxies.js';
+import { isNodeWorker, reportWorkerReady, startNodePrimary } from './multicore.js';
 
 let config;
 try {
@@ -36,7 +38,10 @@ function startupHint(err: unknown, config: Config): string {
   return 'run with LOG_LEVEL=debug for the details of the failing step';
 }
 
-if (config.DEV_ISSUER && !isLoopback(config.HTTP_HOST)) {
+// BROKER_WORKERS > 1: this process is the node:cluster primary (src/multicore.ts) or one of its workers
+const primary = config.BROKER_WORKERS > 1 && cluster.isPrimary;
+const worker = isNodeWorker(config);
+if (config.DEV_ISSUER && !isLoopback(config.HTTP_HOST) && !worker) {
   log.warn(
     { HTTP_HOST: config.HTTP_HOST, DEV_TOKEN_REMOTE: config.DEV_TOKEN_REMOTE },
     config.DEV_TOKEN_REMOTE
@@ -45,15 +50,19 @@ if (config.DEV_ISSUER && !isLoopback(config.HTTP_HOST)) {
   );
 }
 const started = Date.now();
-const running = await startGateway(config, { log }).catch((err: unknown) => {
+const onStartFailure = (err: unknown): never => {
   const cause = err instanceof Error ? err.message : String(err);
   log.fatal({ err, hint: startupHint(err, config) }, `gateway failed to start: ${cause}`);
   process.exit(1);
-});
+};
+const running: { mqttPort?: number; stop(): Promise<void> } = primary
+  ? await startNodePrimary(config, log).catch(onStartFailure)
+  : await startGateway(config, { log }).catch(onStartFailure);
+if (worker) reportWorkerReady(running.mqttPort ?? config.MQTT_PORT);
 
 const base = config.PUBLIC_BASE_URL;
 const lines = [
-  `gateway ${config.NODE_ID} ready in ${Date.now() - started} ms`,
+  `gateway ${config.NODE_ID} ready in ${Date.now() - started} ms${primary ? ` (${config.BROKER_WORKERS} worker processes)` : ''}`,
   `  HTTP API      ${base}  (listening on ${config.HTTP_HOST}:${config.HTTP_PORT}${config.httpLoopbackDefault ? ' only: the development issuer is on; set HTTP_HOST to listen on the network' : ''})`,
   `  API docs      ${base}/docs   (OpenAPI JSON: ${base}/docs/json)`,
   `  MQTT (TLS)    mqtts://${config.MQTT_PUBLIC_HOST}:${running.mqttPort ?? config.MQTT_PORT}  (client certificates required)`,
@@ -67,7 +76,8 @@ if (config.DEV_ISSUER) {
     `                or: curl -s -XPOST ${base}/dev/token -H 'content-type: application/json' -d '{"realm":"platform","sub":"root","roles":["platform-admin"]}'`,
   );
 }
-console.log('\n' + lines.join('\n') + '\n');
+// a worker's banner would repeat the primary's
+if (!worker) console.log('\n' + lines.join('\n') + '\n');
 
 /**
  * SIGTERM/SIGINT: stop accepting, let in-flight requests finish for SHUTDOWN_TIMEOUT_MS, then close
@@ -96,3 +106,5 @@ const shutdown = async (signal: NodeJS.Signals) => {
 };
 process.on('SIGTERM', () => void shutdown('SIGTERM'));
 process.on('SIGINT', () => void shutdown('SIGINT'));
+// a worker whose primary is gone (killed) stops too, instead of serving on without its siblings
+if (worker) process.on('disconnect', () => void shutdown('SIGTERM'));

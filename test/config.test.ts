@@ -12,6 +12,12 @@ describe('config', () => {
     expect(c.ENROLLMENT_TOKEN_TTL).toBe(86400);
   });
 
+  it('runs one process unless BROKER_WORKERS asks for more (1 to 64)', () => {
+    expect(loadConfig({}).BROKER_WORKERS).toBe(1);
+    expect(loadConfig({ BROKER_WORKERS: '4' }).BROKER_WORKERS).toBe(4);
+    for (const bad of ['0', '65', 'two']) expect(() => loadConfig({ BROKER_WORKERS: bad })).toThrow(/BROKER_WORKERS/);
+  });
+
   it('turns the development issuer off when OIDC issuers are configured', () => {
     const c = loadConfig({ OIDC_ISSUERS: 'https://sso.example.com, https://other.example.com/realms/platform' });
     expect(c.OIDC_ISSUERS).toEqual(['https://sso.example.com', 'https://other.example.com/realms/platform']);

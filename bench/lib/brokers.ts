@@ -72,7 +72,8 @@ export async function startGatewayProcess(dir: string, extraEnv: Record<string, 
   for (;;) {
     if (proc.exitCode !== null) throw new Error(`gateway exited during start:\n${startupLog}`);
     const ok = await fetch(`${httpUrl}/readyz`).then((r) => r.ok, () => false);
-    if (ok) break;
+    // a multi-core gateway answers /readyz once its first worker serves; its banner comes when all do
+    if (ok && (Number(extraEnv.BROKER_WORKERS ?? 1) <= 1 || startupLog.includes('worker processes)'))) break;
     if (Date.now() > deadline) throw new Error('gateway did not become ready');
     await new Promise((r) => setTimeout(r, 300));
   }

@@ -11,6 +11,7 @@ import { closeGracefully } from './linger.js';
 import { cacheTopicMatches } from './matchCache.js';
 import { PAYLOAD_PROBLEMS, type PayloadProblem } from './payload.js';
 import { devicePublishAllowed, fastLaneTopic, topicAllowed } from './topics.js';
+import { SEES_ALL_LISTENERS } from './workerEmitter.js';
 
 export { topicAllowed } from './topics.js';
 
@@ -39,6 +40,8 @@ export interface BrokerOptions {
   /** Aedes options: `id`, and in cluster mode `mq` and `persistence` */
   aedes?: Partial<AedesOptions>;
   hooks?: BrokerHooks;
+  /** 48 bytes of TLS session ticket keys shared by the workers of a multi-core node (default: random, this broker's own) */
+  ticketKeys?: Buffer;
 }
 
 /** What the broker keeps of a connection's client certificate (read once, at CONNECT). */
@@ -109,13 +112,16 @@ export class Broker {
    * reconnecting with its ticket gets an abbreviated handshake (no certificate signature or chain
    * check; `authenticate` still checks the certificate against the current CRL serials).
    */
-  private readonly ticketKeys = crypto.randomBytes(48);
+  private readonly ticketKeys: Buffer;
 
   private constructor(private readonly options: BrokerOptions, aedes: Aedes, hasListener: ((topic: string) => boolean) | undefined) {
     this.aedes = aedes;
     this.crlPem = options.crlPem;
-    // single node only: in cluster mode every message goes to the Redis emitter (other nodes' listeners)
-    const fastLane = hasListener && !options.aedes?.mq ? this.fastPublish(hasListener) : undefined;
+    this.ticketKeys = options.ticketKeys ?? crypto.randomBytes(48);
+    // Aedes' own emitter, or one whose matcher holds the other workers' listeners too (workerEmitter.ts);
+    // not in cluster mode: every message goes to the Redis emitter (other nodes' listeners are invisible here)
+    const mq = options.aedes?.mq as { [SEES_ALL_LISTENERS]?: boolean } | undefined;
+    const fastLane = hasListener && (!mq || mq[SEES_ALL_LISTENERS]) ? this.fastPublish(hasListener) : undefined;
     this.server = tls.createServer(this.tlsOptions(), (socket) => {
       // small MQTT packets (PUBACK, SUBACK) must not wait for Nagle's algorithm
       socket.setNoDelay(true);

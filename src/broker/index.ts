@@ -14,6 +14,8 @@ import { MqttRenewal } from './renewal.js';
 import { OfflineCommands, EXPIRE_COMMANDS_JOB, deviceCommandKind } from './offlineCommands.js';
 import { offlineCommandRoutes } from './offlineCommandRoutes.js';
 import { BrokerRepo } from './repo.js';
+import { workerEmitter } from './workerEmitter.js';
+import { isNodeWorker, nodeTicketKeys } from '../multicore.js';
 import { brokerRoutes, connectivityStreamRoute } from './routes.js';
 import { ConnectedDeviceService } from './service.js';
 import { ClusterSessions } from './sessions.js';
@@ -98,8 +100,10 @@ export const brokerDomain = defineDomain({
       port: gw.config.MQTT_PORT,
       pki: gw.pki,
       log: gw.log.child({ component: 'broker' }),
-      aedes: { id: gw.cluster.nodeId, ...(gw.config.REDIS_URL ? redisAedesOptions(gw.config.REDIS_URL) : {}) },
+      aedes: { id: gw.cluster.nodeId, ...aedesEmitter(gw) },
       hooks: withCertificateUse(devices.hooks(), certificateUse, gw.log),
+      // the workers of a multi-core node share one set: a device resumes its TLS session on any of them
+      ...(isNodeWorker(gw.config) ? { ticketKeys: await nodeTicketKeys() } : {}),
     });
     const crl = new CrlWatcher(gw, broker, crlSource);
     await crl.start();
@@ -130,6 +134,17 @@ export const brokerDomain = defineDomain({
   },
   ready: (_gw, { brokerHost }) => Boolean(brokerHost.broker?.server.listening),
 });
+
+/**
+ * Where Aedes routes messages between nodes: Redis in cluster mode (REDIS_URL, also between the
+ * workers of a multi-core node), IPC between the workers of a multi-core node without Redis, or
+ * nowhere (one process: Aedes' in-memory emitter).
+ */
+function aedesEmitter(gw: Gateway) {
+  if (gw.config.REDIS_URL) return redisAedesOptions(gw.config.REDIS_URL);
+  if (isNodeWorker(gw.config)) return { mq: workerEmitter() as never };
+  return {};
+}
 
 /** Tells trust of every accepted CONNECT's certificate: a renewed certificate's first use revokes the older ones. */
 function withCertificateUse(hooks: BrokerHooks, use: CertificateUse, log: Logger): BrokerHooks {

@@ -108,7 +108,7 @@ export async function buildHttp(gw: Gateway, domains: DomainModule[], services: 
   // before the auth hook: a blocked source or key is refused before its credentials are checked
   AuthFailures.create({ limit: config.AUTH_FAILURE_LIMIT, windowSeconds: config.AUTH_FAILURE_WINDOW_SECONDS, redisUrl: config.REDIS_URL, cluster: gw.cluster, log: gw.log }).install(app);
   gw.auth.install(app);
-  installHttpMetrics(app, gw.metrics);
+  installHttpMetrics(app, gw.metrics, gw.config);
   installEdge(app);
 
   app.get('/healthz', { config: { auth: 'public' }, schema: { tags: ['ops'], summary: 'Liveness', response: { 200: z.object({ status: z.literal('ok') }) } } }, async () => ({ status: 'ok' as const }));

@@ -1,5 +1,7 @@
 import { Counter, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ZodApp } from '../gateway.js';
+import type { Config } from '../config.js';
+import { nodeWideMetrics } from '../multicore.js';
 
 export function createMetrics(): Registry {
   const registry = new Registry();
@@ -8,7 +10,9 @@ export function createMetrics(): Registry {
 }
 
 /** Request count and latency per route template and status; served at /metrics. */
-export function installHttpMetrics(app: ZodApp, registry: Registry): void {
+export function installHttpMetrics(app: ZodApp, registry: Registry, config: Pick<Config, 'BROKER_WORKERS'>): void {
+  // a worker of a multi-core node answers for the whole node (src/multicore.ts)
+  const nodeWide = nodeWideMetrics(config, registry);
   const duration = new Histogram({
     name: 'http_request_duration_seconds',
     help: 'HTTP request latency by method, route template and status',
@@ -23,6 +27,11 @@ export function installHttpMetrics(app: ZodApp, registry: Registry): void {
     total.inc(labels);
   });
   app.get('/metrics', { config: { auth: 'public' }, schema: { hide: true } }, async (_req, reply) => {
+    if (nodeWide) {
+      const { text, contentType } = await nodeWide();
+      reply.type(contentType);
+      return text;
+    }
     reply.type(registry.contentType);
     return registry.metrics();
   });

@@ -144,8 +144,12 @@ describe('device topics and tenant endpoints', () => {
     const clients = await Promise.all(devices.map((d) => connectDevice(port, d)));
     const ids = devices.map((d) => d.thingId);
     await waitFor(async () => (await gw.db.sql`select 1 from device_connectivity where thing_id = any(${ids}) and connected`).length === 10, 10_000, 'all connected');
-    const connectedEvents = await gw.db.sql<{ actor_id: string; account_id: string; payload: { thingId: string; protocolVersion: number } }[]>`
-      select actor_id, account_id, payload from domain_events where actor_id = any(${ids}) and type = 'device.connected'`;
+    // the rows and the events of a batch are written one after the other: wait for the events too
+    const connectedEvents = await waitFor(async () => {
+      const rows = await gw.db.sql<{ actor_id: string; account_id: string; payload: { thingId: string; protocolVersion: number } }[]>`
+        select actor_id, account_id, payload from domain_events where actor_id = any(${ids}) and type = 'device.connected'`;
+      return rows.length >= 10 ? rows : undefined;
+    }, 10_000, 'ten device.connected events');
     expect(connectedEvents.map((e) => e.actor_id).sort()).toEqual([...ids].sort());
     for (const e of connectedEvents) expect(e).toMatchObject({ account_id: account.id, payload: { thingId: e.actor_id, protocolVersion: 5 } });
     await Promise.all(clients.map((c) => c.endAsync()));

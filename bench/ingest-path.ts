@@ -8,14 +8,19 @@
  *   COMPARE_ROOT=/work/wt-before npx tsx bench/ingest-path.ts
  *
  * Also: DEVICES (comma list, 50,1000), PER (messages per device per batch, comma list matching
- * DEVICES, 100,5), BATCHES (40), ROUNDS (3), SMALL=1 (the 48-byte payload instead of 1 KiB).
+ * DEVICES, 100,5), BATCHES (40), ROUNDS (3), SMALL=1 (the 48-byte payload instead of 1 KiB),
+ * BALLAST_MB (long-lived objects in the heap, as a gateway's sessions: garbage collection costs more).
  */
 import path from 'node:path';
 import { execFileSync } from 'node:child_process';
 
 const ROOT = path.resolve(import.meta.dirname, '..');
 
+/** long-lived objects standing in for a gateway's heap (its sessions): BALLAST_MB of small objects */
+const ballast: unknown[] = [];
+
 async function side(root: string, devices: number, per: number, batches: number): Promise<number> {
+  for (let mb = 0; mb < Number(process.env.BALLAST_MB ?? 0); mb++) ballast.push(Array.from({ length: 8192 }, (_, i) => ({ i, s: `k${i}` })));
   const { IngestBuffer } = await import(path.join(root, 'src/broker/ingest.ts'));
   const { parseJsonPayload } = await import(path.join(root, 'src/broker/payload.ts'));
   const values: Record<string, number> = { temperature: 21.5, humidity: 40, voltage: 3.3 };

@@ -19,7 +19,8 @@
  *
  * Also: MSGS_QOS0 / MSGS_QOS1 (messages per round, spread over the devices), INFLIGHT (QoS 1 window
  * per device, 20), ONLY=gateway|ingest-off|mosquitto|history-off (comma list of brokers; history-off:
- * the gateway with TELEMETRY_HISTORY=false, not in the default run), NODELAY=1 (TCP_NODELAY
+ * the gateway with TELEMETRY_HISTORY=false, not in the default run), GATEWAY_ENV='{"NAME":"value"}' (one
+ * more gateway, `gateway-env`, with that environment: to try a setting against the default), NODELAY=1 (TCP_NODELAY
  * on the publishers), BENCH_CPU_PROF=<dir> (V8 CPU profiles of the gateways), COMPARE_ROOT=<worktree>
  * (a fourth broker, 'before': the gateway of another checkout, for before/after figures of a change
  * in the same alternating rounds). Only a full run (every shape, payload, QoS and the three brokers)
@@ -316,6 +317,9 @@ async function main(): Promise<void> {
     // not in the default run: latest values only (TELEMETRY_HISTORY=false), to read the history's share apart
     const historyOff = ONLY.includes('history-off') ? await startGatewayProcess(path.join(dir, 'gw-history-off'), { TELEMETRY_HISTORY: 'false' }, gateway.certsDir) : undefined;
     if (historyOff) stops.push(() => historyOff.stop());
+    // not in the default run: the gateway with extra environment (GATEWAY_ENV, JSON), for trying a setting against the default
+    const gatewayEnv = process.env.GATEWAY_ENV ? await startGatewayProcess(path.join(dir, 'gw-env'), JSON.parse(process.env.GATEWAY_ENV) as Record<string, string>, gateway.certsDir) : undefined;
+    if (gatewayEnv) stops.push(() => gatewayEnv.stop());
     const workers = WORKERS > 1 && ONLY.includes('workers') ? await startGatewayProcess(path.join(dir, 'gw-workers'), { BROKER_WORKERS: String(WORKERS) }, gateway.certsDir) : undefined;
     if (workers) stops.push(() => workers.stop());
     const caFile = path.join(gateway.certsDir, 'ca-bundle.pem');
@@ -330,6 +334,7 @@ async function main(): Promise<void> {
       ...(ingestOff ? [gatewayTarget('ingest-off', ingestOff.pid, ingestOff.mqttPort, ingestOff.httpUrl)] : []),
       ...(before ? [gatewayTarget('before', before.pid, before.mqttPort, before.httpUrl)] : []),
       ...(historyOff ? [gatewayTarget('history-off', historyOff.pid, historyOff.mqttPort, historyOff.httpUrl)] : []),
+      ...(gatewayEnv ? [gatewayTarget('gateway-env', gatewayEnv.pid, gatewayEnv.mqttPort, gatewayEnv.httpUrl)] : []),
       ...(workers ? [gatewayTarget('workers', workers.pid, workers.mqttPort, workers.httpUrl)] : []),
       ...(ONLY.includes('mosquitto') ? [monitor] : []),
     ];

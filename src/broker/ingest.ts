@@ -9,6 +9,8 @@ const MAX_PENDING = 2_000;
 const MAX_MESSAGES = 20_000;
 /** telemetry bytes waiting that trigger a flush before the timer (bounds the memory of a burst of large messages) */
 const MAX_BYTES = 16 * 1024 * 1024;
+/** telemetry text per latest-values and history statement of a flush */
+const CHUNK_BYTES = 512 * 1024;
 
 /** the batched writes, the `table` label of `broker_ingest_rows_dropped_total` */
 export type IngestTable = 'telemetry' | 'last_seen' | 'history';
@@ -88,25 +90,37 @@ export class IngestBuffer {
       this.pending = new Map();
       this.messages = 0;
       this.bytes = 0;
-      const history: HistoryRow[] = [];
-      const telemetry: TelemetryRow[] = [];
       const seen: SeenRow[] = [];
+      for (const [thing_id, entry] of batch) seen.push({ thing_id, at: entry.at });
+      await this.write('last_seen', seen, (rows) => this.repo.writeSeen(rows));
+      // the values in statements of about CHUNK_BYTES, each decoded just before it is written: the
+      // texts live for one round trip instead of the whole flush, so they die young instead of being
+      // promoted to the old generation (whose growth costs full garbage collections of a large heap)
+      let history: HistoryRow[] = [];
+      let telemetry: TelemetryRow[] = [];
+      let bytes = 0;
       for (const [thing_id, entry] of batch) {
-        const at = entry.at;
-        seen.push({ thing_id, at });
         const t = entry.telemetry;
         if (!t) continue;
         const last = t.lastText();
         // one message (the usual device: one a second, a batch every 250 ms): its points from its text, no second decode
         const points = this.history || t.mixedKeys ? (t.count === 1 ? `[[${t.first},${last}]]` : t.points()) : undefined;
-        telemetry.push({ thing_id, telemetry: t.mixedKeys ? mergedValues(points!) : last, at });
+        telemetry.push({ thing_id, telemetry: t.mixedKeys ? mergedValues(points!) : last, at: entry.at });
         if (this.history) history.push({ thing_id, first: t.first, last: t.last, points: points! });
+        bytes += last.length + (this.history ? points!.length : 0);
+        if (bytes >= CHUNK_BYTES) {
+          await this.writeValues(telemetry, history);
+          [telemetry, history, bytes] = [[], [], 0];
+        }
       }
-      await this.write('telemetry', telemetry, (rows) => this.repo.writeTelemetry(rows));
-      await this.write('last_seen', seen, (rows) => this.repo.writeSeen(rows));
-      if (this.history) await this.write('history', history, (rows) => this.history!.insert(rows));
+      await this.writeValues(telemetry, history);
     });
     return this.flushing;
+  }
+
+  private async writeValues(telemetry: TelemetryRow[], history: HistoryRow[]): Promise<void> {
+    await this.write('telemetry', telemetry, (rows) => this.repo.writeTelemetry(rows));
+    if (this.history) await this.write('history', history, (rows) => this.history!.insert(rows));
   }
 
   /**

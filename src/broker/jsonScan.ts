@@ -9,7 +9,8 @@ import { MAX_JSON_BYTES, MAX_JSON_DEPTH, parseJsonPayload, type PayloadProblem }
  * surrogates), within the gateway's limits: MAX_JSON_BYTES, MAX_JSON_DEPTH, and numbers that
  * PostgreSQL's numeric holds.
  *
- * `keys` is a signature of the top-level keys in order (FNV-1a over their bytes and quotes): two
+ * `keys` is a signature of the top-level keys in order (FNV-1a's multiply over their bytes, four at
+ * a time, and their lengths): two
  * messages of a thing with the same signature have the same keys, so the last of them alone
  * carries the thing's latest values (a batch merges its messages only when they differ).
  *
@@ -97,21 +98,19 @@ function scan(b: Uint8Array): number {
         // the key; a top-level key's bytes (escapes as written, and its closing quote) go into the signature
         if (c !== 0x22 /* " */) return NOT_JSON;
         if (depth === 1) {
-          for (;;) {
-            if (pos >= end) return NOT_JSON;
-            c = b[pos++];
-            keys = Math.imul(keys ^ c, 0x01000193);
-            if (CLASS[c] & STOP) {
-              if (c === 0x22) break;
-              if (c !== 0x5c /* \ */) return NOT_JSON; // control characters must be escaped
-              // a key with an escape (rare): its rest, out of this loop
-              keyHash = keys;
-              pos = escapedKey(b, pos);
-              if (pos < 0) return pos;
-              keys = keyHash;
-              break;
-            }
-          }
+          const start = pos;
+          while (pos < end && !(CLASS[b[pos]] & STOP)) pos++;
+          if (pos >= end) return NOT_JSON;
+          if (b[pos] === 0x22) {
+            keys = hashKey(b, start, pos, keys);
+            pos++;
+          } else if (b[pos] === 0x5c /* \ */) {
+            // a key with an escape (rare): hashed byte by byte, escapes as written
+            keyHash = keys;
+            pos = escapedKey(b, start);
+            if (pos < 0) return pos;
+            keys = keyHash;
+          } else return NOT_JSON; // control characters must be escaped
         } else {
           pos = string(b, pos);
           if (pos < 0) return pos;
@@ -158,24 +157,33 @@ function scan(b: Uint8Array): number {
 /** the signature across escapedKey() */
 let keyHash = 0;
 
-/** A top-level key's rest from just after a backslash: hashed into keyHash; the position after its closing quote. */
+/**
+ * A top-level key's bytes [start, end) into the signature: four bytes per multiply (FNV-1a's prime),
+ * then its length, which separates one key from the next.
+ */
+function hashKey(b: Uint8Array, start: number, end: number, h: number): number {
+  let k = start;
+  for (; k + 4 <= end; k += 4) h = Math.imul(h ^ (b[k] | (b[k + 1] << 8) | (b[k + 2] << 16) | (b[k + 3] << 24)), 0x01000193);
+  for (; k < end; k++) h = Math.imul(h ^ b[k], 0x01000193);
+  return Math.imul(h ^ (end - start), 0x01000193);
+}
+
+/** A top-level key with an escape, from its first byte: hashed byte by byte into keyHash; the position after its closing quote. */
 function escapedKey(b: Uint8Array, pos: number): number {
   let h = keyHash;
   for (;;) {
-    const e = escape(b, pos);
-    if (e < 0) return e;
-    for (; pos < e; pos++) h = Math.imul(h ^ b[pos], 0x01000193);
-    for (;;) {
-      if (pos >= b.length) return NOT_JSON;
-      const c = b[pos++];
-      h = Math.imul(h ^ c, 0x01000193);
-      if (c === 0x22) {
-        keyHash = h;
-        return pos;
-      }
-      if (c === 0x5c) break;
-      if (c < 0x20) return NOT_JSON;
+    if (pos >= b.length) return NOT_JSON;
+    const c = b[pos++];
+    h = Math.imul(h ^ c, 0x01000193);
+    if (c === 0x22) {
+      keyHash = h;
+      return pos;
     }
+    if (c === 0x5c) {
+      const e = escape(b, pos);
+      if (e < 0) return e;
+      for (; pos < e; pos++) h = Math.imul(h ^ b[pos], 0x01000193);
+    } else if (c < 0x20) return NOT_JSON;
   }
 }
 

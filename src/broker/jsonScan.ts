@@ -47,27 +47,38 @@ const objects = new Uint8Array(MAX_JSON_DEPTH + 2);
 
 /** Checks a payload that must be a JSON object (telemetry). */
 export function scanJsonObject(b: Uint8Array): JsonScan {
-  if (b.length > MAX_JSON_BYTES) return { ok: false, problem: 'too_large' };
-  // UTF-8 without overlong forms or encoded surrogates (natively); the scan then only meets ASCII structure
-  if (!isUtf8(b)) return { ok: false, problem: 'invalid_utf8' };
-  const r = scan(b);
-  if (r >= 0) return { ok: true, keys: r };
-  // not an object at all (rare): the full parse tells the wrong kind of JSON from no JSON
-  if (r === NOT_OBJECT) {
-    const parsed = parseJsonPayload(Buffer.from(b.buffer, b.byteOffset, b.length), true);
-    return { ok: false, problem: parsed.ok ? 'not_object' : parsed.problem };
-  }
-  const problem = PROBLEM[-r - 1];
-  return { ok: false, problem: problem === 'not_json' && b.indexOf(0) !== -1 ? 'nul' : problem };
+  const r = scanTelemetry(b);
+  return r >= 0 ? { ok: true, keys: r } : { ok: false, problem: scanProblem(b, r) };
 }
 
-const PROBLEM: PayloadProblem[] = ['not_json', 'not_object', 'too_deep', 'nul', 'lone_surrogate', 'number_out_of_range'];
+/** scanJsonObject for the per-message path, without a result object: the key signature (>= 0), or a code for scanProblem. */
+export function scanTelemetry(b: Uint8Array): number {
+  if (b.length > MAX_JSON_BYTES) return TOO_LARGE;
+  // UTF-8 without overlong forms or encoded surrogates (natively); the scan then only meets ASCII structure
+  if (!isUtf8(b)) return INVALID_UTF8;
+  return scan(b);
+}
+
+/** Why scanTelemetry refused `b` (its negative result). */
+export function scanProblem(b: Uint8Array, code: number): PayloadProblem {
+  // not an object at all (rare): the full parse tells the wrong kind of JSON from no JSON
+  if (code === NOT_OBJECT) {
+    const parsed = parseJsonPayload(Buffer.from(b.buffer, b.byteOffset, b.length), true);
+    return parsed.ok ? 'not_object' : parsed.problem;
+  }
+  const problem = PROBLEM[-code - 1];
+  return problem === 'not_json' && b.indexOf(0) !== -1 ? 'nul' : problem;
+}
+
+const PROBLEM: PayloadProblem[] = ['not_json', 'not_object', 'too_deep', 'nul', 'lone_surrogate', 'number_out_of_range', 'too_large', 'invalid_utf8'];
 const NOT_JSON = -1;
 const NOT_OBJECT = -2;
 const TOO_DEEP = -3;
 const NUL = -4;
 const LONE_SURROGATE = -5;
 const OUT_OF_RANGE = -6;
+const TOO_LARGE = -7;
+const INVALID_UTF8 = -8;
 
 /**
  * The key signature (>= 0), or a negative PROBLEM code. The loop reads one member of an object

@@ -7,7 +7,7 @@ import type { Principal } from '../http/auth/principal.js';
 import type { Broker, BrokerHooks } from './broker.js';
 import { ConnectivityLog, type ConnectivityChange } from './connectivityLog.js';
 import type { IngestBuffer } from './ingest.js';
-import { scanJsonObject } from './jsonScan.js';
+import { scanJsonObject, scanProblem, scanTelemetry } from './jsonScan.js';
 import { MAX_JSON_BYTES, parseJsonPayload, type PayloadProblem } from './payload.js';
 import type { BrokerRepo } from './repo.js';
 import { deviceTopic, ownTopicKind, parseDeviceTopic, type TopicKind } from './topics.js';
@@ -54,6 +54,7 @@ export class ConnectedDeviceService {
   private readonly parsed = new WeakMap<object, Parsed>();
   /** the topics whose payload is checked and parsed (TELEMETRY_INGEST=false leaves telemetry unread) */
   private readonly jsonTopics: Partial<Record<TopicKind, { object: boolean }>>;
+  private readonly telemetryIngest: boolean;
 
   constructor(
     private readonly gw: Gateway,
@@ -63,6 +64,7 @@ export class ConnectedDeviceService {
     private readonly things: ThingDirectory,
   ) {
     this.jsonTopics = gw.config.TELEMETRY_INGEST ? JSON_TOPICS : { ...JSON_TOPICS, telemetry: undefined };
+    this.telemetryIngest = gw.config.TELEMETRY_INGEST;
     this.connectivityLog = new ConnectivityLog((chunk) => this.record(chunk), gw.log.child({ component: 'connectivity' }));
   }
 
@@ -90,6 +92,16 @@ export class ConnectedDeviceService {
       published: (packet, client) => this.take(client, ownTopicKind(client.id, packet.topic), this.parsed.get(packet.payload as object)),
       // the fast lane: checked and taken in one call, the parsed value passed on directly
       ingest: (packet, client) => {
+        // telemetry, most of the traffic: checked and batched without an object per message
+        if (this.telemetryIngest && ownTopicKind(client.id, packet.topic) === 'telemetry' && typeof packet.payload !== 'string') {
+          const keys = scanTelemetry(packet.payload);
+          if (keys >= 0) {
+            this.ingest.addTelemetry(client.id, packet.payload, keys);
+            return undefined;
+          }
+          this.ingest.seenNow(client.id);
+          return scanProblem(packet.payload, keys);
+        }
         const checked = this.checkPayload(packet, client);
         if (checked.problem) return checked.problem;
         this.take(client, checked.kind, checked.parsed);

@@ -9,6 +9,7 @@ import type { Pki } from '../pki/pki.js';
 import { attachFastLane, type FastPublish } from './fastLane.js';
 import { closeGracefully } from './linger.js';
 import { cacheTopicMatches } from './matchCache.js';
+import { usePlainParserList } from './parserList.js';
 import { PAYLOAD_PROBLEMS, type PayloadProblem } from './payload.js';
 import { devicePublishAllowed, fastLaneTopic, topicAllowed } from './topics.js';
 
@@ -102,6 +103,7 @@ export class Broker {
       // small MQTT packets (PUBACK, SUBACK) must not wait for Nagle's algorithm
       socket.setNoDelay(true);
       const client = aedes.handle(socket);
+      usePlainParserList(client);
       if (fastLane) attachFastLane(socket, client, fastLane, MAX_PACKET_BYTES);
       closeGracefully(socket, () => client.close());
     });

@@ -1,4 +1,5 @@
 import tls from 'node:tls';
+import { createRequire } from 'node:module';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import mqttPacket from 'mqtt-packet';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
@@ -192,5 +193,20 @@ describe('per-connection parser list (issue 19, memory per session)', () => {
     // the device's own subscription delivers its retained message back
     await waitFor(() => packets.some((p) => p.cmd === 'publish' && p.topic === topic), 5000, 'the published message');
     socket.destroy();
+  });
+});
+
+describe("mqtt-packet's number cache (issue 19, memory per session)", () => {
+  it('is not built: the broker writes CONNACK, SUBACK and messages without it', async () => {
+    const d = devices[0];
+    const device = await connectDevice(gw.mqttPort!, d);
+    const topic = `devices/${d.thingId}/state`;
+    await device.subscribeAsync(topic, { qos: 1 });
+    const message = nextMessage(device, topic);
+    await device.publishAsync(topic, '{"n":1}', { qos: 1 });
+    expect((await message).payload.toString()).toBe('{"n":1}');
+    const numbers = createRequire(createRequire(import.meta.url).resolve('mqtt-packet'))('./numbers.js') as { cache: Record<number, Buffer> };
+    expect(Object.keys(numbers.cache)).toHaveLength(0);
+    await device.endAsync();
   });
 });

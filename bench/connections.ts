@@ -125,6 +125,7 @@ the gateway during the connects (2026-11-22) put about 23% in OpenSSL, 7% in Ope
 the PostgreSQL bookkeeping; the rest is Node's TLS and stream objects, Aedes and garbage collection.
 The bench's device certificates are minutes old, so here every connect still takes the first-use
 query (a young certificate is always looked up); devices in the field mostly present older ones.
+The gateway runs with glibc's \`MALLOC_MMAP_THRESHOLD_=65536\`, as deployed (Dockerfile, \`npm start\`).
 
 ${table}
 

@@ -47,6 +47,13 @@ export function rssBytes(pid: number): number {
   return Number(/VmRSS:\s+(\d+) kB/.exec(status)![1]) * 1024;
 }
 
+/**
+ * glibc's malloc setting the gateway is deployed with (Dockerfile, `npm start`): allocations of
+ * 64 KiB and more get their own mapping, so Node's per-TLS-connection 64 KiB input buffer costs only
+ * the pages it writes (docs/decisions.md, issue 19). The benchmarks run the gateway the same way.
+ */
+export const GATEWAY_MALLOC_ENV = { MALLOC_MMAP_THRESHOLD_: '65536' };
+
 export interface GatewayProcess { proc: ChildProcess; pid: number; httpUrl: string; mqttPort: number; certsDir: string; stop(): Promise<void> }
 
 /** A gateway in a child process (embedded PostgreSQL in a temporary folder), `node --import tsx` so its pid is the broker's. */
@@ -59,7 +66,7 @@ export async function startGatewayProcess(dir: string, extraEnv: Record<string, 
   const proc = spawn(process.execPath, [...prof, '--import', 'tsx', 'src/main.ts'], {
     cwd: root,
     env: {
-      ...process.env, HTTP_HOST: '127.0.0.1', HTTP_PORT: String(httpPort), MQTT_HOST: '127.0.0.1', MQTT_PORT: String(mqttPort),
+      ...process.env, ...GATEWAY_MALLOC_ENV, HTTP_HOST: '127.0.0.1', HTTP_PORT: String(httpPort), MQTT_HOST: '127.0.0.1', MQTT_PORT: String(mqttPort),
       EMBEDDED_PG_PORT: String(pgPort), DATA_DIR: path.join(dir, 'data'), CERTS_DIR: certsDir, LOG_LEVEL: 'warn', LOG_PRETTY: 'false',
       PUBLIC_BASE_URL: `http://127.0.0.1:${httpPort}`, DATABASE_URL: '', REDIS_URL: '', ...extraEnv,
     },

@@ -9,6 +9,7 @@ import type { Pki } from '../pki/pki.js';
 import { attachFastLane, type FastPublish } from './fastLane.js';
 import { closeGracefully } from './linger.js';
 import { cacheTopicMatches } from './matchCache.js';
+import { usePlainParserList } from './parserList.js';
 import { PAYLOAD_PROBLEMS, type PayloadProblem } from './payload.js';
 import { devicePublishAllowed, fastLaneTopic, topicAllowed } from './topics.js';
 import { SEES_ALL_LISTENERS } from './workerEmitter.js';
@@ -58,6 +59,14 @@ function peerCertificate(client: Client): tls.PeerCertificate | undefined {
 
 /** Certificate serials compare as lower-case hex without leading zeros. */
 export const normalizeSerial = (hex: string) => hex.toLowerCase().replace(/^0+(?=.)/, '');
+
+/**
+ * mqtt-packet (which Aedes writes every packet with) otherwise builds, on its first write, a cache
+ * of all 65,536 two-byte numbers as separate Buffers: about 6.3 MB of JS heap for the process's
+ * life (issue 19, memory per session). Without it each message id or length is a 2-byte slice of
+ * Node's buffer pool, made when written.
+ */
+mqttPacket.writeToStream.cacheNumbers = false;
 
 /** largest MQTT packet accepted from a device */
 export const MAX_PACKET_BYTES = 256 * 1024;
@@ -126,6 +135,7 @@ export class Broker {
       // small MQTT packets (PUBACK, SUBACK) must not wait for Nagle's algorithm
       socket.setNoDelay(true);
       const client = aedes.handle(socket);
+      usePlainParserList(client);
       if (fastLane) attachFastLane(socket, client, fastLane, MAX_PACKET_BYTES);
       closeGracefully(socket, () => client.close());
     });

@@ -1,4 +1,5 @@
 import tls from 'node:tls';
+import { createRequire } from 'node:module';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import mqttPacket from 'mqtt-packet';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
@@ -188,5 +189,57 @@ describe('TLS session resumption', () => {
     expect((await handshake(devices[0], first.session)).reused).toBe(true);
     await gw.services.brokerHost.crl!.refresh(); // a new secure context
     expect((await handshake(devices[0], first.session)).reused).toBe(true);
+  });
+});
+
+describe('per-connection parser list (issue 19, memory per session)', () => {
+  it('keeps unparsed bytes in a plain BufferList, and still parses packets cut anywhere across TLS records', async () => {
+    const d = devices[1];
+    const socket = tls.connect({ host: '127.0.0.1', port: gw.mqttPort!, key: d.keyPem, cert: d.certPem, ca: d.caPem, servername: 'localhost' });
+    socket.setNoDelay(true);
+    const packets: mqttPacket.Packet[] = [];
+    const parser = mqttPacket.parser(v5);
+    parser.on('packet', (p) => packets.push(p));
+    socket.on('data', (b) => parser.parse(b));
+    await new Promise<void>((resolve, reject) => socket.once('secureConnect', resolve).once('error', reject));
+    // CONNECT, then SUBSCRIBE and a retained PUBLISH (both Aedes' path), each cut in three records
+    const connect = encode({ cmd: 'connect', protocolVersion: 5, clientId: d.thingId, username: d.thingId, clean: true, keepalive: 60 });
+    const topic = `devices/${d.thingId}/state`;
+    const rest = Buffer.concat([
+      encode({ cmd: 'subscribe', messageId: 7, subscriptions: [{ topic, qos: 1 }] }),
+      encode({ cmd: 'publish', topic, payload: '{"on":true}', qos: 1, messageId: 8, retain: true, dup: false }),
+    ]);
+    for (const bytes of [connect, rest]) {
+      for (const [from, to] of [[0, 1], [1, Math.floor(bytes.length / 2)], [Math.floor(bytes.length / 2), bytes.length]]) {
+        socket.write(bytes.subarray(from, to));
+        await nextTick();
+      }
+      if (bytes === connect) {
+        await waitFor(() => packets.some((p) => p.cmd === 'connack'), 5000, 'CONNACK');
+        const client = (gw.services.brokerHost.broker!.aedes as unknown as { clients: Record<string, { _parser: { _list: object } }> }).clients[d.thingId];
+        const list = client._parser._list as { constructor: { name: string }; _readableState?: unknown };
+        expect(list.constructor.name).toBe('BufferList');
+        expect(list._readableState).toBeUndefined();
+      }
+    }
+    await waitFor(() => packets.some((p) => p.cmd === 'suback') && packets.some((p) => p.cmd === 'puback'), 5000, 'SUBACK and PUBACK');
+    // the device's own subscription delivers its retained message back
+    await waitFor(() => packets.some((p) => p.cmd === 'publish' && p.topic === topic), 5000, 'the published message');
+    socket.destroy();
+  });
+});
+
+describe("mqtt-packet's number cache (issue 19, memory per session)", () => {
+  it('is not built: the broker writes CONNACK, SUBACK and messages without it', async () => {
+    const d = devices[0];
+    const device = await connectDevice(gw.mqttPort!, d);
+    const topic = `devices/${d.thingId}/state`;
+    await device.subscribeAsync(topic, { qos: 1 });
+    const message = nextMessage(device, topic);
+    await device.publishAsync(topic, '{"n":1}', { qos: 1 });
+    expect((await message).payload.toString()).toBe('{"n":1}');
+    const numbers = createRequire(createRequire(import.meta.url).resolve('mqtt-packet'))('./numbers.js') as { cache: Record<number, Buffer> };
+    expect(Object.keys(numbers.cache)).toHaveLength(0);
+    await device.endAsync();
   });
 });

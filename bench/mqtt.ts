@@ -14,7 +14,7 @@
  * the same machine; a round starts when the broker is idle and ends at its last busy CPU sample
  * once it has counted every message (gateway: /metrics, Mosquitto: $SYS).
  *
- *   npm run bench:mqtt                     (SHAPES=50,300,1000 ROUNDS=2 MSGS_QOS0=100000 MSGS_QOS1=30000)
+ *   npm run bench:mqtt                     (SHAPES=50,300,1000 ROUNDS=3 WARMUP=10000 MSGS_QOS0=100000 MSGS_QOS1=30000)
  *   SHAPES=300 QOS=0 PAYLOADS=small ROUNDS=5 npm run bench:mqtt -- --no-write
  *
  * Also: MSGS_QOS0 / MSGS_QOS1 (messages per round, spread over the devices), INFLIGHT (QoS 1 window
@@ -45,7 +45,9 @@ const SHAPES = list('SHAPES', '50,300,1000').map(Number);
 const MSGS = { 0: Number(process.env.MSGS_QOS0 ?? 100_000), 1: Number(process.env.MSGS_QOS1 ?? 30_000) };
 const INFLIGHT = Number(process.env.INFLIGHT ?? 20);
 const QOS = list('QOS', '0,1').map(Number) as (0 | 1)[];
-const ROUNDS = Number(process.env.ROUNDS ?? 2);
+const ROUNDS = Number(process.env.ROUNDS ?? 3);
+/** messages of the unmeasured warm-up round per broker, payload and QoS (0: none) */
+const WARMUP = Number(process.env.WARMUP ?? 10_000);
 const COMPARE_ROOT = process.env.COMPARE_ROOT;
 const WORKERS = Number(process.env.WORKERS ?? 0);
 const ONLY = list('ONLY', `gateway,ingest-off,mosquitto${COMPARE_ROOT ? ',before' : ''}${WORKERS > 1 ? ',workers' : ''}`);
@@ -240,9 +242,9 @@ async function connectFleet(target: Target, ca: string, devices: DeviceFiles[], 
 }
 
 /** One round: every device of the fleet sends its share of MSGS[qos] messages at once; the broker counts them. */
-async function runRound(fleet: Fleet, qos: 0 | 1, payload: PayloadName): Promise<RunResult> {
+async function runRound(fleet: Fleet, qos: 0 | 1, payload: PayloadName, messages = MSGS[qos]): Promise<RunResult> {
   const { target, procs } = fleet;
-  const perDevice = Math.ceil(MSGS[qos] / procs.length);
+  const perDevice = Math.ceil(messages / procs.length);
   const expected = procs.length * perDevice;
   const brokerPids = target.pids();
   await waitIdle(brokerPids, 500); // connect bookkeeping and the previous round are not part of the measurement
@@ -345,6 +347,8 @@ async function main(): Promise<void> {
         const fleets: Fleet[] = [];
         try {
           for (const target of targets) fleets.push(await connectFleet(target, caFile, devices.slice(0, shape), qos));
+          // an unmeasured round per broker and payload first: the gateway's JIT compiles the path (Mosquitto is C)
+          if (WARMUP) for (const payload of PAYLOADS) for (const fleet of fleets) await runRound(fleet, qos, payload, WARMUP);
           const results = new Map<string, RunResult[]>();
           for (let i = 0; i < ROUNDS; i++) {
             for (const payload of PAYLOADS) {
@@ -413,7 +417,7 @@ ${MSGS[1].toLocaleString('en-US')} at QoS 1 (up to ${INFLIGHT} in flight per dev
 telemetry payload and batches the latest values to PostgreSQL), the same gateway with \`TELEMETRY_INGEST=false\`
 (telemetry routed, not read: the broker's own cost), and Mosquitto 2 (Debian: TLS, \`require_certificate\`,
 \`use_identity_as_username\`, \`pattern readwrite devices/%u/#\`; stores nothing). Each broker has its own connected
-fleet; ${ROUNDS} rounds alternate between the brokers and the payloads; the figure is the round with the median
+fleet; after an unmeasured warm-up round of ${WARMUP.toLocaleString('en-US')} messages per broker and payload, ${ROUNDS} rounds alternate between the brokers and the payloads; the figure is the round with the median
 broker CPU per message (of an even number, the higher middle one; all rounds in brackets), read from \`/proc/<pid>/stat\`, messages as counted by each broker.
 **CPU efficiency** = Mosquitto CPU per message / gateway CPU per message (targets: 0.7 at QoS 0, 1.0 at QoS 1).
 

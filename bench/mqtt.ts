@@ -59,6 +59,8 @@ const PAYLOAD_TEXT = {
 type PayloadName = keyof typeof PAYLOAD_TEXT;
 const PAYLOADS = list('PAYLOADS', 'small,1k') as PayloadName[];
 const SAMPLE_MS = 50;
+/** how long a broker's idle CPU is sampled before a shape's rounds */
+const IDLE_MS = 3000;
 /** below this share of one core the broker counts as idle (before and after a run) */
 const IDLE_SHARE = Number(process.env.IDLE_SHARE ?? 0.1);
 /** above this share of one core in a sample the broker is still working on the run (its timers stay below) */
@@ -170,6 +172,15 @@ const systemOf = (pids: number[]) => pids.reduce((sum, p) => {
   try { return sum + systemSeconds(p); } catch { return sum; }
 }, 0);
 
+/** A broker's CPU share of a core over IDLE_MS once it is idle (its timers and pollers: a fixed cost, not a per-message one). */
+async function idleShare(pids: number[]): Promise<number> {
+  await waitIdle(pids, 500);
+  const c0 = cpuOf(pids);
+  const t0 = performance.now();
+  await sleep(IDLE_MS);
+  return (cpuOf(pids) - c0) / ((performance.now() - t0) / 1000);
+}
+
 /**
  * How many processes run the broker's code: the thresholds below are per process, since each
  * gateway process has its own idle baseline (pollers, timers: about 7 to 9% of a core on this
@@ -221,10 +232,12 @@ interface RunResult {
   brokerCpuUsPerMsg: number; brokerCpuShare: number; generatorCpuShare: number; helperCpuUsPerMsg: number;
   /** of the broker's CPU, the share in the kernel (approximate: read after the round's last busy sample) */
   brokerSystemShare: number;
+  /** the broker's CPU per message less its idle CPU over the round (idle share x seconds) */
+  brokerCpuUsPerMsgLessIdle: number;
 }
 
 /** The devices of one broker, connected and waiting for lines. */
-interface Fleet { target: Target; procs: ChildProcess[]; errors: string[] }
+interface Fleet { target: Target; procs: ChildProcess[]; errors: string[]; /** the broker's CPU share of a core while its fleet is connected and silent */ idle: number }
 
 async function connectFleet(target: Target, ca: string, devices: DeviceFiles[], qos: 0 | 1): Promise<Fleet> {
   const before = await target.connected();
@@ -238,7 +251,7 @@ async function connectFleet(target: Target, ca: string, devices: DeviceFiles[], 
     }
     await sleep(500);
   }
-  return { target, procs, errors };
+  return { target, procs, errors, idle: 0 };
 }
 
 /** One round: every device of the fleet sends its share of MSGS[qos] messages at once; the broker counts them. */
@@ -277,6 +290,7 @@ async function runRound(fleet: Fleet, qos: 0 | 1, payload: PayloadName, messages
   const system = systemOf(brokerPids) - cpu0.system;
   return {
     brokerSystemShare: round(Math.min(1, system / Math.max(brokerCpu, 1e-9)), 2),
+    brokerCpuUsPerMsgLessIdle: round(Math.max(0, brokerCpu - fleet.idle * seconds) * 1e6 / received, 2),
     messages: expected, received, seconds: round(seconds, 2),
     msgsPerSecond: Math.round(received / seconds),
     brokerCpuUsPerMsg: round(brokerCpu * 1e6 / received, 2),
@@ -295,7 +309,7 @@ const round = (n: number, digits: number) => Math.round(n * 10 ** digits) / 10 *
 const loadavg = () => fs.readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
 
 /** One cell of the result: a broker in one shape, payload and QoS (median round, all rounds). */
-interface Cell { shape: number; qos: 0 | 1; payload: PayloadName; target: string; r: RunResult; rounds: RunResult[] }
+interface Cell { shape: number; qos: 0 | 1; payload: PayloadName; target: string; r: RunResult; rounds: RunResult[]; idle: number }
 
 async function main(): Promise<void> {
   if (!fs.existsSync('/usr/bin/mosquitto_pub') || !fs.existsSync('/usr/sbin/mosquitto')) {
@@ -349,6 +363,7 @@ async function main(): Promise<void> {
           for (const target of targets) fleets.push(await connectFleet(target, caFile, devices.slice(0, shape), qos));
           // an unmeasured round per broker and payload first: the gateway's JIT compiles the path (Mosquitto is C)
           if (WARMUP) for (const payload of PAYLOADS) for (const fleet of fleets) await runRound(fleet, qos, payload, WARMUP);
+          for (const fleet of fleets) fleet.idle = await idleShare(fleet.target.pids());
           const results = new Map<string, RunResult[]>();
           for (let i = 0; i < ROUNDS; i++) {
             for (const payload of PAYLOADS) {
@@ -356,14 +371,14 @@ async function main(): Promise<void> {
                 const r = await runRound(fleet, qos, payload);
                 const key = `${fleet.target.name}/${payload}`;
                 results.set(key, [...(results.get(key) ?? []), r]);
-                console.log(`  ${String(shape).padStart(4)} devices  QoS ${qos}  ${payload.padEnd(5)}  round ${i + 1}  ${fleet.target.name.padEnd(10)} ${String(r.msgsPerSecond).padStart(7)} msg/s  ${r.received}/${r.messages} in ${r.seconds} s  broker ${r.brokerCpuUsPerMsg} µs/msg (${Math.round(r.brokerCpuShare * 100)}% of a core, ${Math.round(r.brokerSystemShare * 100)}% of it system; generator ${Math.round(r.generatorCpuShare * 100)}%${r.helperCpuUsPerMsg ? `; PostgreSQL ${r.helperCpuUsPerMsg} µs/msg` : ''})`);
+                console.log(`  ${String(shape).padStart(4)} devices  QoS ${qos}  ${payload.padEnd(5)}  round ${i + 1}  ${fleet.target.name.padEnd(10)} ${String(r.msgsPerSecond).padStart(7)} msg/s  ${r.received}/${r.messages} in ${r.seconds} s  broker ${r.brokerCpuUsPerMsg} µs/msg, less idle ${r.brokerCpuUsPerMsgLessIdle} (${Math.round(r.brokerCpuShare * 100)}% of a core, ${Math.round(r.brokerSystemShare * 100)}% of it system; generator ${Math.round(r.generatorCpuShare * 100)}%${r.helperCpuUsPerMsg ? `; PostgreSQL ${r.helperCpuUsPerMsg} µs/msg` : ''})`);
               }
             }
           }
           for (const fleet of fleets) {
             for (const payload of PAYLOADS) {
               const rounds = results.get(`${fleet.target.name}/${payload}`)!;
-              cells.push({ shape, qos, payload, target: fleet.target.name, r: median(rounds), rounds });
+              cells.push({ shape, qos, payload, target: fleet.target.name, r: median(rounds), rounds, idle: fleet.idle });
             }
             for (const e of fleet.errors.slice(0, 3)) console.log(`    publisher error: ${e}`);
           }
@@ -379,7 +394,7 @@ async function main(): Promise<void> {
     const minutes = (Date.now() - started) / 60_000;
     console.log(`run took ${minutes.toFixed(1)} min; load average ${Object.entries(loads).map(([k, v]) => `${k}: ${v}`).join('; ')}`);
     const full = SHAPES.length === 3 && QOS.length === 2 && PAYLOADS.length === 2 && ['gateway', 'ingest-off', 'mosquitto'].every((t) => ONLY.includes(t));
-    if (!args['no-write'] && full && !workers) writeSection(rows, loads, minutes);
+    if (!args["no-write"] && full && !workers) writeSection(rows, cells, loads, minutes);
   } finally {
     await monitor?.close().catch(() => {});
     for (const stop of stops.reverse()) await stop().catch(() => {});
@@ -387,7 +402,7 @@ async function main(): Promise<void> {
   }
 }
 
-interface Row { shape: number; qos: 0 | 1; payload: PayloadName; cells: Record<string, Cell | undefined>; efficiency?: number; efficiencyOff?: number; throughput?: number; line: string }
+interface Row { shape: number; qos: 0 | 1; payload: PayloadName; cells: Record<string, Cell | undefined>; efficiency?: number; efficiencyOff?: number; efficiencyLessIdle?: number; throughput?: number; line: string }
 
 function ratioRows(cells: Cell[]): Row[] {
   const rows: Row[] = [];
@@ -395,17 +410,28 @@ function ratioRows(cells: Cell[]): Row[] {
     const of = (t: string) => cells.find((c) => c.shape === shape && c.qos === qos && c.payload === payload && c.target === t);
     const [g, off, m, b, w] = [of('gateway'), of('ingest-off'), of('mosquitto'), of('before'), of('workers')];
     const eff = (x?: Cell) => (x && m ? round(m.r.brokerCpuUsPerMsg / x.r.brokerCpuUsPerMsg, 2) : undefined);
-    const row: Row = { shape, qos, payload, cells: { gateway: g, 'ingest-off': off, mosquitto: m }, efficiency: eff(g), efficiencyOff: eff(off), throughput: g && m ? round(g.r.msgsPerSecond / m.r.msgsPerSecond, 2) : undefined, line: '' };
-    row.line = `${String(shape).padStart(4)} devices QoS ${qos} ${payload.padEnd(5)}  µs/msg ${b ? `before ${b.r.brokerCpuUsPerMsg} ` : ''}gateway ${g?.r.brokerCpuUsPerMsg ?? '-'} ingest-off ${off?.r.brokerCpuUsPerMsg ?? '-'} mosquitto ${m?.r.brokerCpuUsPerMsg ?? '-'}  CPU efficiency ${row.efficiency ?? '-'} (ingest off ${row.efficiencyOff ?? '-'})  throughput ratio ${row.throughput ?? '-'}${w && g ? `  | ${WORKERS} workers: ${w.r.brokerCpuUsPerMsg} µs/msg, ${w.r.msgsPerSecond} msg/s vs one process ${g.r.msgsPerSecond} msg/s: throughput x${round(w.r.msgsPerSecond / g.r.msgsPerSecond, 2)}, CPU/msg x${round(w.r.brokerCpuUsPerMsg / g.r.brokerCpuUsPerMsg, 2)}` : ''}`;
+    const lessIdle = (x?: Cell) => (x && m && x.r.brokerCpuUsPerMsgLessIdle > 0 ? round(m.r.brokerCpuUsPerMsgLessIdle / x.r.brokerCpuUsPerMsgLessIdle, 2) : undefined);
+    const row: Row = { shape, qos, payload, cells: { gateway: g, 'ingest-off': off, mosquitto: m }, efficiency: eff(g), efficiencyOff: eff(off), efficiencyLessIdle: lessIdle(g), throughput: g && m ? round(g.r.msgsPerSecond / m.r.msgsPerSecond, 2) : undefined, line: '' };
+    row.line = `${String(shape).padStart(4)} devices QoS ${qos} ${payload.padEnd(5)}  µs/msg ${b ? `before ${b.r.brokerCpuUsPerMsg} ` : ''}gateway ${g?.r.brokerCpuUsPerMsg ?? '-'} ingest-off ${off?.r.brokerCpuUsPerMsg ?? '-'} mosquitto ${m?.r.brokerCpuUsPerMsg ?? '-'}  CPU efficiency ${row.efficiency ?? '-'} (ingest off ${row.efficiencyOff ?? '-'}; idle subtracted ${row.efficiencyLessIdle ?? '-'})  throughput ratio ${row.throughput ?? '-'}${w && g ? `  | ${WORKERS} workers: ${w.r.brokerCpuUsPerMsg} µs/msg, ${w.r.msgsPerSecond} msg/s vs one process ${g.r.msgsPerSecond} msg/s: throughput x${round(w.r.msgsPerSecond / g.r.msgsPerSecond, 2)}, CPU/msg x${round(w.r.brokerCpuUsPerMsg / g.r.brokerCpuUsPerMsg, 2)}` : ''}`;
     rows.push(row);
   }
   return rows;
 }
 
-function writeSection(rows: Row[], loads: Record<string, string>, minutes: number): void {
+/** each broker's idle share per shape, e.g. "50 devices: gateway 8%, ingest-off 7%, mosquitto 0%" */
+function idleText(cells: Cell[]): string {
+  const shapes = [...new Set(cells.map((c) => c.shape))];
+  return shapes.map((shape) => {
+    const idle = new Map<string, number[]>();
+    for (const c of cells.filter((x) => x.shape === shape && x.payload === PAYLOADS[0])) idle.set(c.target, [...(idle.get(c.target) ?? []), c.idle]);
+    return `${shape} devices ${[...idle].map(([t, v]) => `${t} ${v.map((x) => `${Math.round(x * 100)}%`).join('/')}`).join(', ')}`;
+  }).join('; ') + ' of a core (QoS 0/QoS 1)';
+}
+
+function writeSection(rows: Row[], cells: Cell[], loads: Record<string, string>, minutes: number): void {
   const fmt = (c?: Cell) => (c ? `${c.r.brokerCpuUsPerMsg} (${c.rounds.map((x) => x.brokerCpuUsPerMsg).join(', ')})` : '-');
   const rate = (c?: Cell) => (c ? c.r.msgsPerSecond.toLocaleString('en-US') : '-');
-  const table = rows.map((r) => `| ${r.shape} | ${r.payload === 'small' ? '48 B' : '1 KiB'} | ${r.qos} | **${r.efficiency}** | ${r.efficiencyOff} | ${fmt(r.cells.gateway)} | ${fmt(r.cells['ingest-off'])} | ${fmt(r.cells.mosquitto)} | ${rate(r.cells.gateway)} / ${rate(r.cells['ingest-off'])} / ${rate(r.cells.mosquitto)} | ${r.throughput} |`).join('\n');
+  const table = rows.map((r) => `| ${r.shape} | ${r.payload === 'small' ? '48 B' : '1 KiB'} | ${r.qos} | **${r.efficiency}** | ${r.efficiencyOff} | ${r.efficiencyLessIdle ?? '-'} | ${fmt(r.cells.gateway)} | ${fmt(r.cells['ingest-off'])} | ${fmt(r.cells.mosquitto)} | ${rate(r.cells.gateway)} / ${rate(r.cells['ingest-off'])} / ${rate(r.cells.mosquitto)} | ${r.throughput} |`).join('\n');
   const section = `### Throughput and CPU per message (\`npm run bench:mqtt\`)
 
 Measured ${new Date().toISOString().slice(0, 16)}Z on ${os.cpus().length} cores, Node ${process.versions.node}; the run took ${minutes.toFixed(1)} min.
@@ -420,9 +446,12 @@ telemetry payload and batches the latest values to PostgreSQL), the same gateway
 fleet; after an unmeasured warm-up round of ${WARMUP.toLocaleString('en-US')} messages per broker and payload, ${ROUNDS} rounds alternate between the brokers and the payloads; the figure is the round with the median
 broker CPU per message (of an even number, the higher middle one; all rounds in brackets), read from \`/proc/<pid>/stat\`, messages as counted by each broker.
 **CPU efficiency** = Mosquitto CPU per message / gateway CPU per message (targets: 0.7 at QoS 0, 1.0 at QoS 1).
+"Idle subtracted": both brokers' CPU per message less their idle CPU over the round (each broker's idle
+share of a core, sampled for ${IDLE_MS / 1000} s with its fleet connected and silent before the shape's rounds:
+${idleText(cells)}); the gateway's idle CPU (timers, job pollers, garbage collection) is a fixed cost, not a per-message one.
 
-| devices | payload | QoS | CPU efficiency | efficiency, ingest off | gateway µs/msg (rounds) | ingest off µs/msg | Mosquitto µs/msg | messages/s gateway / ingest off / Mosquitto | throughput ratio |
-|---|---|---|---|---|---|---|---|---|---|
+| devices | payload | QoS | CPU efficiency | efficiency, ingest off | efficiency, idle subtracted | gateway µs/msg (rounds) | ingest off µs/msg | Mosquitto µs/msg | messages/s gateway / ingest off / Mosquitto | throughput ratio |
+|---|---|---|---|---|---|---|---|---|---|---|
 ${table}
 `;
   writeBenchmarkSection(section);

@@ -21,6 +21,8 @@ const DAY_MS = 86_400_000;
 
 export const MAX_POINTS = 1000;
 export const MAX_BUCKETS = 2000;
+/** most points of one millisecond a page holds (a page never splits a millisecond: see TelemetryHistory.read) */
+export const MAX_SAME_MS_POINTS = 10_000;
 const BUCKET_UNITS = { s: 1_000, m: 60_000, h: 3_600_000, d: DAY_MS } as const;
 const DEFAULT_SPAN_MS = DAY_MS;
 
@@ -30,7 +32,7 @@ export const historyQuery = z.object({
   to: z.iso.datetime({ offset: true }).optional().describe('end of the range, exclusive (default: now)'),
   bucket: z.string().regex(/^[1-9]\d{0,4}[smhd]$/, 'a bucket is a whole number and a unit s, m, h or d (e.g. 1m, 1h, 1d)').optional()
     .describe('downsample into buckets of this width (avg/min/max/count of the numeric values); without it the raw points'),
-  limit: z.coerce.number().int().min(1).max(MAX_POINTS).optional().describe(`raw points per page (default and most ${MAX_POINTS})`),
+  limit: z.coerce.number().int().min(1).max(MAX_POINTS).optional().describe(`raw points per page (default and most ${MAX_POINTS}); a page never splits a millisecond: one that holds more points than this comes whole (up to 10,000)`),
 });
 export type HistoryQuery = z.infer<typeof historyQuery>;
 
@@ -167,17 +169,26 @@ export class TelemetryHistory {
         buckets: rows.map((r) => ({ start: r.start.toISOString(), avg: r.avg, min: r.min, max: r.max, count: r.count })),
       };
     }
-    const rows = await this.repo.points(thingId, key, from, to, limit);
+    let rows = await this.repo.points(thingId, key, from, to, limit);
     let nextFrom: string | null = null;
     if (rows.length > limit) {
       // the page ends before the first timestamp it cannot hold whole, so the next page (from it)
-      // neither skips nor repeats a point; a page of a single timestamp continues 1 ms later
+      // neither skips nor repeats a point
       const next = rows[limit].at;
       let end = limit;
       while (end > 0 && rows[end - 1].at.getTime() === next.getTime()) end--;
-      if (end === 0) { end = limit; nextFrom = new Date(next.getTime() + 1).toISOString(); }
-      else nextFrom = next.toISOString();
-      rows.length = end;
+      if (end > 0) {
+        rows.length = end;
+        nextFrom = next.toISOString();
+      } else {
+        // one millisecond holds more points than the page (a device publishing fast): the page
+        // takes the whole millisecond, beyond `limit`, rather than split it (`from` has no finer
+        // position) or skip the rest of it; the next page starts 1 ms later
+        const after = new Date(next.getTime() + 1);
+        rows = await this.repo.points(thingId, key, next, after < to ? after : to, MAX_SAME_MS_POINTS - 1);
+        rows.length = Math.min(rows.length, MAX_SAME_MS_POINTS);
+        if (after < to && (await this.repo.points(thingId, key, after, to, 0)).length > 0) nextFrom = after.toISOString();
+      }
     }
     return { ...base, nextFrom, points: rows.map((r) => ({ at: r.at.toISOString(), value: r.value })) };
   }

@@ -133,6 +133,31 @@ describe('partitions and retention', () => {
   });
 });
 
+describe('history pages and points of one millisecond', () => {
+  it('a millisecond with more points than the page comes whole in one page; nothing is skipped or repeated', async () => {
+    const device = await enrollDevice(gw, account, { claimSecret });
+    const t0 = Date.now() - 60_000;
+    // 2 points, then 10 in one millisecond, then 3: as a device publishing faster than 1 per ms
+    const times = [t0, t0 + 1, ...Array(10).fill(t0 + 2), t0 + 3, t0 + 3, t0 + 4];
+    const points = JSON.stringify(times.map((at, n) => [at, { n }]));
+    await new TelemetryHistoryRepo(gw.db.sql).insert([{ thing_id: device.thingId, first: t0, last: t0 + 4, points }]);
+    const seen: number[] = [];
+    const sizes: number[] = [];
+    let query = `key=n&limit=3&from=${encodeURIComponent(new Date(t0 - 1).toISOString())}`;
+    for (let page = 0; page < 20; page++) {
+      const res = await history(device.thingId, query);
+      expect(res.status).toBe(200);
+      seen.push(...res.body.points.map((p: { value: number }) => p.value));
+      sizes.push(res.body.points.length);
+      if (!res.body.nextFrom) break;
+      query = `key=n&limit=3&from=${encodeURIComponent(res.body.nextFrom)}`;
+    }
+    expect(seen).toEqual(times.map((_, n) => n));
+    // the two points before it (the page stops short of the millisecond), the millisecond whole, the rest
+    expect(sizes).toEqual([2, 10, 3]);
+  });
+});
+
 describe('batched history writes', () => {
   it('a history row the database refuses costs only that thing: the rest of the batch and its latest values are stored', async () => {
     // a cap the broker does not know: at most 3 messages per thing per batch (for this test's things)

@@ -232,6 +232,10 @@ export async function reconcile(db: Db, only: { requestId?: string; thingIds?: s
       and ${only.thingIds ? db`t.id = any(${db.array(only.thingIds)}::uuid[])` : db`true`}
       and (r.filter->>'serial_prefix' is null or starts_with(t.serial, r.filter->>'serial_prefix'))
       and (r.filter->>'manufacturer' is null or t.manufacturer = r.filter->>'manufacturer')
+    -- the request and registrar rows locked while the references go in: a reconcile that runs beside a
+    -- revoke (or a registrar delete) waits for it and sees the request revoked, instead of adding a
+    -- reference after the revoke dropped them (seen as a flaky test under load)
+    for share of r, g
     on conflict do nothing`;
   return rows.count;
 }

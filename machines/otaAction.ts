@@ -26,6 +26,8 @@ export const FINAL_STATUSES = ['succeeded', 'failed', 'cancelled'] as const sati
 
 /** the status a group start releases its actions from, and to */
 export const RELEASE = { from: 'scheduled', to: 'pending' } as const satisfies { from: ActionStatus; to: ActionStatus };
+/** what a rollout that ended STOPPED or CANCELLED does to the actions no device took up */
+export const CANCEL = { from: NOT_TAKEN_UP, to: 'cancelled' } as const satisfies { from: readonly ActionStatus[]; to: ActionStatus };
 
 const position = (s: ActionStatus) => ACTION_STATUSES.indexOf(s);
 

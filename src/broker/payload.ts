@@ -16,7 +16,7 @@ export const MAX_JSON_DEPTH = 64;
 export const PAYLOAD_PROBLEMS = ['too_large', 'invalid_utf8', 'nul', 'lone_surrogate', 'not_json', 'not_object', 'too_deep', 'number_out_of_range'] as const;
 export type PayloadProblem = (typeof PAYLOAD_PROBLEMS)[number];
 
-export type JsonCheck = { ok: true; value: unknown; text: string } | { ok: false; problem: PayloadProblem };
+export type JsonCheck = { ok: true; value: unknown } | { ok: false; problem: PayloadProblem };
 
 /**
  * Parses a device payload the gateway stores as JSON (Postgres jsonb), refusing what Postgres
@@ -24,7 +24,7 @@ export type JsonCheck = { ok: true; value: unknown; text: string } | { ok: false
  * Cheap on the hot path: one native UTF-8 check besides the parse; a walk of the parsed value for
  * its depth only when the text has enough brackets to be too deep, and for its strings only when
  * the text has a `\u` escape (the only way a NUL or a lone surrogate gets past the UTF-8 check and
- * the parse). `text` is the payload as parsed (the history stores it as sent).
+ * the parse). Telemetry does not come here: it is checked by jsonScan.ts without a parse.
  */
 export function parseJsonPayload(payload: Buffer, requireObject: boolean): JsonCheck {
   if (payload.length > MAX_JSON_BYTES) return { ok: false, problem: 'too_large' };
@@ -41,7 +41,7 @@ export function parseJsonPayload(payload: Buffer, requireObject: boolean): JsonC
   if (requireObject && (value === null || typeof value !== 'object' || Array.isArray(value))) return { ok: false, problem: 'not_object' };
   const strings = text.includes('\\u');
   const problem = strings || mayBeTooDeep(payload) ? check(value, 1, strings) : undefined;
-  return problem ? { ok: false, problem } : { ok: true, value, text };
+  return problem ? { ok: false, problem } : { ok: true, value };
 }
 
 /** Nesting deeper than MAX_JSON_DEPTH needs more than MAX_JSON_DEPTH opening brackets (counted natively, stopping early). */

@@ -7,7 +7,7 @@ import type { Principal } from '../http/auth/principal.js';
 import type { Broker, BrokerHooks } from './broker.js';
 import { ConnectivityLog, type ConnectivityChange } from './connectivityLog.js';
 import type { IngestBuffer } from './ingest.js';
-import { scanJsonObject, scanProblem, scanTelemetry } from './jsonScan.js';
+import { scanProblem, scanTelemetry } from './jsonScan.js';
 import { MAX_JSON_BYTES, parseJsonPayload, type PayloadProblem } from './payload.js';
 import type { BrokerRepo } from './repo.js';
 import { deviceTopic, ownTopicKind, parseDeviceTopic, type TopicKind } from './topics.js';
@@ -94,13 +94,10 @@ export class ConnectedDeviceService {
       ingest: (packet, client) => {
         // telemetry, most of the traffic: checked and batched without an object per message
         if (this.telemetryIngest && ownTopicKind(client.id, packet.topic) === 'telemetry' && typeof packet.payload !== 'string') {
-          const keys = scanTelemetry(packet.payload);
-          if (keys >= 0) {
-            this.ingest.addTelemetry(client.id, packet.payload, keys);
-            return undefined;
-          }
-          this.ingest.seenNow(client.id);
-          return scanProblem(packet.payload, keys);
+          const keys = this.checkTelemetry(client, packet.payload);
+          if (typeof keys !== 'number') return keys;
+          this.ingest.addTelemetry(client.id, packet.payload, keys);
+          return undefined;
         }
         const checked = this.checkPayload(packet, client);
         if (checked.problem) return checked.problem;
@@ -151,6 +148,14 @@ export class ConnectedDeviceService {
     }))));
   }
 
+  /** A telemetry payload's key signature (scanTelemetry), or why it is refused (the device was seen all the same). */
+  private checkTelemetry(client: Client, payload: Buffer): number | PayloadProblem {
+    const keys = scanTelemetry(payload);
+    if (keys >= 0) return keys;
+    this.ingest.seenNow(client.id);
+    return scanProblem(payload, keys);
+  }
+
   /** A device publish's topic kind and, on the JSON topics, its checked payload (or why it is refused). */
   private checkPayload(packet: PublishPacket, client: Client): { kind: TopicKind | 'other' | undefined; payload: Buffer; parsed?: Parsed; problem?: PayloadProblem } {
     const kind = ownTopicKind(client.id, packet.topic);
@@ -158,10 +163,8 @@ export class ConnectedDeviceService {
     const rule = kind && kind !== 'other' ? this.jsonTopics[kind] : undefined;
     if (!rule) return { kind, payload };
     if (kind === 'telemetry') {
-      const scanned = scanJsonObject(payload);
-      if (scanned.ok) return { kind, payload, parsed: { telemetry: true, bytes: payload, keys: scanned.keys } };
-      this.ingest.seenNow(client.id);
-      return { kind, payload, problem: scanned.problem };
+      const keys = this.checkTelemetry(client, payload);
+      return typeof keys === 'number' ? { kind, payload, parsed: { telemetry: true, bytes: payload, keys } } : { kind, payload, problem: keys };
     }
     const result = parseJsonPayload(payload, rule.object);
     if (result.ok) return { kind, payload, parsed: { value: result.value as Record<string, unknown> } };

@@ -2,7 +2,7 @@ import type { Db } from '../db/client.js';
 import type { ThingQuery } from '../gateway.js';
 
 import {
-  ACTION_STATUSES, FINAL_STATUSES, NOT_TAKEN_UP, OPEN_STATUSES, RELEASE, type ActionStatus, type ReportedStatus,
+  ACTION_STATUSES, CANCEL, FINAL_STATUSES, OPEN_STATUSES, RELEASE, type ActionStatus, type ReportedStatus,
 } from '../../machines/otaAction.js';
 
 export { ACTION_STATUSES, type ActionStatus, type ReportedStatus };
@@ -10,7 +10,7 @@ export { ACTION_STATUSES, type ActionStatus, type ReportedStatus };
 // The statuses below come from machines/otaAction.ts, the actions' lifecycle rules: these bulk
 // statements apply them, they decide nothing of their own.
 const open = OPEN_STATUSES as readonly string[] as string[];
-const notTakenUp = NOT_TAKEN_UP as readonly string[] as string[];
+const cancelFrom = CANCEL.from as readonly string[] as string[];
 const final = FINAL_STATUSES as readonly string[] as string[];
 const order = ACTION_STATUSES as readonly string[] as string[];
 
@@ -68,8 +68,8 @@ export const otaRepo = {
   /** the actions no device took up, of a rollout whose machine ended STOPPED or CANCELLED */
   async cancelOpen(db: Db, rolloutId: string, at: Date): Promise<number> {
     const r = await db`
-      update ota_actions set status = 'cancelled', updated_at = ${at}
-      where id in (select id from ota_actions where rollout_id = ${rolloutId} and status = any(${notTakenUp}::text[]) order by id for update)`;
+      update ota_actions set status = ${CANCEL.to}, updated_at = ${at}
+      where id in (select id from ota_actions where rollout_id = ${rolloutId} and status = any(${cancelFrom}::text[]) order by id for update)`;
     return r.count;
   },
 

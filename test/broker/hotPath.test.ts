@@ -24,8 +24,8 @@ const encode = (packet: Record<string, unknown>) => mqttPacket.generate(packet a
 const received = () => gw.services.brokerHost.broker!.stats.messagesReceived;
 const laned = () => gw.services.brokerHost.broker!.stats.fastLane;
 
-/** A device on a raw TLS socket, so the test decides how the bytes fall into TLS records. */
-async function rawDevice(d: EnrolledDevice) {
+/** A raw TLS socket with the device's certificate, so the test decides how the bytes fall into TLS records; `packets` collects what the broker sends. */
+async function rawSocket(d: EnrolledDevice) {
   const socket = tls.connect({ host: '127.0.0.1', port: gw.mqttPort!, key: d.keyPem, cert: d.certPem, ca: d.caPem, servername: 'localhost' });
   socket.setNoDelay(true);
   const packets: mqttPacket.Packet[] = [];
@@ -33,6 +33,12 @@ async function rawDevice(d: EnrolledDevice) {
   parser.on('packet', (p) => packets.push(p));
   socket.on('data', (b) => parser.parse(b));
   await new Promise<void>((resolve, reject) => socket.once('secureConnect', resolve).once('error', reject));
+  return { socket, packets };
+}
+
+/** A device connected (CONNECT/CONNACK) on a raw TLS socket. */
+async function rawDevice(d: EnrolledDevice) {
+  const { socket, packets } = await rawSocket(d);
   socket.write(encode({ cmd: 'connect', protocolVersion: 5, clientId: d.thingId, username: d.thingId, clean: true, keepalive: 60 }));
   await waitFor(() => packets.some((p) => p.cmd === 'connack'), 5000, 'CONNACK');
   return { socket, packets };
@@ -195,13 +201,7 @@ describe('TLS session resumption', () => {
 describe('per-connection parser list (issue 19, memory per session)', () => {
   it('keeps unparsed bytes in a plain BufferList, and still parses packets cut anywhere across TLS records', async () => {
     const d = devices[1];
-    const socket = tls.connect({ host: '127.0.0.1', port: gw.mqttPort!, key: d.keyPem, cert: d.certPem, ca: d.caPem, servername: 'localhost' });
-    socket.setNoDelay(true);
-    const packets: mqttPacket.Packet[] = [];
-    const parser = mqttPacket.parser(v5);
-    parser.on('packet', (p) => packets.push(p));
-    socket.on('data', (b) => parser.parse(b));
-    await new Promise<void>((resolve, reject) => socket.once('secureConnect', resolve).once('error', reject));
+    const { socket, packets } = await rawSocket(d);
     // CONNECT, then SUBSCRIBE and a retained PUBLISH (both Aedes' path), each cut in three records
     const connect = encode({ cmd: 'connect', protocolVersion: 5, clientId: d.thingId, username: d.thingId, clean: true, keepalive: 60 });
     const topic = `devices/${d.thingId}/state`;

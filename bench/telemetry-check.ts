@@ -1,0 +1,45 @@
+/**
+ * bench:telemetry-check: CPU per telemetry payload of the broker's check, the byte scan
+ * (src/broker/jsonScan.ts, what the gateway does) against the decode, `JSON.parse` and merge into
+ * the latest values it replaced (parseJsonPayload + Object.assign, the baseline), in alternating
+ * rounds in one process; the bench:mqtt payloads (1 KiB of 64 readings, 48 bytes).
+ *
+ *   npm run bench:telemetry-check            (ROUNDS=5, CALLS=200000)
+ */
+import os from 'node:os';
+import { scanTelemetry } from '../src/broker/jsonScan.js';
+import { parseJsonPayload } from '../src/broker/payload.js';
+
+const ROUNDS = Number(process.env.ROUNDS ?? 5);
+const CALLS = Number(process.env.CALLS ?? 200_000);
+
+function kibPayload(): string {
+  const values: Record<string, number> = { temperature: 21.5, humidity: 40, voltage: 3.3 };
+  for (let i = 0; JSON.stringify(values).length < 1000; i++) values[`sensor_${String(i).padStart(2, '0')}`] = Math.round(1000 * Math.sin(i + 1) * 100) / 100;
+  const text = JSON.stringify(values);
+  return text.slice(0, 1) + `"pad":"${'x'.repeat(1024 - text.length - 9)}",` + text.slice(1);
+}
+
+const payloads = { '1 KiB': Buffer.from(kibPayload()), '48 B': Buffer.from(JSON.stringify({ temperature: 21.5, humidity: 40, voltage: 3.3 })) };
+let sink: unknown;
+const latest: Record<string, unknown> = {};
+const ways = {
+  scan: (b: Buffer) => { sink = scanTelemetry(b); },
+  'parse + merge': (b: Buffer) => { const r = parseJsonPayload(b, true); if (r.ok) Object.assign(latest, r.value); },
+};
+const micros = (f: (b: Buffer) => void, b: Buffer) => {
+  const t = process.hrtime.bigint();
+  for (let i = 0; i < CALLS; i++) f(b);
+  return Number(process.hrtime.bigint() - t) / CALLS / 1000;
+};
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+console.log(`bench:telemetry-check  ${ROUNDS} alternating rounds of ${CALLS} calls, node ${process.version}, load ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}`);
+for (const [name, b] of Object.entries(payloads)) {
+  for (const f of Object.values(ways)) micros(f, b); // warm-up
+  const r: Record<string, number[]> = { scan: [], 'parse + merge': [] };
+  for (let i = 0; i < ROUNDS; i++) for (const [way, f] of Object.entries(ways)) r[way].push(micros(f, b));
+  const [s, p] = [median(r.scan), median(r['parse + merge'])];
+  console.log(`${name.padEnd(6)} scan ${s.toFixed(3)} µs (${r.scan.map((x) => x.toFixed(2)).join(', ')})  parse + merge ${p.toFixed(3)} µs (${r['parse + merge'].map((x) => x.toFixed(2)).join(', ')})  scan/parse ${(s / p).toFixed(2)}`);
+}
+void sink;

@@ -277,9 +277,20 @@ export async function dropPending(db: Db, subscriptionId: string): Promise<numbe
   return r.count;
 }
 
-/** When the next delivery is due (ms from now), or undefined when none is pending. */
+/**
+ * When the next delivery the claim could take is due (ms from now, 0 when already due), or
+ * undefined when none is pending: unleased rows of ACTIVE subscriptions only (a leased row is in
+ * flight, or on a crashed node until its lease lapses; the poll finds those). `greatest(0, null)`
+ * is 0 in PostgreSQL, so the empty case is kept apart: an empty table once read as "due now"
+ * and the worker polled every 5 ms while idle.
+ */
 export async function nextDueInMs(db: Db): Promise<number | undefined> {
   const [row] = await db<{ ms: number | null }[]>`
-    select greatest(0, extract(epoch from (min(next_attempt_at) - now())) * 1000)::float8 as ms from webhook_deliveries`;
-  return row.ms ?? undefined;
+    select (extract(epoch from (
+      select d.next_attempt_at from webhook_deliveries d
+      join state_change_subscriptions s on s.id = d.subscription_id and s.status = 'ACTIVE'
+      where d.lease_until is null
+      order by d.next_attempt_at limit 1
+    ) - now()) * 1000)::float8 as ms`;
+  return row.ms === null ? undefined : Math.max(0, row.ms);
 }

@@ -13,6 +13,14 @@ export interface JobOptions {
 
 type JobHandler<T> = (data: T) => Promise<void>;
 
+/** How often one query looks for due jobs of this node's queues (the latency of a job sent elsewhere, scheduled or retried) */
+const DUE_POLL_MS = 1000;
+/**
+ * pg-boss's own poll of each queue: a fallback only. The due poll wakes a queue's worker when it
+ * has work, so an idle node runs one query a second instead of one per queue (19: issue 19, bench:idle).
+ */
+const WORKER_POLL_SECONDS = 60;
+
 /**
  * Durable background jobs on Postgres through pg-boss: any node picks them up, nothing is lost on
  * a crash, retries back off exponentially. Domains `define` their jobs at init; handlers start
@@ -24,6 +32,7 @@ export class Jobs {
   private started = false;
   /** this node's worker of each queue (to wake it when a job is sent) */
   private readonly workers = new Map<string, string>();
+  private duePoll?: NodeJS.Timeout;
 
   constructor(connectionString: string, private readonly log: Logger) {
     this.boss = new PgBoss({ connectionString, schema: 'pgboss', max: 4, application_name: 'device-gateway-jobs' });
@@ -50,7 +59,7 @@ export class Jobs {
       });
       if (options.schedule) await this.boss.schedule(name, options.schedule, {}, { tz: 'UTC' });
       if (!work) continue;
-      const workerId = await this.boss.work<object>(name, { batchSize: options.batchSize ?? 1, pollingIntervalSeconds: 1 }, async (jobs) => {
+      const workerId = await this.boss.work<object>(name, { batchSize: options.batchSize ?? 1, pollingIntervalSeconds: WORKER_POLL_SECONDS }, async (jobs) => {
         // the jobs of a batch run side by side; one that fails is failed alone (retried with
         // backoff) and the others complete: one bad job never costs the rest of its batch
         const outcomes = await Promise.allSettled(jobs.map((job) => handler(job.data)));
@@ -62,6 +71,33 @@ export class Jobs {
         }
       });
       this.workers.set(name, workerId);
+    }
+    if (this.workers.size) this.scheduleDuePoll();
+  }
+
+  /**
+   * Every DUE_POLL_MS, one query over this node's queues (pg-boss's partial index on
+   * (name, start_after) of each queue's pending jobs) wakes the workers of the queues with jobs due:
+   * as before, a queue with work fetches a batch at least once a second, and an idle one costs nothing.
+   */
+  private scheduleDuePoll(): void {
+    this.duePoll = setTimeout(() => void this.pollDue().finally(() => {
+      if (this.started) this.scheduleDuePoll();
+    }), DUE_POLL_MS);
+  }
+
+  private async pollDue(): Promise<void> {
+    try {
+      const { rows } = await this.boss.getDb().executeSql(
+        `SELECT DISTINCT name FROM pgboss.job WHERE name = ANY($1::text[]) AND state < 'active' AND start_after < now()`,
+        [[...this.workers.keys()]],
+      ) as { rows: { name: string }[] };
+      for (const { name } of rows) {
+        const worker = this.workers.get(name);
+        if (worker && this.started) this.boss.notifyWorker(worker);
+      }
+    } catch (err) {
+      this.log.warn({ error: (err as Error).message }, 'due-job poll failed; retried in a second');
     }
   }
 
@@ -78,6 +114,7 @@ export class Jobs {
   async stop(): Promise<void> {
     if (!this.started) return;
     this.started = false;
+    clearTimeout(this.duePoll);
     await this.boss.stop({ graceful: true, timeout: 5000, wait: true });
   }
 }

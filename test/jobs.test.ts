@@ -8,6 +8,7 @@ let jobs: Jobs;
 const attempts: { n: number; at: number }[] = [];
 const batchedRuns: number[] = [];
 const batchedIds = new Map<number, string>();
+const elsewhereRuns: number[] = [];
 
 beforeAll(async () => {
   db = await createTestDatabase();
@@ -20,6 +21,7 @@ beforeAll(async () => {
     batchedRuns.push(n);
     if (n === 13) throw new Error('bad job');
   }, { retryLimit: 0, batchSize: 20 });
+  jobs.define<{ n: number }>('elsewhere', async ({ n }) => { elsewhereRuns.push(n); });
   await jobs.start(false);
   // the batch test queues its jobs before the worker starts, so they come in one fetch
   for (let n = 1; n <= 15; n++) batchedIds.set(n, (await jobs.send('batched', { n }))!);
@@ -55,5 +57,17 @@ describe('durable jobs (pg-boss)', () => {
     }, { timeout: 10_000 }).toBe(15);
     const states = new Map((await db.sql<{ id: string; state: string }[]>`select id, state from pgboss.job where name = 'batched'`).map((r) => [r.id, r.state]));
     for (const [n, id] of batchedIds) expect(states.get(id), `job ${n}`).toBe(n === 13 ? 'failed' : 'completed');
+  });
+
+  it("a job sent by another node (no local wake-up) is run by this node's worker: the due poll wakes it, not the minute-long fallback poll", async () => {
+    const other = new Jobs(db.url, createLogger('silent', false));
+    other.define('elsewhere', async () => {});
+    await other.start(false);
+    try {
+      await other.send('elsewhere', { n: 1 });
+      await expect.poll(() => elsewhereRuns, { timeout: 15_000, interval: 100 }).toEqual([1]);
+    } finally {
+      await other.stop();
+    }
   });
 });

@@ -23,7 +23,7 @@ const refusedData = (err: unknown) => err instanceof postgres.PostgresError && /
 
 /**
  * Telemetry and last-seen writes, coalesced in memory and written in one statement per batch
- * (every FLUSH_MS, or sooner when MAX_PENDING things, MAX_MESSAGES messages or MAX_BYTES of
+ * (FLUSH_MS after the first thing of a batch, or sooner when MAX_PENDING things, MAX_MESSAGES messages or MAX_BYTES of
  * telemetry are waiting): a device sending 10 messages a second costs the database at most one
  * row update per batch.
  *
@@ -36,6 +36,7 @@ export class IngestBuffer {
   /** per thing: when it was last seen (epoch ms: this runs for every device message) and its telemetry of the batch */
   private pending = new Map<string, { at: number; telemetry?: ThingTelemetry }>();
   private timer?: NodeJS.Timeout;
+  private started = false;
   private flushing: Promise<void> = Promise.resolve();
   /** rows not written (read by /metrics) */
   readonly dropped: Record<IngestTable, number> = { telemetry: 0, last_seen: 0, history: 0 };
@@ -46,14 +47,33 @@ export class IngestBuffer {
   constructor(private readonly repo: BrokerRepo, private readonly log: Logger, private readonly history?: TelemetryHistoryRepo) {}
 
   start(): void {
-    this.timer = setInterval(() => void this.flush(), FLUSH_MS);
-    this.timer.unref();
+    this.started = true;
+    if (this.pending.size) this.arm();
   }
 
   async stop(): Promise<void> {
-    clearInterval(this.timer);
+    this.started = false;
+    clearTimeout(this.timer);
+    this.timer = undefined;
     await this.flush();
   }
+
+  /**
+   * The flush timer runs only while something waits: armed by the first thing of a batch, so an
+   * idle broker has no timer ticking (a free-running 250 ms interval woke it 4 times a second).
+   * Whatever is added while it is armed goes in the flush it triggers; what comes after that
+   * flush took the batch arms it again.
+   */
+  private arm(): void {
+    if (this.timer !== undefined || !this.started) return;
+    this.timer = setTimeout(this.onTimer, FLUSH_MS);
+    this.timer.unref();
+  }
+
+  private readonly onTimer = (): void => {
+    this.timer = undefined;
+    void this.flush();
+  };
 
   seenNow(thingId: string): void {
     const entry = this.pending.get(thingId);
@@ -79,6 +99,7 @@ export class IngestBuffer {
 
   private add(thingId: string, entry: { at: number; telemetry?: ThingTelemetry }): void {
     this.pending.set(thingId, entry);
+    this.arm();
     if (this.pending.size >= MAX_PENDING) void this.flush();
   }
 

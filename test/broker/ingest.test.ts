@@ -100,4 +100,23 @@ describe('latest values of a batch', () => {
     expect(JSON.parse(text)).toEqual(JSON.parse('{"__proto__":{"polluted":true},"n":1,"m":2}'));
     expect(({} as Record<string, unknown>).polluted).toBeUndefined();
   });
+
+  it('a started buffer writes a batch by itself (its timer is armed by the first thing), again for a later batch, and stop writes what waits', async () => {
+    const { ingest } = buffer();
+    const seen = async (things: string[]) => (await db.sql<{ count: number }[]>`
+      select count(*)::int as count from device_connectivity where thing_id in ${db.sql(things)} and last_seen is not null`)[0].count;
+    ingest.start();
+    const first = [crypto.randomUUID(), crypto.randomUUID()];
+    for (const t of first) ingest.seenNow(t);
+    await expect.poll(() => seen(first), { timeout: 10_000, interval: 50 }).toBe(2);
+    // after a flush the buffer is idle: the next thing arms the timer again
+    const second = [crypto.randomUUID()];
+    ingest.addTelemetry(second[0], ...telemetry({ b: 1 }));
+    await expect.poll(() => seen(second), { timeout: 10_000, interval: 50 }).toBe(1);
+    const third = [crypto.randomUUID()];
+    ingest.seenNow(third[0]);
+    await ingest.stop();
+    expect(await seen(third)).toBe(1);
+  });
 });
+

@@ -67,16 +67,34 @@ function descendants(pid: number): number[] {
 
 const comm = (pid: number) => { try { return fs.readFileSync(`/proc/${pid}/comm`, 'utf8').trim(); } catch { return ''; } };
 const cpuOf = (pids: number[]) => pids.reduce((s, p) => { try { return s + cpuSeconds(p); } catch { return s; } }, 0);
+/** CPU seconds of the reaped children of a process (cutime + cstime): a PostgreSQL backend's that ended */
+function reapedSeconds(pid: number): number {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[13]) + Number(fields[14])) / 100;
+  } catch { return 0; }
+}
 const switchesOf = (pids: number[]) => pids.reduce((s, p) => s + contextSwitches(p), 0);
 
-interface Subject { name: string; pids(): number[] }
+interface Subject {
+  name: string;
+  pids(): number[];
+  /** CPU seconds of its processes that ended (counted apart: their /proc entries are gone) */
+  ended?(): number;
+}
 interface Reading { cpuShare: number; wakeupsPerS: number }
 
 /** a gateway: its own process, and (apart) its PostgreSQL, i.e. every descendant but tsx's esbuild */
 function gatewaySubjects(name: string, g: GatewayProcess): Subject[] {
   return [
     { name, pids: () => [g.pid] },
-    { name: `${name} PostgreSQL`, pids: () => descendants(g.pid).filter((p) => comm(p).startsWith('postgres') || comm(p) === 'postmaster') },
+    {
+      name: `${name} PostgreSQL`,
+      pids: () => descendants(g.pid).filter((p) => comm(p).startsWith('postgres') || comm(p) === 'postmaster'),
+      // backends that ended are the postmaster's reaped children
+      ended: () => descendants(g.pid).filter((p) => comm(p).startsWith('postgres') || comm(p) === 'postmaster').reduce((s, p) => s + reapedSeconds(p), 0),
+    },
   ];
 }
 
@@ -116,13 +134,16 @@ async function main(): Promise<void> {
     const readings = new Map<string, Reading[]>(subjects.map((s) => [s.name, []]));
     for (let round = 1; round <= ROUNDS; round++) {
       const pids = subjects.map((s) => s.pids());
-      const c0 = pids.map(cpuOf);
+      const cpu = (i: number, p: number[]) => cpuOf(p) + (subjects[i].ended?.() ?? 0);
+      const c0 = pids.map((p, i) => cpu(i, p));
       const w0 = pids.map(switchesOf);
       const t0 = performance.now();
       await sleep(WINDOW_S * 1000);
       const seconds = (performance.now() - t0) / 1000;
       const line = subjects.map((s, i) => {
-        const r = { cpuShare: (cpuOf(pids[i]) - c0[i]) / seconds, wakeupsPerS: (switchesOf(pids[i]) - w0[i]) / seconds };
+        // processes that appeared in the window count from zero, those that ended through `ended`
+        const now = [...new Set([...pids[i], ...s.pids()])];
+        const r = { cpuShare: (cpu(i, now) - c0[i]) / seconds, wakeupsPerS: (switchesOf(pids[i]) - w0[i]) / seconds };
         readings.get(s.name)!.push(r);
         return `${s.name} ${(r.cpuShare * 100).toFixed(2)}% (${r.wakeupsPerS.toFixed(0)}/s)`;
       });

@@ -61,8 +61,8 @@ export async function startGatewayProcess(dir: string, extraEnv: Record<string, 
   const [httpPort, mqttPort, pgPort] = [await freePort(), await freePort(), await freePort()];
   fs.mkdirSync(dir, { recursive: true });
   fs.chmodSync(dir, 0o755); // embedded PostgreSQL runs as its own user when we are root
-  // BENCH_CPU_PROF=dir writes a V8 CPU profile of the gateway process there (on exit)
-  const prof = process.env.BENCH_CPU_PROF ? ['--cpu-prof', '--cpu-prof-interval', '2000', '--cpu-prof-dir', process.env.BENCH_CPU_PROF] : [];
+  // BENCH_CPU_PROF=dir writes a V8 CPU profile of the gateway process there (on exit), sampled every BENCH_CPU_PROF_INTERVAL µs (2000)
+  const prof = process.env.BENCH_CPU_PROF ? ['--cpu-prof', '--cpu-prof-interval', process.env.BENCH_CPU_PROF_INTERVAL ?? '2000', '--cpu-prof-dir', process.env.BENCH_CPU_PROF] : [];
   const proc = spawn(process.execPath, [...prof, '--import', 'tsx', 'src/main.ts'], {
     cwd: root,
     env: {

@@ -134,7 +134,24 @@ export class DeliveryWorker {
 
   private scheduleIn(ms: number): void {
     clearTimeout(this.timer);
-    if (!this.stopped) this.timer = setTimeout(() => this.wake(), ms);
+    if (!this.stopped) this.timer = setTimeout(() => this.look(), ms);
+  }
+
+  /**
+   * The poll: one query for when the next claimable delivery is due (rows from any node), and a
+   * claim only when one is due now; with deliveries in flight (completions wake it) it claims as
+   * before, for the retries of other subscriptions. An idle node asks once a second, not twice.
+   */
+  private look(): void {
+    if (this.stopped) return;
+    if (this.inFlight > 0 || this.claiming) return this.wake();
+    void repo.nextDueInMs(this.d.sql).then((due) => {
+      if (due === 0) this.wake();
+      else this.scheduleIn(due === undefined ? POLL_MS : Math.min(POLL_MS, due));
+    }, (err) => {
+      this.d.log.error({ err }, 'webhook delivery poll failed; retried at the next poll');
+      this.scheduleIn(POLL_MS);
+    });
   }
 
   private launch(row: repo.ClaimedDelivery): void {

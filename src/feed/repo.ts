@@ -278,18 +278,19 @@ export async function dropPending(db: Db, subscriptionId: string): Promise<numbe
 }
 
 /**
- * When the next delivery the claim could take is due (ms from now, 0 when already due), or
- * undefined when none is pending: unleased rows of ACTIVE subscriptions only (a leased row is in
- * flight, or on a crashed node until its lease lapses; the poll finds those). `greatest(0, null)`
- * is 0 in PostgreSQL, so the empty case is kept apart: an empty table once read as "due now"
- * and the worker polled every 5 ms while idle.
+ * When the next delivery the claim could take is due (ms from now, 0 when one is due now), or
+ * undefined when none is pending: rows of ACTIVE subscriptions whose lease is not held (none, or
+ * lapsed: a crashed node's), as the claim takes them; a row leased by a live attempt comes back
+ * through that attempt, or through the poll once its lease lapses. `greatest(0, null)` is 0 in
+ * PostgreSQL, so the empty case is kept apart: an empty table once read as "due now" and the
+ * worker claimed every 5 ms while idle.
  */
 export async function nextDueInMs(db: Db): Promise<number | undefined> {
   const [row] = await db<{ ms: number | null }[]>`
     select (extract(epoch from (
       select d.next_attempt_at from webhook_deliveries d
       join state_change_subscriptions s on s.id = d.subscription_id and s.status = 'ACTIVE'
-      where d.lease_until is null
+      where d.lease_until is null or d.lease_until < now()
       order by d.next_attempt_at limit 1
     ) - now()) * 1000)::float8 as ms`;
   return row.ms === null ? undefined : Math.max(0, row.ms);

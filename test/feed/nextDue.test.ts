@@ -40,7 +40,7 @@ describe('nextDueInMs', () => {
     expect(await nextDueInMs(db.sql)).toBeUndefined();
   });
 
-  it('ignores deliveries the claim would not take: a SUSPENDED subscription, a leased row', async () => {
+  it('ignores deliveries the claim would not take: a SUSPENDED subscription, a row whose lease is held', async () => {
     await delivery(await subscription('SUSPENDED'), -1000);
     const active = await subscription('ACTIVE');
     await delivery(active, -1000, 60_000);
@@ -57,4 +57,11 @@ describe('nextDueInMs', () => {
     await delivery(active, -5000);
     expect(await nextDueInMs(db.sql)).toBe(0);
   });
+
+  it('a row whose lease lapsed (its node crashed) is due: the claim takes it again', async () => {
+    await db.sql`delete from webhook_deliveries`;
+    await delivery(await subscription('ACTIVE'), -60_000, -1000);
+    expect(await nextDueInMs(db.sql)).toBe(0);
+  });
 });
+

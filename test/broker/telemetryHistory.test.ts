@@ -178,6 +178,13 @@ describe('batched history writes', () => {
       expect(latest).toBe(9);
       expect(ingest.dropped).toEqual({ telemetry: 0, last_seen: 0, history: 1 });
       expect(logs).toMatchObject([{ table: 'history', thingId: chatty, code: '23514' }]);
+      // the refused COPY left nothing behind: the next batch is copied whole, the chatty thing's too
+      for (const t of [things[0], chatty]) ingest.addTelemetry(t, ...telemetry({ after: true }));
+      await ingest.flush();
+      const [{ n }] = await gw.db.sql<{ n: number }[]>`
+        select count(*)::int as n from telemetry_history where thing_id in ${gw.db.sql([things[0], chatty])} and points::text like '%"after"%'`;
+      expect(n).toBe(2);
+      expect(ingest.dropped.history).toBe(1);
     } finally {
       await gw.db.sql`alter table telemetry_history drop constraint history_capped`;
     }
@@ -204,6 +211,29 @@ describe('batched history writes', () => {
     expect(points).toHaveLength(150);
     expect(points.map(([, v]) => JSON.stringify(v))).toEqual(sent);
     expect(points.every(([at]) => Number.isInteger(at) && at > 0)).toBe(true);
+  });
+
+  it('batches of very different sizes, things interleaved, reuse the batch buffers: every point lands in its own thing, in order', async () => {
+    const ingest = new IngestBuffer(new BrokerRepo(gw.db.sql), createLogger('error', false), new TelemetryHistoryRepo(gw.db.sql));
+    const things = Array.from({ length: 7 }, () => `arena-${crypto.randomUUID()}`);
+    const sent = new Map<string, number[]>(things.map((t) => [t, []]));
+    const pad = 'p'.repeat(900);
+    // small, large (beyond the buffers' first size: they grow, and the index too), small again, large again
+    let seq = 0;
+    for (const messages of [5, 3000, 2, 1500]) {
+      for (let i = 0; i < messages; i++) {
+        const thing = things[(i * 5 + messages) % things.length];
+        ingest.addTelemetry(thing, ...telemetry({ seq, pad: i % 3 === 0 ? pad : 'short' }));
+        sent.get(thing)!.push(seq++);
+      }
+      await ingest.flush();
+    }
+    const rows = await gw.db.sql<{ thing_id: string; points: [number, { seq: number }][] }[]>`
+      select thing_id, points from telemetry_history where thing_id in ${gw.db.sql(things)} order by first_at, thing_id`;
+    const stored = new Map<string, number[]>(things.map((t) => [t, []]));
+    for (const r of rows) for (const [, v] of r.points) stored.get(r.thing_id)!.push(v.seq);
+    for (const t of things) expect(stored.get(t)).toEqual(sent.get(t));
+    expect(ingest.dropped).toEqual({ telemetry: 0, last_seen: 0, history: 0 });
   });
 
   it('two nodes maintaining the partitions at once: no error, each partition once', async () => {

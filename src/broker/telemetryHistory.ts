@@ -74,8 +74,13 @@ export function historyRange(q: HistoryQuery, now = Date.now()): { key: string; 
 
 /** PostgreSQL's binary timestamps count microseconds from 2000-01-01 UTC */
 const PG_EPOCH_MS = 946_684_800_000;
-/** COPY data sent per CopyData message (the buffer is reused once the socket took it) */
-const COPY_CHUNK_BYTES = 256 * 1024;
+/**
+ * COPY data sent per CopyData message (the buffer is reused once the socket took it). Below the
+ * 64 KiB from which malloc maps memory of its own (MALLOC_MMAP_THRESHOLD_, docs/decisions.md):
+ * postgres.js copies each chunk into a message of its own, which would otherwise cost a mapping
+ * and its page faults every time.
+ */
+const COPY_CHUNK_BYTES = 60 * 1024;
 const COPY_SIGNATURE = Buffer.from('PGCOPY\n\xff\r\n\0', 'latin1');
 
 /**

@@ -216,6 +216,27 @@ describe('batched history writes', () => {
     expect(points.every(([at]) => Number.isInteger(at) && at > 0)).toBe(true);
   });
 
+  it('a history table that is away: the batch is dropped whole, counted and logged once; the next batch is copied', async () => {
+    const logs: Record<string, unknown>[] = [];
+    const log = createLogger('error', false, { write: (line: string) => void logs.push(JSON.parse(line)) });
+    const ingest = new IngestBuffer(new BrokerRepo(gw.db.sql), log, new TelemetryHistoryRepo(gw.db.sql));
+    const things = Array.from({ length: 4 }, () => `away-${crypto.randomUUID()}`);
+    await gw.db.sql`alter table telemetry_history rename to telemetry_history_away`;
+    try {
+      for (const t of things) ingest.addTelemetry(t, ...telemetry({ v: 1 }));
+      await ingest.flush();
+    } finally {
+      await gw.db.sql`alter table telemetry_history_away rename to telemetry_history`;
+    }
+    expect(ingest.dropped).toEqual({ telemetry: 0, last_seen: 0, history: 4 });
+    expect(logs).toMatchObject([{ table: 'history', things: 4 }]);
+    for (const t of things) ingest.addTelemetry(t, ...telemetry({ v: 2 }));
+    await ingest.flush();
+    const rows = await gw.db.sql<{ points: [number, { v: number }][] }[]>`select points from telemetry_history where thing_id in ${gw.db.sql(things)}`;
+    expect(rows.map((r) => r.points.map(([, p]) => p.v))).toEqual([[2], [2], [2], [2]]);
+    expect(ingest.dropped.history).toBe(4);
+  });
+
   it('batches of very different sizes, things interleaved, reuse the batch buffers: every point lands in its own thing, in order', async () => {
     const ingest = new IngestBuffer(new BrokerRepo(gw.db.sql), createLogger('error', false), new TelemetryHistoryRepo(gw.db.sql));
     const things = Array.from({ length: 7 }, () => `arena-${crypto.randomUUID()}`);

@@ -10,6 +10,7 @@
  *
  *   npm run bench:idle                          (DEVICES=300 SETTLE_S=20 WINDOW_S=30 ROUNDS=3)
  *   COMPARE_ROOT=/work/main npm run bench:idle  (adds 'before': the gateway of another checkout)
+ *   COMPARE_ROOTS='a=/tmp/a,b=/tmp/b' npm run bench:idle -- --no-write   (more checkouts, by name)
  *   DEVICES=0 ROUNDS=1 npm run bench:idle -- --no-write
  *
  * GATEWAY_ENV='{"NAME":"value"}' adds a gateway with that environment; BENCH_CPU_PROF=<dir> writes V8
@@ -19,6 +20,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
+import { execFileSync } from 'node:child_process';
 import type { MqttClient } from 'mqtt';
 import { connectMany, cpuSeconds, issueDevices, startGatewayProcess, startMosquitto, type GatewayProcess } from './lib/brokers.js';
 import { writeBenchmarkSection } from './lib/report.js';
@@ -29,7 +31,13 @@ const SETTLE_S = Number(process.env.SETTLE_S ?? 20);
 const WINDOW_S = Number(process.env.WINDOW_S ?? 30);
 const ROUNDS = Number(process.env.ROUNDS ?? 3);
 const COMPARE_ROOT = process.env.COMPARE_ROOT;
+/** more checkouts, each a gateway of its own in the same windows: 'name=dir,name=dir' (e.g. one per step of a change) */
+const COMPARE_ROOTS = (process.env.COMPARE_ROOTS ?? '').split(',').filter(Boolean).map((x) => x.split('=') as [string, string]);
 
+/** the checked-out commit of a directory, for the record */
+const commitOf = (dir: string) => {
+  try { return execFileSync('git', ['-C', dir, 'rev-parse', '--short', 'HEAD'], { encoding: 'utf8' }).trim(); } catch { return 'unknown'; }
+};
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const loadavg = () => os.loadavg().map((l) => l.toFixed(2)).join(' ');
 
@@ -75,7 +83,10 @@ function reapedSeconds(pid: number): number {
     return (Number(fields[13]) + Number(fields[14])) / 100;
   } catch { return 0; }
 }
-const switchesOf = (pids: number[]) => pids.reduce((s, p) => s + contextSwitches(p), 0);
+/** context switches per process (a process that ended is missing: its switches are lost, not negative) */
+const switchesOf = (pids: number[]) => new Map(pids.map((p) => [p, contextSwitches(p)]));
+const switchesSince = (before: Map<number, number>, pids: number[]) =>
+  pids.reduce((s, p) => { const now = contextSwitches(p); return now ? s + now - (before.get(p) ?? 0) : s; }, 0);
 
 interface Subject {
   name: string;
@@ -117,16 +128,23 @@ async function main(): Promise<void> {
     if (before) stops.push(() => before.stop());
     const envGateway = process.env.GATEWAY_ENV ? await startGatewayProcess(path.join(dir, 'gw-env'), JSON.parse(process.env.GATEWAY_ENV) as Record<string, string>, gateway.certsDir) : undefined;
     if (envGateway) stops.push(() => envGateway.stop());
+    const others: [string, GatewayProcess][] = [];
+    for (const [name, root] of COMPARE_ROOTS) {
+      const g = await startGatewayProcess(path.join(dir, `gw-${name}`), {}, gateway.certsDir, path.resolve(root));
+      stops.push(() => g.stop());
+      others.push([name, g]);
+    }
     const mosquitto = await startMosquitto(dir, gateway.certsDir);
     stops.push(() => mosquitto.stop());
     const creds = await issueDevices(gateway.certsDir, DEVICES);
-    for (const port of [gateway.mqttPort, ...(before ? [before.mqttPort] : []), ...(envGateway ? [envGateway.mqttPort] : []), mosquitto.port]) {
+    for (const port of [gateway.mqttPort, ...(before ? [before.mqttPort] : []), ...(envGateway ? [envGateway.mqttPort] : []), ...others.map(([, g]) => g.mqttPort), mosquitto.port]) {
       fleets.push(...(await connectFleet(port, gateway.certsDir, creds)));
     }
     const subjects: Subject[] = [
       ...gatewaySubjects('gateway', gateway),
       ...(before ? gatewaySubjects('before', before) : []),
       ...(envGateway ? gatewaySubjects('gateway-env', envGateway) : []),
+      ...others.flatMap(([name, g]) => gatewaySubjects(name, g)),
       { name: 'mosquitto', pids: () => [mosquitto.pid] },
     ];
     console.log(`  ${fleets.length} devices connected; settling ${SETTLE_S} s`);
@@ -143,7 +161,7 @@ async function main(): Promise<void> {
       const line = subjects.map((s, i) => {
         // processes that appeared in the window count from zero, those that ended through `ended`
         const now = [...new Set([...pids[i], ...s.pids()])];
-        const r = { cpuShare: (cpu(i, now) - c0[i]) / seconds, wakeupsPerS: (switchesOf(pids[i]) - w0[i]) / seconds };
+        const r = { cpuShare: (cpu(i, now) - c0[i]) / seconds, wakeupsPerS: switchesSince(w0[i], now) / seconds };
         readings.get(s.name)!.push(r);
         return `${s.name} ${(r.cpuShare * 100).toFixed(2)}% (${r.wakeupsPerS.toFixed(0)}/s)`;
       });
@@ -162,7 +180,8 @@ Measured ${new Date().toISOString().slice(0, 16)}Z on ${os.cpus().length} cores,
 The gateway as bench:mqtt starts it (embedded PostgreSQL) and Mosquitto 2, each with ${DEVICES} connected mutual-TLS
 MQTT 5 devices that stay silent (keepalive 600 s); after ${SETTLE_S} s, ${ROUNDS} windows of ${WINDOW_S} s over which every process is
 read at once: CPU (user + system, \`/proc/<pid>/stat\`) as a share of one core, and context switches of all its threads
-per second (its wakeups). The figure is the median window (all windows listed).${COMPARE_ROOT ? ` "before": the gateway of ${COMPARE_ROOT} in the same run.` : ''}
+per second (its wakeups). The figure is the median window (all windows listed). "gateway": commit ${commitOf('.')}${COMPARE_ROOT ? `; "before": commit ${commitOf(COMPARE_ROOT)} (${COMPARE_ROOT}) in the same run` : ''}.
+PostgreSQL: its server and backends, with the CPU of backends that ended in the window (the postmaster's reaped children).
 
 | process | idle CPU, share of a core | windows | context switches/s |
 |---|---|---|---|

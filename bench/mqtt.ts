@@ -184,8 +184,8 @@ async function idleShare(pids: number[]): Promise<number> {
 
 /**
  * How many processes run the broker's code: the thresholds below are per process, since each
- * gateway process has its own idle baseline (pollers, timers: about 7 to 9% of a core on this
- * machine), which a multi-core gateway's workers pay each (its primary does nothing while idle).
+ * gateway process has its own idle baseline (pollers, timers: 7 to 9% of a core on this machine
+ * before the idle pass of issue 19, 0.2 to 0.6% since: `npm run bench:idle`), which a multi-core gateway's workers pay each (its primary does nothing while idle).
  */
 const processCount = (pids: number[]) => Math.max(1, pids.length - 1);
 

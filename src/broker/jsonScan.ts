@@ -82,6 +82,29 @@ function digits(p: number): number {
   }
 }
 
+/** The first byte from p that cannot be in a number without an exponent (`-`, `.`, `/` and digits count), four bytes per step. */
+function numberRun(p: number): number {
+  for (;;) {
+    const w = DV.getInt32(p, true);
+    const l = w & 0x7f7f7f7f;
+    const m = (w | (l + 0x46464646) | ~(l + 0x53535353)) & 0x80808080;
+    if (m !== 0) return p + ((31 - Math.clz32(m & -m)) >> 3);
+    p += 4;
+  }
+}
+
+/** Where -?(0|[1-9][0-9]*)(.[0-9]+)? from p ends, or -1. */
+function plainNumber(p: number): number {
+  if (S[p] === 0x2d) p++;
+  const d = S[p];
+  if ((d - 0x30) >>> 0 >= 10) return -1;
+  p = d === 0x30 ? p + 1 : digits(p + 1);
+  if (S[p] !== 0x2e) return p;
+  const first = p + 1;
+  p = digits(first);
+  return p === first ? -1 : p;
+}
+
 function scan(): number {
   const end = len;
   let pos = 0;
@@ -94,12 +117,43 @@ function scan(): number {
   let inObject = true;
   let opened = true;
   for (;;) {
-    c = S[pos++];
-    if (c <= 0x20) while (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) c = S[pos++];
-    if (opened && (c === 0x7d || c === 0x5d)) {
-      if (c !== (inObject ? 0x7d : 0x5d)) return NOT_JSON;
-    } else {
-      if (inObject) {
+    member: {
+      value: {
+        if (depth === 1) {
+          // the common member of a telemetry object, `"key":number` then `,`: its runs found first and
+          // checked after, so that each position depends only on the last run's end (the checks run beside
+          // the next runs); a key without `":` is left to the general path from its start, another value
+          // from the value's start
+          while (S[pos] === 0x22) {
+            const p = run(pos + 1);
+            if (DV.getUint16(p, true) !== 0x3a22 /* ": */) break;
+            keys = hashKey(pos + 1, p, keys);
+            const v = p + 2;
+            const q = numberRun(v);
+            c = S[q];
+            if (plainNumber(v) !== q || (c | 0x20) === 0x65 /* e E */ || q - v > MAX_NUMBER_CHARS) {
+              pos = v;
+              break value;
+            }
+            pos = q + 1;
+            if (c !== 0x2c) {
+              if (c <= 0x20) while (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) c = S[pos++];
+              break member;
+            }
+            opened = false;
+          }
+        }
+        c = S[pos++];
+        if (c <= 0x20) while (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) c = S[pos++];
+        if (opened && (c === 0x7d || c === 0x5d)) {
+          if (c !== (inObject ? 0x7d : 0x5d)) return NOT_JSON;
+          break member;
+        }
+        if (!inObject) {
+          pos--;
+          break value;
+        }
+        // a key
         if (c !== 0x22) return NOT_JSON;
         const p = run(pos);
         c = S[p];
@@ -121,9 +175,10 @@ function scan(): number {
           while (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) c = S[pos++];
           if (c !== 0x3a) return NOT_JSON;
         }
-        c = S[pos++];
-        if (c <= 0x20) while (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) c = S[pos++];
       }
+      // a value, from pos
+      c = S[pos++];
+      if (c <= 0x20) while (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) c = S[pos++];
       if (c === 0x7b || c === 0x5b) {
         if (++depth > MAX_JSON_DEPTH) return TOO_DEEP;
         inObject = c === 0x7b;
@@ -158,6 +213,7 @@ function scan(): number {
       c = S[pos++];
       if (c <= 0x20) while (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) c = S[pos++];
     }
+    // after a value: a comma, or closing brackets
     for (;;) {
       if (c === 0x2c) {
         opened = false;

@@ -1,44 +1,79 @@
 import { isUtf8 } from 'node:buffer';
 import { MAX_JSON_BYTES, MAX_JSON_DEPTH, parseJsonPayload, type PayloadProblem } from './payload.js';
 
+/**
+ * A strict JSON checker over the payload's bytes, for telemetry: it builds nothing (no string, no
+ * object), so a message costs one pass over its bytes instead of a decode and `JSON.parse` (the
+ * values are parsed later, by PostgreSQL, once per thing and batch: see IngestBuffer). It accepts
+ * exactly what PostgreSQL stores as jsonb (RFC 8259 JSON in UTF-8, without `\u0000` and lone
+ * surrogates), within the gateway's limits: MAX_JSON_BYTES, MAX_JSON_DEPTH, and numbers that
+ * PostgreSQL's numeric holds.
+ *
+ * `keys` is a signature of the top-level keys in order (FNV-1a's multiply over their bytes, four at
+ * a time, and their lengths): two messages of a thing with the same signature have the same keys, so
+ * the last of them alone carries the thing's latest values (a batch merges its messages only when
+ * they differ).
+ *
+ * How it is fast (bench:telemetry-check; see docs/benchmarks.md, "Telemetry scan, fourth pass"):
+ * - the payload is copied (natively) into a fixed buffer followed by zero bytes: a zero ends every run
+ *   (string, digits, spaces) and is never valid where the scan reads it, so no read checks the end;
+ * - string bodies and digits are read four bytes at a time (one DataView read, little-endian on any
+ *   platform) and the first byte that ends the run found with bit arithmetic;
+ * - the common telemetry member, `"key":number` then `,`, is found by its two runs first and checked
+ *   beside them: each member's position then depends on two runs only, not on every check;
+ * - UTF-8 is checked natively (isUtf8) only when a string held a byte >= 0x80 or the payload is
+ *   refused (where invalid UTF-8 is the reason given first); otherwise every byte was ASCII.
+ * One function with local state and an explicit stack of open containers: V8 keeps the position
+ * in a register; the helpers it calls on the common path are small enough to be inlined.
+ */
 export type JsonScan = { ok: true; keys: number } | { ok: false; problem: PayloadProblem };
+
+/** longest number token taken; with the exponent's limit any such number fits PostgreSQL's numeric */
 const MAX_NUMBER_CHARS = 1000;
+/** largest exponent magnitude taken (numeric holds 131,072 digits before the point, 16,383 after) */
 const MAX_EXPONENT = 9999;
 
 const HEX = new Int8Array(256).fill(-1);
 for (let c = 0; c < 10; c++) HEX[0x30 + c] = c;
 for (let c = 0; c < 6; c++) HEX[0x61 + c] = HEX[0x41 + c] = 10 + c;
 
+/** the open containers, 1 for an object (one scan at a time: the scan is synchronous) */
 const objects = new Uint8Array(MAX_JSON_DEPTH + 2);
 
 /** the payload being scanned, copied, then zero bytes: a sentinel that ends every run (no bounds check per byte) */
 const S = new Uint8Array(MAX_JSON_BYTES + 16);
-/** four bytes at any position in one read (little-endian) */
+/** four bytes of S at any position in one read (little-endian) */
 const DV = new DataView(S.buffer);
 /** the payload's length */
 let len = 0;
-/** bytes >= 0x80 end a string's run until the first one is met (then the payload goes to isUtf8) */
+/** 0x80808080 while no string held a byte >= 0x80 (such a byte ends a run then), 0 after: the payload goes to isUtf8 */
 let hiMask = 0;
 
+/** Checks a payload that must be a JSON object (telemetry). */
 export function scanJsonObject(b: Uint8Array): JsonScan {
   const r = scanTelemetry(b);
   return r >= 0 ? { ok: true, keys: r } : { ok: false, problem: scanProblem(b, r) };
 }
 
+/** scanJsonObject for the per-message path, without a result object: the key signature (>= 0), or a code for scanProblem. */
 export function scanTelemetry(b: Uint8Array): number {
   const n = b.length;
   if (n > MAX_JSON_BYTES) return TOO_LARGE;
   S.set(b);
+  // the sentinel: a run reads at most four bytes past its end
   DV.setInt32(n, 0);
   DV.setInt32(n + 4, 0);
   len = n;
   hiMask = 0x80808080 | 0;
   const r = scan();
+  // invalid UTF-8 (without overlong forms or encoded surrogates) is the first reason, as in parseJsonPayload
   if ((r < 0 || hiMask === 0) && !isUtf8(b)) return INVALID_UTF8;
   return r;
 }
 
+/** Why scanTelemetry refused `b` (its negative result). */
 export function scanProblem(b: Uint8Array, code: number): PayloadProblem {
+  // not an object at all (rare): the full parse tells the wrong kind of JSON from no JSON
   if (code === NOT_OBJECT) {
     const parsed = parseJsonPayload(Buffer.from(b.buffer, b.byteOffset, b.length), true);
     return parsed.ok ? 'not_object' : parsed.problem;
@@ -57,7 +92,13 @@ const OUT_OF_RANGE = -6;
 const TOO_LARGE = -7;
 const INVALID_UTF8 = -8;
 
-/** The first byte from p that ends a string's run (a control character, `"`, `\`, the sentinel), four bytes per step. */
+/**
+ * The first byte from p that ends a string's run (a control character, `"`, `\`, the sentinel), four
+ * bytes per step. Per byte of w, bit 7 of the mask is set for a byte < 0x20 (its low seven bits plus
+ * 0x60 stay below 0x80), equal to 0x22 or 0x5c (its low bits xor the byte, plus 0x7f, stay below
+ * 0x80 only for 0), or >= 0x80 while hiMask; no carry crosses a byte. The first such byte is the
+ * lowest bit set.
+ */
 function run(p: number): number {
   for (;;) {
     const w = DV.getInt32(p, true);
@@ -66,13 +107,14 @@ function run(p: number): number {
     if (m !== 0) {
       p += (31 - Math.clz32(m & -m)) >> 3;
       if (S[p] < 0x80) return p;
+      // the first byte >= 0x80: from now on such bytes are left to isUtf8
       hiMask = 0;
       p++;
     } else p += 4;
   }
 }
 
-/** The first byte from p that is not a digit, four bytes per step. */
+/** The first byte from p that is not a digit, four bytes per step (a digit xor 0x30 is below 10: plus 0x76 it stays below 0x80). */
 function digits(p: number): number {
   for (;;) {
     const y = DV.getInt32(p, true) ^ 0x30303030;
@@ -82,7 +124,7 @@ function digits(p: number): number {
   }
 }
 
-/** The first byte from p that cannot be in a number without an exponent (`-`, `.`, `/` and digits count), four bytes per step. */
+/** The first byte from p outside 0x2d-0x39 (`-`, `.`, `/`, digits: the bytes of a number without exponent, and `/`), four bytes per step. */
 function numberRun(p: number): number {
   for (;;) {
     const w = DV.getInt32(p, true);
@@ -105,6 +147,12 @@ function plainNumber(p: number): number {
   return p === first ? -1 : p;
 }
 
+/**
+ * The key signature (>= 0), or a negative PROBLEM code. The loop reads one member of an object
+ * (key, colon, value) or one element of an array per turn, then the comma or the closing brackets
+ * after it: the common telemetry shape (a flat object of numbers) takes one turn of the inner loop
+ * per reading.
+ */
 function scan(): number {
   const end = len;
   let pos = 0;
@@ -119,15 +167,15 @@ function scan(): number {
   for (;;) {
     member: {
       value: {
-        if (depth === 1) {
-          // the common member of a telemetry object, `"key":number` then `,`: its runs found first and
-          // checked after, so that each position depends only on the last run's end (the checks run beside
-          // the next runs); a key without `":` is left to the general path from its start, another value
-          // from the value's start
+        if (inObject) {
+          // the common member of a telemetry object, `"key":number` then `,`: its two runs found first and
+          // the number checked after, so that each position depends only on the last run's end (the CPU
+          // runs the checks beside the next runs); a key without `":` right after it is left to the
+          // general path below from its start, any other value from the value's start
           while (S[pos] === 0x22) {
             const p = run(pos + 1);
             if (DV.getUint16(p, true) !== 0x3a22 /* ": */) break;
-            keys = hashKey(pos + 1, p, keys);
+            if (depth === 1) keys = hashKey(pos + 1, p, keys);
             const v = p + 2;
             const q = numberRun(v);
             c = S[q];
@@ -187,6 +235,7 @@ function scan(): number {
         continue;
       }
       if ((c - 0x30) >>> 0 < 10 || c === 0x2d) {
+        // sign, digits and a fraction here; a number with an exponent (or a long one) goes to number()
         const start = pos - 1;
         if (c === 0x2d) {
           c = S[pos++];
@@ -232,8 +281,13 @@ function scan(): number {
   }
 }
 
+/** the signature across escapedKey() */
 let keyHash = 0;
 
+/**
+ * A top-level key's bytes [start, end) into the signature: four bytes per multiply (FNV-1a's prime),
+ * then its length, which separates one key from the next.
+ */
 function hashKey(start: number, end: number, h: number): number {
   let k = start;
   for (; k + 4 <= end; k += 4) h = Math.imul(h ^ DV.getInt32(k, true), 0x01000193);
@@ -241,6 +295,7 @@ function hashKey(start: number, end: number, h: number): number {
   return Math.imul(h ^ (end - start), 0x01000193);
 }
 
+/** A top-level key with an escape, from its first byte: hashed byte by byte into keyHash; the position after its closing quote. */
 function escapedKey(pos: number): number {
   let h = keyHash;
   for (;;) {
@@ -260,6 +315,7 @@ function escapedKey(pos: number): number {
   }
 }
 
+/** true, false or null at pos: the position after it, or NOT_JSON. */
 function literal(pos: number): number {
   const c = S[pos];
   const word = c === 0x74 ? TRUE : c === 0x66 ? FALSE : c === 0x6e ? NULL : undefined;
@@ -283,6 +339,7 @@ function string(pos: number): number {
   }
 }
 
+/** After a backslash: the position after the escape. A `\u` may not be NUL (jsonb refuses it) or half a surrogate pair. */
 function escape(pos: number): number {
   if (pos >= len) return NOT_JSON;
   const c = S[pos++];
@@ -293,6 +350,7 @@ function escape(pos: number): number {
   if (unit === 0) return NUL;
   if (unit >= 0xdc00 && unit <= 0xdfff) return LONE_SURROGATE;
   if (unit >= 0xd800 && unit <= 0xdbff) {
+    // a high surrogate must be followed at once by an escaped low one
     if (pos + 6 > len || S[pos] !== 0x5c || S[pos + 1] !== 0x75) return LONE_SURROGATE;
     const low = hex4(pos + 2);
     if (low < 0) return NOT_JSON;
@@ -308,6 +366,7 @@ function hex4(pos: number): number {
   return HEX[S[pos]] < 0 || HEX[S[pos + 1]] < 0 || HEX[S[pos + 2]] < 0 || HEX[S[pos + 3]] < 0 ? -1 : v;
 }
 
+/** -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? from `start`: the position after it, or a problem code. */
 function number(start: number): number {
   const end = len;
   let pos = start;

@@ -17,8 +17,9 @@ import { MAX_JSON_BYTES, MAX_JSON_DEPTH, parseJsonPayload, type PayloadProblem }
  * How it is fast (bench:telemetry-check; see docs/benchmarks.md, "Telemetry scan, fourth pass"):
  * - the payload is copied (natively) into a fixed buffer followed by zero bytes: a zero ends every run
  *   (string, digits, spaces) and is never valid where the scan reads it, so no read checks the end;
- * - string bodies and digits are read four bytes at a time (one DataView read, little-endian on any
- *   platform) and the first byte that ends the run found with bit arithmetic;
+ * - string bodies and digits are read four bytes at a time (one DataView read, big-endian on any
+ *   platform) and the first byte that ends the run found with bit arithmetic: its mask's highest bit,
+ *   by Math.clz32;
  * - the common telemetry member, `"key":number` then `,`, is found by its two runs first and checked
  *   beside them: each member's position then depends on two runs only, not on every check;
  * - UTF-8 is checked natively (isUtf8) only when a string held a byte >= 0x80 or the payload is
@@ -42,7 +43,7 @@ const objects = new Uint8Array(MAX_JSON_DEPTH + 2);
 
 /** the payload being scanned, copied, then zero bytes: a sentinel that ends every run (no bounds check per byte) */
 const S = new Uint8Array(MAX_JSON_BYTES + 16);
-/** four bytes of S at any position in one read (little-endian) */
+/** four bytes of S at any position in one read (big-endian for the runs, little-endian for the signature) */
 const DV = new DataView(S.buffer);
 /** the payload's length */
 let len = 0;
@@ -97,15 +98,15 @@ const INVALID_UTF8 = -8;
  * bytes per step. Per byte of w, bit 7 of the mask is set for a byte < 0x20 (its low seven bits plus
  * 0x60 stay below 0x80), equal to 0x22 or 0x5c (its low bits xor the byte, plus 0x7f, stay below
  * 0x80 only for 0), or >= 0x80 while hiMask; no carry crosses a byte. The first such byte is the
- * lowest bit set.
+ * highest bit set (the read is big-endian).
  */
 function run(p: number): number {
   for (;;) {
-    const w = DV.getInt32(p, true);
+    const w = DV.getInt32(p);
     const l = w & 0x7f7f7f7f;
     const m = ((w & hiMask) | ~(w | ((l + 0x60606060) & ((l ^ 0x22222222) + 0x7f7f7f7f) & ((l ^ 0x5c5c5c5c) + 0x7f7f7f7f)))) & 0x80808080;
     if (m !== 0) {
-      p += (31 - Math.clz32(m & -m)) >> 3;
+      p += Math.clz32(m) >> 3;
       if (S[p] < 0x80) return p;
       // the first byte >= 0x80: from now on such bytes are left to isUtf8
       hiMask = 0;
@@ -114,12 +115,23 @@ function run(p: number): number {
   }
 }
 
+/** run() for the fast path's keys: a byte >= 0x80 ends it too (such keys go to the general path) */
+function keyRun(p: number): number {
+  for (;;) {
+    const w = DV.getInt32(p);
+    const l = w & 0x7f7f7f7f;
+    const m = (w | ~((l + 0x60606060) & ((l ^ 0x22222222) + 0x7f7f7f7f) & ((l ^ 0x5c5c5c5c) + 0x7f7f7f7f))) & 0x80808080;
+    if (m !== 0) return p + (Math.clz32(m) >> 3);
+    p += 4;
+  }
+}
+
 /** The first byte from p that is not a digit, four bytes per step (a digit xor 0x30 is below 10: plus 0x76 it stays below 0x80). */
 function digits(p: number): number {
   for (;;) {
-    const y = DV.getInt32(p, true) ^ 0x30303030;
+    const y = DV.getInt32(p) ^ 0x30303030;
     const m = (((y & 0x7f7f7f7f) + 0x76767676) | y) & 0x80808080;
-    if (m !== 0) return p + ((31 - Math.clz32(m & -m)) >> 3);
+    if (m !== 0) return p + (Math.clz32(m) >> 3);
     p += 4;
   }
 }
@@ -127,10 +139,10 @@ function digits(p: number): number {
 /** The first byte from p outside 0x2d-0x39 (`-`, `.`, `/`, digits: the bytes of a number without exponent, and `/`), four bytes per step. */
 function numberRun(p: number): number {
   for (;;) {
-    const w = DV.getInt32(p, true);
+    const w = DV.getInt32(p);
     const l = w & 0x7f7f7f7f;
     const m = (w | (l + 0x46464646) | ~(l + 0x53535353)) & 0x80808080;
-    if (m !== 0) return p + ((31 - Math.clz32(m & -m)) >> 3);
+    if (m !== 0) return p + (Math.clz32(m) >> 3);
     p += 4;
   }
 }
@@ -173,7 +185,7 @@ function scan(): number {
           // runs the checks beside the next runs); a key without `":` right after it is left to the
           // general path below from its start, any other value from the value's start
           while (S[pos] === 0x22) {
-            const p = run(pos + 1);
+            const p = keyRun(pos + 1);
             if (DV.getUint16(p, true) !== 0x3a22 /* ": */) break;
             if (depth === 1) keys = hashKey(pos + 1, p, keys);
             const v = p + 2;

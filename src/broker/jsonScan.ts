@@ -115,12 +115,15 @@ function run(p: number): number {
   }
 }
 
-/** run() for the fast path's keys: a byte >= 0x80 ends it too (such keys go to the general path) */
+/**
+ * run() for the fast path's keys, with fewer operations: any byte < 0x23 (so also a space and `!`) or
+ * >= 0x80 ends it too; such a key is not followed by `":` and goes to the general path.
+ */
 function keyRun(p: number): number {
   for (;;) {
     const w = DV.getInt32(p);
     const l = w & 0x7f7f7f7f;
-    const m = (w | ~((l + 0x60606060) & ((l ^ 0x22222222) + 0x7f7f7f7f) & ((l ^ 0x5c5c5c5c) + 0x7f7f7f7f))) & 0x80808080;
+    const m = (w | ~((l + 0x5d5d5d5d) & ((l ^ 0x5c5c5c5c) + 0x7f7f7f7f))) & 0x80808080;
     if (m !== 0) return p + (Math.clz32(m) >> 3);
     p += 4;
   }

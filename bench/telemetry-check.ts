@@ -7,6 +7,7 @@
  *   npm run bench:telemetry-check            (ROUNDS=5, CALLS=200000)
  *   BEFORE=/work/main/src/broker/jsonScan.ts npm run bench:telemetry-check
  *                                            (adds that copy of the scan as "before", in the same rounds)
+ *   MORE=1 ...                               (and three other shapes: ASCII text, UTF-8 text, nesting)
  */
 import os from 'node:os';
 import { scanTelemetry } from '../src/broker/jsonScan.js';
@@ -25,7 +26,13 @@ function kibPayload(): string {
   return text.slice(0, 1) + `"pad":"${'x'.repeat(1024 - text.length - 9)}",` + text.slice(1);
 }
 
-const payloads = { '1 KiB': Buffer.from(kibPayload()), '48 B': Buffer.from(JSON.stringify({ temperature: 21.5, humidity: 40, voltage: 3.3 })) };
+const payloads: Record<string, Buffer> = { '1 KiB': Buffer.from(kibPayload()), '48 B': Buffer.from(JSON.stringify({ temperature: 21.5, humidity: 40, voltage: 3.3 })) };
+if (process.env.MORE) {
+  // other shapes than the bench:mqtt payloads: a long ASCII string, non-ASCII text, nesting and other values
+  payloads['text'] = Buffer.from(JSON.stringify({ a: 1, text: 'lorem ipsum dolor sit amet '.repeat(37) }));
+  payloads['UTF-8'] = Buffer.from(JSON.stringify({ a: 1, text: 'éèà ünïcödé '.repeat(40) }));
+  payloads['nested'] = Buffer.from(JSON.stringify({ gps: { lat: 48.8566, lon: 2.3522 }, arr: [1, 2, 3, 4.5e3, true, null, false], s: 'ok', t: 1732600000000 }));
+}
 let sink: unknown;
 const latest: Record<string, unknown> = {};
 const ways: Record<string, (b: Buffer) => void> = {
@@ -50,6 +57,6 @@ for (const [name, b] of Object.entries(payloads)) {
   for (let i = 0; i < ROUNDS; i++) for (const [way, f] of Object.entries(ways)) r[way].push(micros(f, b));
   const m = Object.fromEntries(Object.entries(r).map(([way, xs]) => [way, median(xs)]));
   const figures = Object.entries(r).map(([way, xs]) => `${way} ${m[way].toFixed(3)} µs (${xs.map((x) => x.toFixed(2)).join(', ')})`).join('  ');
-  console.log(`${name.padEnd(6)} ${figures}  scan/parse ${(m.scan / m['parse + merge']).toFixed(2)}${before ? `  before/scan ${(m['scan before'] / m.scan).toFixed(2)}` : ''}`);
+  console.log(`${name.padEnd(7)} ${figures}  scan/parse ${(m.scan / m['parse + merge']).toFixed(2)}${before ? `  before/scan ${(m['scan before'] / m.scan).toFixed(2)}` : ''}`);
 }
 void sink;

@@ -3,7 +3,7 @@
  * latest-values merge, history points, the batch flush), this checkout against COMPARE_ROOT (another
  * checkout, e.g. `git worktree add /work/wt-before main`) in alternating child processes. No broker,
  * no database: the real repos over a stand-in for postgres.js that encodes the parameters as it
- * would send them (the history text, the latest values), so the figures show what bench:mqtt's end-to-end rounds are too noisy to resolve.
+ * would send them (the history text or COPY data, the latest values), so the figures show what bench:mqtt's end-to-end rounds are too noisy to resolve.
  *
  *   COMPARE_ROOT=/work/wt-before npx tsx bench/ingest-path.ts
  *
@@ -13,6 +13,7 @@
  */
 import path from 'node:path';
 import { execFileSync } from 'node:child_process';
+import { Writable } from 'node:stream';
 
 const ROOT = path.resolve(import.meta.dirname, '..');
 
@@ -36,6 +37,11 @@ async function side(root: string, devices: number, per: number, batches: number)
   const sql = Object.assign((_strings: TemplateStringsArray, ...params: unknown[]) => { params.forEach(encode); return Promise.resolve([]); }, {
     json: (value: unknown) => ({ json: value }),
     unsafe: (_text: string, params: unknown[]) => { params.forEach(encode); return Promise.resolve([]); },
+    // the history's COPY: a connection whose stream takes the chunks as postgres.js would (copied into a message)
+    reserve: async () => Object.assign((strings: TemplateStringsArray) => Promise.resolve(Object.assign([], { command: strings[0].trim().toUpperCase() })), {
+      unsafe: () => ({ writable: async () => new Writable({ write(chunk: Buffer, _enc, cb) { sink = Buffer.concat([Buffer.alloc(5), chunk]); cb(); } }) }),
+      release() {},
+    }),
   });
   const { BrokerRepo } = await import(path.join(root, 'src/broker/repo.ts'));
   const { TelemetryHistoryRepo } = await import(path.join(root, 'src/broker/telemetryHistory.ts'));

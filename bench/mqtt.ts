@@ -26,7 +26,8 @@
  * in the same alternating rounds). Only a full run (every shape, payload, QoS and the three brokers)
  * rewrites docs/benchmarks.md. WORKERS=N adds the broker 'workers': the gateway with BROKER_WORKERS=N (a
  * node:cluster primary and N worker processes; its CPU is the sum over the primary and the workers,
- * its counters the node-wide /metrics), e.g. `WORKERS=2 ONLY=gateway,workers`.
+ * its counters the node-wide /metrics), e.g. `WORKERS=2 ONLY=gateway,workers`. BENCH_GATEWAY_NODE_ARGS='--trace-gc'
+ * (options of the gateways' node; NODE_OPTIONS refuses some) with BENCH_GATEWAY_LOG=<file> (their standard output).
  */
 import fs from 'node:fs';
 import os from 'node:os';

@@ -63,7 +63,9 @@ export async function startGatewayProcess(dir: string, extraEnv: Record<string, 
   fs.chmodSync(dir, 0o755); // embedded PostgreSQL runs as its own user when we are root
   // BENCH_CPU_PROF=dir writes a V8 CPU profile of the gateway process there (on exit)
   const prof = process.env.BENCH_CPU_PROF ? ['--cpu-prof', '--cpu-prof-interval', '2000', '--cpu-prof-dir', process.env.BENCH_CPU_PROF] : [];
-  const proc = spawn(process.execPath, [...prof, '--import', 'tsx', 'src/main.ts'], {
+  // BENCH_GATEWAY_NODE_ARGS: more options for the gateway's node (e.g. --trace-gc, with BENCH_GATEWAY_LOG)
+  const nodeArgs = (process.env.BENCH_GATEWAY_NODE_ARGS ?? '').split(' ').filter(Boolean);
+  const proc = spawn(process.execPath, [...prof, ...nodeArgs, '--import', 'tsx', 'src/main.ts'], {
     cwd: root,
     env: {
       ...process.env, ...GATEWAY_MALLOC_ENV, HTTP_HOST: '127.0.0.1', HTTP_PORT: String(httpPort), MQTT_HOST: '127.0.0.1', MQTT_PORT: String(mqttPort),
@@ -74,6 +76,8 @@ export async function startGatewayProcess(dir: string, extraEnv: Record<string, 
   });
   let startupLog = '';
   proc.stdout!.on('data', (d) => { if (startupLog.length < 20_000) startupLog += d; });
+  // BENCH_GATEWAY_LOG=file: the gateway's standard output appended there (e.g. with NODE_OPTIONS=--trace-gc)
+  if (process.env.BENCH_GATEWAY_LOG) proc.stdout!.pipe(fs.createWriteStream(process.env.BENCH_GATEWAY_LOG, { flags: 'a' }));
   const httpUrl = `http://127.0.0.1:${httpPort}`;
   const deadline = Date.now() + 120_000;
   for (;;) {

@@ -14,7 +14,7 @@ import { MAX_JSON_BYTES, MAX_JSON_DEPTH, parseJsonPayload, type PayloadProblem }
  * the last of them alone carries the thing's latest values (a batch merges its messages only when
  * they differ).
  *
- * How it is fast (bench:telemetry-check; see docs/benchmarks.md, "Telemetry scan, fourth pass"):
+ * How it is fast (bench:telemetry-check; see docs/benchmarks.md, "Telemetry scan, four bytes at a time"):
  * - the payload is copied (natively) into a fixed buffer followed by zero bytes: a zero ends every run
  *   (string, digits, spaces) and is never valid where the scan reads it, so no read checks the end;
  * - string bodies and digits are read four bytes at a time (one DataView read, big-endian on any

@@ -72,15 +72,112 @@ export function historyRange(q: HistoryQuery, now = Date.now()): { key: string; 
   return { key: q.key, from, to, bucketMs, limit: q.limit ?? MAX_POINTS };
 }
 
+/** PostgreSQL's binary timestamps count microseconds from 2000-01-01 UTC */
+const PG_EPOCH_MS = 946_684_800_000;
+/**
+ * COPY data sent per CopyData message (the buffer is reused once the socket took it). Below the
+ * 64 KiB from which malloc maps memory of its own (MALLOC_MMAP_THRESHOLD_, docs/decisions.md):
+ * postgres.js copies each chunk into a message of its own, which would otherwise cost a mapping
+ * and its page faults every time.
+ */
+const COPY_CHUNK_BYTES = 60 * 1024;
+const COPY_SIGNATURE = Buffer.from('PGCOPY\n\xff\r\n\0', 'latin1');
+
+/**
+ * Rows of telemetry_history in COPY's binary format (header, per row 4 fields each with its
+ * length, trailer), encoded into one buffer kept for the next batch and sent in chunks. A row's
+ * points are appended piece by piece (`bytes`, `byte`) between `beginRow` and `endRow`.
+ */
+export class HistoryCopy {
+  private buf = Buffer.allocUnsafeSlow(COPY_CHUNK_BYTES + 64 * 1024);
+  private length = 0;
+  /** where the current row's points length goes */
+  private pointsAt = 0;
+  private send: (chunk: Buffer) => Promise<void> = async () => {};
+
+  start(send: (chunk: Buffer) => Promise<void>): this {
+    this.send = send;
+    // a batch of one very large row grew it: not kept for the next
+    if (this.buf.length > 4 * (COPY_CHUNK_BYTES + 64 * 1024)) this.buf = Buffer.allocUnsafeSlow(COPY_CHUNK_BYTES + 64 * 1024);
+    COPY_SIGNATURE.copy(this.buf, 0);
+    this.buf.writeInt32BE(0, 11); // flags
+    this.buf.writeInt32BE(0, 15); // header extension length
+    this.length = 19;
+    return this;
+  }
+
+  beginRow(thingId: string, first: number, last: number): void {
+    const idLength = Buffer.byteLength(thingId);
+    this.room(2 + 4 + idLength + 2 * 12 + 4);
+    const buf = this.buf;
+    buf.writeInt16BE(4, this.length);
+    buf.writeInt32BE(idLength, this.length + 2);
+    this.length += 6 + buf.write(thingId, this.length + 6);
+    this.timestamp(first);
+    this.timestamp(last);
+    this.pointsAt = this.length;
+    this.length += 4;
+  }
+
+  bytes(src: Uint8Array, start: number, end: number): void {
+    this.room(end - start);
+    this.buf.set(src.subarray(start, end), this.length);
+    this.length += end - start;
+  }
+
+  byte(b: number): void {
+    this.room(1);
+    this.buf[this.length++] = b;
+  }
+
+  /** Ends the row; sends what is encoded once a chunk is full (await it before the next row). */
+  endRow(): Promise<void> | undefined {
+    this.buf.writeInt32BE(this.length - this.pointsAt - 4, this.pointsAt);
+    if (this.length >= COPY_CHUNK_BYTES) return this.flush();
+  }
+
+  async end(): Promise<void> {
+    this.room(2);
+    this.buf.writeInt16BE(-1, this.length);
+    this.length += 2;
+    await this.flush();
+  }
+
+  private async flush(): Promise<void> {
+    const chunk = this.buf.subarray(0, this.length);
+    this.length = 0;
+    this.pointsAt = 0;
+    // postgres.js copies the chunk into its message before the callback: the buffer is free again
+    await this.send(chunk);
+  }
+
+  /** epoch ms as binary timestamptz: 8 bytes of microseconds, written as two 32-bit halves (no BigInt) */
+  private timestamp(ms: number): void {
+    const us = (ms - PG_EPOCH_MS) * 1000;
+    const high = Math.floor(us / 4294967296);
+    this.buf.writeInt32BE(8, this.length);
+    this.buf.writeInt32BE(high, this.length + 4);
+    this.buf.writeUInt32BE(us - high * 4294967296, this.length + 8);
+    this.length += 12;
+  }
+
+  /** grows the buffer (a row larger than a chunk); the row being encoded moves with it */
+  private room(n: number): void {
+    if (this.length + n <= this.buf.length) return;
+    const grown = Buffer.allocUnsafeSlow(Math.max(2 * this.buf.length, this.length + n));
+    this.buf.copy(grown, 0, 0, this.length);
+    this.buf = grown;
+  }
+}
+
 /** SQL of the telemetry history: batched appends, range reads, daily partitions. */
 export class TelemetryHistoryRepo {
   constructor(private readonly sql: Sql) {}
 
   /**
-   * One multi-row insert per batch, a row per thing, each value its own text parameter: the
-   * points go to the server as they are (an array parameter would escape every quote of them on
-   * the gateway's CPU). Not COPY: postgres.js never settles a COPY FROM STDIN the server refuses.
-   * Unprepared: the statement's text changes with the number of things. Times go as epoch ms.
+   * One multi-row insert, a row per thing, each value its own text parameter: the fallback of
+   * `copy` (a refused COPY names no row, a statement per half of the rows finds it). Unprepared:
+   * the statement's text changes with the number of things. Times go as epoch ms.
    */
   async insert(rows: HistoryRow[]): Promise<void> {
     const params: (string | number)[] = [];
@@ -92,6 +189,42 @@ export class TelemetryHistoryRepo {
     }
     await this.sql.unsafe(`insert into telemetry_history (thing_id, first_at, last_at, points) values ${values}`, params, { prepare: false });
   }
+
+  /**
+   * Appends the rows `fill` encodes with one COPY FROM STDIN in PostgreSQL's binary format: the
+   * points reach the server as the bytes the devices sent (no text decode on the gateway, no
+   * escaping, no statement to parse), from a buffer reused across batches. True when the server
+   * took them all; false when the COPY failed (a refused row fails it whole and names no row: the
+   * caller writes the rows again with `insert`, which isolates it).
+   */
+  async copy(fill: (rows: HistoryCopy) => Promise<void>): Promise<boolean> {
+    const reserved = await this.sql.reserve();
+    try {
+      // In a transaction because postgres.js (3.4) does not report a COPY the server refuses after
+      // its stream ended (the query settled with the stream): the refusal aborts the transaction,
+      // and its COMMIT then answers ROLLBACK.
+      await reserved`begin`;
+      const stream = await reserved.unsafe('copy telemetry_history (thing_id, first_at, last_at, points) from stdin (format binary)').writable();
+      stream.on('error', () => {}); // a refusal before the end: the COMMIT tells
+      const send = (chunk: Buffer) => new Promise<void>((resolve, reject) => stream.write(chunk, (err) => (err ? reject(err) : resolve())));
+      try {
+        await fill(this.encoder.start(send));
+        await this.encoder.end();
+        stream.end();
+      } catch {
+        if (!stream.destroyed) stream.destroy(new Error('history copy aborted'));
+      }
+      const done = await reserved`commit`;
+      return done.command === 'COMMIT';
+    } catch {
+      await reserved`rollback`.catch(() => {});
+      return false;
+    } finally {
+      reserved.release();
+    }
+  }
+
+  private readonly encoder = new HistoryCopy();
 
   /** Raw values of `key` in [from, to), oldest first; one more than `limit` tells that more remain. */
   async points(thingId: string, key: string, from: Date, to: Date, limit: number): Promise<{ at: Date; value: unknown }[]> {

@@ -98,6 +98,49 @@ describe('scanJsonObject (the telemetry check: no parse)', () => {
     expect(seen.refused).toBeGreaterThan(100);
   });
 
+  it('accepts exactly what Postgres stores for flat objects of numbers (the scan\'s fast path) and their near misses', async () => {
+    const seen = { accepted: 0, refused: 0 };
+    // (longer numbers than 1,000 characters are the gateway's own limit: see the reasons below)
+    const token = fc.oneof(
+      fc.double({ noNaN: true, noDefaultInfinity: true }).map((x) => JSON.stringify(x)),
+      fc.integer().map(String),
+      fc.constantFrom('0', '-0', '01', '-01', '1.', '-', '-.5', '.5', '1/2', '--1', '1-', '1.2.3', '0.0', '1e5', '2e', '1.5E+3', '9'.repeat(1000), '"s"', 'true', '{}', '[1]', ' 1', '1 '),
+    );
+    const member = fc.tuple(fc.constantFrom('a', 'temperature', 'sensor_07', 'k\\"', 'é', 'x,y}', 'a b!'), fc.constantFrom(':', ':', ' :', ': '), token).map(([k, colon, v]) => `${JSON.stringify(k)}${colon}${v}`);
+    const text = fc.tuple(fc.array(member, { minLength: 1, maxLength: 6 }), fc.constantFrom(',', ',', ', ', ',,'), fc.constantFrom('}', '}', ' }', ',}', '', '} 1'))
+      .map(([members, comma, close]) => `{${members.join(comma)}${close}`);
+    await fc.assert(
+      fc.asyncProperty(text, async (t) => {
+        const scanned = scanJsonObject(Buffer.from(t));
+        expect(scanned.ok, t).toBe(await acceptable(t));
+        seen[scanned.ok ? 'accepted' : 'refused'] += 1;
+      }),
+      { numRuns: 400 },
+    );
+    expect(seen.accepted).toBeGreaterThan(50);
+    expect(seen.refused).toBeGreaterThan(50);
+  });
+
+  it('reads nothing of an earlier, longer payload past the end of this one', () => {
+    expect(scanJsonObject(Buffer.from('{"a":1,"b":2.5}')).ok).toBe(true);
+    for (const prefix of ['{"a":1,"b":2.5', '{"a":1,"b":2.', '{"a":1,"b"', '{"a":1,']) expect(scanJsonObject(Buffer.from(prefix)), prefix).toEqual({ ok: false, problem: 'not_json' });
+    // and a payload inside a larger buffer: only its own bytes
+    const big = Buffer.from('{"a":1}}');
+    expect(scanJsonObject(big.subarray(0, 7)).ok).toBe(true);
+    expect(scanJsonObject(big.subarray(0, 6))).toEqual({ ok: false, problem: 'not_json' });
+  });
+
+  it('checks UTF-8 whatever the rest of the payload is', () => {
+    const bytes = (...parts: (string | number[])[]) => Buffer.concat(parts.map((p) => (typeof p === 'string' ? Buffer.from(p) : Buffer.from(p))));
+    // a bad sequence after plain members, an encoded surrogate, and one before a syntax error: invalid_utf8 first
+    expect(scanJsonObject(bytes('{"a":1,"b":-2.5,"c":"', [0xc3, 0x28], '"}'))).toEqual({ ok: false, problem: 'invalid_utf8' });
+    expect(scanJsonObject(bytes('{"a":"', [0xed, 0xa0, 0x80], '"}'))).toEqual({ ok: false, problem: 'invalid_utf8' });
+    expect(scanJsonObject(bytes('{"', [0xff], '":1,,}'))).toEqual({ ok: false, problem: 'invalid_utf8' });
+    expect(scanJsonObject(bytes('{"a":1}', [0xe9]))).toEqual({ ok: false, problem: 'invalid_utf8' });
+    // valid multi-byte text in keys and values, then ASCII members
+    expect(scanJsonObject(Buffer.from('{"é€😀":"ünï","a":1.5,"b":"x"}')).ok).toBe(true);
+  });
+
   it('gives the same reasons as the parse for what it refuses', () => {
     const cases: [string, string][] = [
       ['[1,2]', 'not_object'], ['"text"', 'not_object'], ['12', 'not_object'], ['null', 'not_object'],
@@ -106,6 +149,9 @@ describe('scanJsonObject (the telemetry check: no parse)', () => {
       ['{"a":"\\u0000"}', 'nul'], ['{"\\u0000":1}', 'nul'], ['{"a":1}\u0000', 'nul'],
       ['{"a":"\\ud800"}', 'lone_surrogate'], ['{"a":"\\udc00\\ud800"}', 'lone_surrogate'], ['{"\\ud83dx":1}', 'lone_surrogate'],
       ['{"a":1e10000}', 'number_out_of_range'], [`{"a":${'9'.repeat(1001)}}`, 'number_out_of_range'],
+      // members of the fast path: a number that is not JSON, or out of range, before more members
+      ['{"a":1/2,"b":1}', 'not_json'], ['{"a":1-,"b":1}', 'not_json'], ['{"a":01,"b":1}', 'not_json'], ['{"a":-.5,"b":1}', 'not_json'], ['{"a":1.2.3,"b":1}', 'not_json'],
+      ['{"a":1e10000,"b":x}', 'number_out_of_range'], [`{"a":-${'9'.repeat(1000)},"b":1}`, 'number_out_of_range'], ['{"a":1,"b":2,}', 'not_json'], ['{"a":1,"b":2}}', 'not_json'],
     ];
     for (const [text, problem] of cases) expect(scanJsonObject(Buffer.from(text)), text).toEqual({ ok: false, problem });
     expect(scanJsonObject(Buffer.from([0x7b, 0x22, 0xff, 0x22, 0x3a, 0x31, 0x7d]))).toEqual({ ok: false, problem: 'invalid_utf8' });
@@ -122,6 +168,8 @@ describe('scanJsonObject (the telemetry check: no parse)', () => {
     const keys = (o: Record<string, unknown>) => { const r = scanJsonObject(Buffer.from(JSON.stringify(o))); return r.ok ? r.keys : -1; };
     expect(keys({ a: 1, b: 'x' })).toBe(keys({ a: 2.5, b: { c: 1 } }));
     expect(keys({ a: { x: 1 } })).toBe(keys({ a: { y: 2 } })); // nested keys are values of `a`
+    // whichever path reads the member (a number on the fast path; another value, or a key with a space, on the general one)
+    expect(keys({ a: 1, 'b c': 2, d: 3 })).toBe(keys({ a: 'x', 'b c': [1], d: { e: 1 } }));
     const signatures = new Set([keys({}), keys({ a: 1 }), keys({ b: 1 }), keys({ a: 1, b: 1 }), keys({ b: 1, a: 1 }), keys({ ab: 1 }), keys({ a: 1, bc: 1 }), keys({ ab: 1, c: 1 }), keys({ 'a"': 1 })]);
     expect(signatures.size).toBe(9);
     expect(scanJsonObject(Buffer.from('{"\\u00e9":1}'))).not.toEqual(scanJsonObject(Buffer.from('{"é":1}')));

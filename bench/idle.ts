@@ -22,7 +22,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { execFileSync } from 'node:child_process';
 import type { MqttClient } from 'mqtt';
-import { connectMany, cpuSeconds, issueDevices, startGatewayProcess, startMosquitto, type GatewayProcess } from './lib/brokers.js';
+import { connectMany, cpuSeconds, descendants, issueDevices, startGatewayProcess, startMosquitto, type GatewayProcess } from './lib/brokers.js';
 import { writeBenchmarkSection } from './lib/report.js';
 
 const { values: args } = parseArgs({ options: { 'no-write': { type: 'boolean', default: false } } });
@@ -53,24 +53,6 @@ function contextSwitches(pid: number): number {
     } catch { /* thread exited */ }
   }
   return sum;
-}
-
-/** every process below `pid` (a gateway's embedded PostgreSQL and its backends; tsx's esbuild) */
-function descendants(pid: number): number[] {
-  const parents = new Map<number, number>();
-  for (const entry of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8');
-      parents.set(Number(entry), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
-    } catch { /* exited meanwhile */ }
-  }
-  const out: number[] = [];
-  const walk = (p: number) => {
-    for (const [child, parent] of parents) if (parent === p) { out.push(child); walk(child); }
-  };
-  walk(pid);
-  return out;
 }
 
 const comm = (pid: number) => { try { return fs.readFileSync(`/proc/${pid}/comm`, 'utf8').trim(); } catch { return ''; } };

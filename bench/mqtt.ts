@@ -36,7 +36,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { parseArgs } from 'node:util';
 import mqtt from 'mqtt';
 import {
-  MONITOR_CN, cpuSeconds, issueDevices, systemSeconds, startGatewayProcess, startMosquitto, type Creds,
+  MONITOR_CN, cpuSeconds, descendants, issueDevices, systemSeconds, startGatewayProcess, startMosquitto, type Creds,
 } from './lib/brokers.js';
 import { writeBenchmarkSection } from './lib/report.js';
 
@@ -150,24 +150,6 @@ async function mosquittoTarget(pid: number, port: number, monitor: Creds, ca: st
     helperPids: () => [],
     close: () => client.endAsync(true),
   };
-}
-
-/** Every process below `pid` (the gateway's embedded PostgreSQL server and its backends). */
-function descendants(pid: number): number[] {
-  const parents = new Map<number, number>();
-  for (const entry of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8');
-      parents.set(Number(entry), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
-    } catch { /* exited meanwhile */ }
-  }
-  const out: number[] = [];
-  const walk = (p: number) => {
-    for (const [child, parent] of parents) if (parent === p) { out.push(child); walk(child); }
-  };
-  walk(pid);
-  return out;
 }
 
 const cpuOf = (pids: number[]) => pids.reduce((sum, p) => {

@@ -30,6 +30,24 @@ export function freePort(): Promise<number> {
 }
 
 /** CPU seconds (user + system) a process has used so far. */
+/** Every process below `pid` (a gateway's embedded PostgreSQL server and its backends; tsx's esbuild). */
+export function descendants(pid: number): number[] {
+  const parents = new Map<number, number>();
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8');
+      parents.set(Number(entry), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
+    } catch { /* exited meanwhile */ }
+  }
+  const out: number[] = [];
+  const walk = (p: number) => {
+    for (const [child, parent] of parents) if (parent === p) { out.push(child); walk(child); }
+  };
+  walk(pid);
+  return out;
+}
+
 export function cpuSeconds(pid: number): number {
   const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');

@@ -295,8 +295,8 @@ class PointArena {
 
   /** Empties it for another batch; a burst's large buffer is given back once batches are small again. */
   reset(): void {
-    if (this.buf.length > 4 * INITIAL_ARENA_BYTES && this.used < this.buf.length / 4) this.buf = Buffer.allocUnsafeSlow(this.buf.length / 2);
-    if (this.start.length > 4 * INITIAL_ARENA_POINTS && this.count < this.start.length / 4) this.resizeIndex(this.start.length / 2);
+    if (this.buf.length > 4 * INITIAL_ARENA_BYTES && this.used < this.buf.length / 4) this.buf = Buffer.allocUnsafeSlow(this.buf.length >>> 1);
+    if (this.start.length > 4 * INITIAL_ARENA_POINTS && this.count < this.start.length / 4) this.resizeIndex(this.start.length >>> 1);
     this.used = 0;
     this.count = 0;
   }

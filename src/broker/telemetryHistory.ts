@@ -224,6 +224,7 @@ export class TelemetryHistoryRepo {
     }
   }
 
+  /** kept from batch to batch; one COPY at a time (its one caller, the ingest buffer, never overlaps its flushes) */
   private readonly encoder = new HistoryCopy();
 
   /** Raw values of `key` in [from, to), oldest first; one more than `limit` tells that more remain. */

@@ -8,6 +8,8 @@ ARG NODE_IMAGE=node:22-bookworm-slim
 FROM ${NODE_IMAGE} AS deps
 WORKDIR /app
 COPY package.json package-lock.json ./
+# patch-package applies them at install (postinstall): pinned versions, see patches/README.md
+COPY patches ./patches
 # exactly the lockfile, without dev tools (vitest, typescript, bench and test libraries)
 RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
 

@@ -42,6 +42,8 @@ export class IngestBuffer {
   private timer?: NodeJS.Timeout;
   private started = false;
   private flushing: Promise<void> = Promise.resolve();
+  /** a flush for the batch being filled is queued (behind the one writing): the limits ask for one, not one per message */
+  private flushQueued = false;
   /** rows not written (read by /metrics) */
   readonly dropped: Record<IngestTable, number> = { telemetry: 0, last_seen: 0, history: 0 };
   private messages = 0;
@@ -99,18 +101,31 @@ export class IngestBuffer {
       else entry.telemetry = new ThingTelemetry(now, point, keys);
     } else this.add(thingId, { at: now, telemetry: new ThingTelemetry(now, point, keys) });
     this.bytes += json.length;
-    if (++this.messages >= MAX_MESSAGES || this.bytes >= MAX_BYTES) void this.flush();
+    if (++this.messages >= MAX_MESSAGES || this.bytes >= MAX_BYTES) this.flushSoon();
   }
 
   private add(thingId: string, entry: { at: number; telemetry?: ThingTelemetry }): void {
     this.pending.set(thingId, entry);
     this.arm();
-    if (this.pending.size >= MAX_PENDING) void this.flush();
+    if (this.pending.size >= MAX_PENDING) this.flushSoon();
+  }
+
+  /**
+   * A batch reached a limit: one flush is queued for it. While the previous batch is still being
+   * written, every further message is over the limit too; a flush per message would queue
+   * thousands, and after the write each would take the few messages that came since: small
+   * batches, more statements, and arenas that shrink and grow again.
+   */
+  private flushSoon(): void {
+    if (this.flushQueued) return;
+    this.flushQueued = true;
+    void this.flush();
   }
 
   /** Writes what is pending; batches never overlap (the next waits for the previous). */
   flush(): Promise<void> {
     this.flushing = this.flushing.then(async () => {
+      this.flushQueued = false;
       if (this.pending.size === 0) return;
       const batch = this.pending;
       const arena = this.arena;
@@ -241,6 +256,8 @@ class ThingTelemetry {
 
 const INITIAL_ARENA_BYTES = 256 * 1024;
 const INITIAL_ARENA_POINTS = 4096;
+/** small batches in a row before a grown arena gives half back (two arenas alternate: about 8 s of 250 ms flushes) */
+const SHRINK_AFTER = 16;
 
 /**
  * The telemetry of one batch: every message copied once as a history point `[epoch ms,{values}]`
@@ -259,6 +276,8 @@ class PointArena {
   end = new Int32Array(INITIAL_ARENA_POINTS);
   next = new Int32Array(INITIAL_ARENA_POINTS);
   count = 0;
+  /** batches in a row that used under a quarter of a grown buffer (or index) */
+  private smallBatches = 0;
 
   /** Copies a message in as a point; returns its index. */
   append(at: number, json: Uint8Array): number {
@@ -293,10 +312,23 @@ class PointArena {
     return text + ']';
   }
 
-  /** Empties it for another batch; a burst's large buffer is given back once batches are small again. */
+  /**
+   * Empties it for another batch. A grown buffer is kept while batches need it: it is given back
+   * (halved) only after SHRINK_AFTER batches in a row used under a quarter of it. Halving at the
+   * first small batch made a busy broker grow it again from the start at the next large one: every
+   * growth a new mapping, page faults on each of its pages and a copy of what it held (a tenth of
+   * the gateway's CPU with 1 KiB messages, docs/benchmarks.md).
+   */
   reset(): void {
-    if (this.buf.length > 4 * INITIAL_ARENA_BYTES && this.used < this.buf.length / 4) this.buf = Buffer.allocUnsafeSlow(this.buf.length >>> 1);
-    if (this.start.length > 4 * INITIAL_ARENA_POINTS && this.count < this.start.length / 4) this.resizeIndex(this.start.length >>> 1);
+    const bufLarge = this.buf.length > 4 * INITIAL_ARENA_BYTES;
+    const indexLarge = this.start.length > 4 * INITIAL_ARENA_POINTS;
+    const small = (!bufLarge || this.used < this.buf.length / 4) && (!indexLarge || this.count < this.start.length / 4);
+    this.smallBatches = (bufLarge || indexLarge) && small ? this.smallBatches + 1 : 0;
+    if (this.smallBatches >= SHRINK_AFTER) {
+      this.smallBatches = 0;
+      if (bufLarge) this.buf = Buffer.allocUnsafeSlow(this.buf.length >>> 1);
+      if (indexLarge) this.resizeIndex(this.start.length >>> 1);
+    }
     this.used = 0;
     this.count = 0;
   }

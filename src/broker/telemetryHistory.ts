@@ -147,7 +147,8 @@ export class HistoryCopy {
     const chunk = this.buf.subarray(0, this.length);
     this.length = 0;
     this.pointsAt = 0;
-    // postgres.js copies the chunk into its message before the callback: the buffer is free again
+    // the chunk is written as it is (patches/postgres+3.4.9.patch: no copy); once the write's callback
+    // has come, the socket no longer needs it and the buffer is free again
     await this.send(chunk);
   }
 

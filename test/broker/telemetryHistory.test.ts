@@ -242,10 +242,11 @@ describe('batched history writes', () => {
     const things = Array.from({ length: 7 }, () => `arena-${crypto.randomUUID()}`);
     const sent = new Map<string, number[]>(things.map((t) => [t, []]));
     const pad = 'p'.repeat(900);
-    // small, large (beyond the buffers' first size: they grow, and the index too), small again (the
-    // grown buffer is given back: smaller, and grown again by the last batch), large again
+    // small, large (beyond the buffers' first size: they grow, and the index too), a mid-size one
+    // (the grown buffers are kept), enough small ones in a row for the grown arena to give half back
+    // (16 of its own: two arenas alternate), then large again (grown again)
     let seq = 0;
-    for (const messages of [5, 5000, 2, 1500, 3, 2, 2000, 3000]) {
+    for (const messages of [5, 5000, 2, 1500, 3, ...Array<number>(34).fill(2), 2000, 3000]) {
       for (let i = 0; i < messages; i++) {
         const thing = things[(i * 5 + messages) % things.length];
         ingest.addTelemetry(thing, ...telemetry({ seq, pad: i % 3 === 0 ? pad : 'short' }));

@@ -1,0 +1,28 @@
+import fs from 'node:fs';
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+
+/**
+ * The patches in patches/ are applied at install (patch-package, postinstall): this fails when an
+ * install skipped them or a dependency moved under them (patches/README.md says why each exists).
+ */
+describe('patched dependencies', () => {
+  // the package's folder from its entry point (its exports do not include package.json)
+  const require = createRequire(import.meta.url);
+  const main = require.resolve('postgres');
+  const postgresDir = main.slice(0, main.lastIndexOf(`${path.sep}node_modules${path.sep}postgres${path.sep}`)) + `${path.sep}node_modules${path.sep}postgres`;
+
+  it('postgres.js is the version the patch is for', () => {
+    const { version } = JSON.parse(fs.readFileSync(path.join(postgresDir, 'package.json'), 'utf8')) as { version: string };
+    expect(fs.existsSync(path.join(process.cwd(), 'patches', `postgres+${version}.patch`))).toBe(true);
+  });
+
+  it.each(['src/connection.js', 'cjs/src/connection.js'])('postgres.js %s writes COPY data without copying the chunk', (file) => {
+    const source = fs.readFileSync(path.join(postgresDir, file), 'utf8');
+    const copyIn = source.slice(source.indexOf('function CopyInResponse()'), source.indexOf('function CopyBothResponse()'));
+    expect(copyIn).toContain('socket.cork()');
+    expect(copyIn).toContain('socket.write(chunk, callback)');
+    expect(copyIn).not.toContain('raw(chunk)');
+  });
+});

@@ -57,13 +57,19 @@ export function attachFastLane(socket: TLSSocket, client: Client, take: TakePubl
 
   let lastTopic = '';
   let lastTopicBytes = new Uint8Array(0);
+  /** `[messageId, reasonCode, ...]` of the PUBACKs not yet written (see AckFlush) */
+  const acks: number[] = [];
+  const flushAcks = () => {
+    if (acks.length === 0) return;
+    if (socket.writable) socket.write(pubacks(acks, c.version === 5));
+    acks.length = 0;
+  };
 
   /** Takes the plain publishes at the start of `buf`; returns how many bytes they used. */
   const consume = (buf: Buffer): number => {
     const v5 = c.version === 5;
     const end = buf.length;
     let pos = 0;
-    let acks: number[] | undefined;
     while (pos < end) {
       const first = buf[pos];
       // PUBLISH (type 3) with QoS 0 or 1 and no retain: flags 0x0, 0x2, 0x8 (dup), 0xa (dup)
@@ -108,28 +114,60 @@ export function attachFastLane(socket: TLSSocket, client: Client, take: TakePubl
       const code = take(client, { cmd: 'publish', topic, payload: buf.subarray(i, packetEnd), qos, messageId, dup: (first & 0x08) !== 0, retain: false });
       if (code === false) break;
       pos = packetEnd;
-      if (qos === 1) (acks ??= []).push(messageId!, code);
+      if (qos === 1) {
+        if (acks.length === 0) ackFlush.add(flushAcks);
+        acks.push(messageId!, code);
+      }
     }
-    if (pos > 0) {
-      if (acks && socket.writable) socket.write(pubacks(acks, v5));
-      if (c._keepaliveInterval > 0) c._keepaliveTimer?.refresh();
-    }
+    if (pos > 0 && c._keepaliveInterval > 0) c._keepaliveTimer?.refresh();
     return pos;
   };
 
+  // Whatever goes on to mqtt-packet and Aedes comes after the PUBACKs already due: Aedes answers
+  // it with its own, and PUBACKs leave in the order of their PUBLISHes (MQTT 4.6.0-2).
   parser.parse = function fastParse(buf: Buffer): number {
     const used = idle() ? consume(buf) : 0;
-    return used === buf.length ? 0 : parse.call(parser, used === 0 ? buf : buf.subarray(used));
+    if (used === buf.length) return 0;
+    flushAcks();
+    return parse.call(parser, used === 0 ? buf : buf.subarray(used));
   };
 
   const push = socket.push;
   socket.push = function fastPush(chunk: unknown, encoding?: BufferEncoding): boolean {
-    if (!Buffer.isBuffer(chunk) || socket.readableLength !== 0 || c._parsingBatch !== 0 || !idle()) return push.call(socket, chunk, encoding);
-    const used = consume(chunk);
-    return used === chunk.length || push.call(socket, used === 0 ? chunk : chunk.subarray(used));
+    const used = Buffer.isBuffer(chunk) && socket.readableLength === 0 && c._parsingBatch === 0 && idle() ? consume(chunk) : 0;
+    if (used !== 0 && used === (chunk as Buffer).length) return true;
+    flushAcks();
+    return push.call(socket, used === 0 ? chunk : (chunk as Buffer).subarray(used), encoding);
   };
   return true;
 }
+
+/**
+ * The PUBACKs of the fast lane go out once per turn of the event loop, each connection's in one
+ * write: a TCP read often holds several TLS records of one device (one publish each, for most
+ * clients), and Node hands them to JavaScript one record at a time; a write per record cost a TLS
+ * record, its encryption and a system call per message (about half the broker's CPU at QoS 1,
+ * docs/benchmarks.md). setImmediate runs after the loop's I/O callbacks: the acks wait for the
+ * records read with theirs, no longer.
+ */
+class AckFlush {
+  private readonly due = new Set<() => void>();
+  private scheduled = false;
+
+  add(flush: () => void): void {
+    this.due.add(flush);
+    if (this.scheduled) return;
+    this.scheduled = true;
+    setImmediate(this.run);
+  }
+
+  private readonly run = (): void => {
+    this.scheduled = false;
+    for (const flush of this.due) flush();
+    this.due.clear();
+  };
+}
+const ackFlush = new AckFlush();
 
 /** Whether `buf` holds `bytes` at `at` (from the end: a device's topics differ in their last level). */
 function sameBytes(buf: Buffer, at: number, bytes: Uint8Array): boolean {

@@ -1,3 +1,5 @@
+import net from 'node:net';
+import { Duplex } from 'node:stream';
 import tls from 'node:tls';
 import { createRequire } from 'node:module';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -146,6 +148,52 @@ describe('fast lane (device publishes decoded in front of Aedes)', () => {
     expect(acks.map((a) => [a.messageId, a.reasonCode ?? 0])).toEqual([[1, 0], [2, 0x99], [3, 0]]);
     expect(gw.services.brokerHost.broker!.stats.payloadsRejected.not_json).toBe(rejected + 1);
     socket.destroy();
+  });
+
+  it('answers the records of one read with one write: their PUBACKs in one TLS record, in order', async () => {
+    const d = devices[1];
+    // TLS over a JS stream in front of a TCP socket held corked: the publishes, one TLS record each,
+    // leave in one TCP write, so the broker reads them together
+    const tcp = net.connect(gw.mqttPort!, '127.0.0.1');
+    tcp.setNoDelay(true);
+    await new Promise<void>((resolve, reject) => tcp.once('connect', resolve).once('error', reject));
+    const wire = new Duplex({
+      read() {},
+      // done at once: a corked socket calls back only at uncork, and the stream would hold the rest until then
+      write: (chunk, _encoding, done) => {
+        tcp.write(chunk);
+        done();
+      },
+    });
+    tcp.on('data', (b) => wire.push(b));
+    const socket = tls.connect({ socket: wire, key: d.keyPem, cert: d.certPem, ca: d.caPem, servername: 'localhost' });
+    await new Promise<void>((resolve, reject) => socket.once('secureConnect', resolve).once('error', reject));
+    const packets: mqttPacket.Packet[] = [];
+    const records: number[] = []; // PUBACKs per TLS record received
+    const parser = mqttPacket.parser(v5);
+    parser.on('packet', (p) => packets.push(p));
+    socket.on('data', (b: Buffer) => {
+      const before = packets.filter((p) => p.cmd === 'puback').length;
+      parser.parse(b);
+      const acks = packets.filter((p) => p.cmd === 'puback').length - before;
+      if (acks > 0) records.push(acks);
+    });
+    socket.write(encode({ cmd: 'connect', protocolVersion: 5, clientId: d.thingId, username: d.thingId, clean: true, keepalive: 60 }));
+    await waitFor(() => packets.some((p) => p.cmd === 'connack'), 5000, 'CONNACK');
+
+    const topic = `devices/${d.thingId}/telemetry`;
+    const lanedBefore = laned();
+    tcp.cork();
+    for (let i = 1; i <= 10; i++) socket.write(encode({ cmd: 'publish', topic, payload: i === 4 ? 'not json' : `{"n":${i}}`, qos: 1, messageId: i }));
+    await new Promise((r) => setTimeout(r, 50)); // all ten records encrypted into the corked socket
+    tcp.uncork();
+    await waitFor(() => packets.filter((p) => p.cmd === 'puback').length >= 10, 5000, 'PUBACKs');
+    expect(laned() - lanedBefore).toBe(9); // the refused one is answered on the lane, not counted as taken
+    const acks = packets.filter((p): p is mqttPacket.IPubackPacket => p.cmd === 'puback');
+    expect(acks.map((a) => [a.messageId, a.reasonCode ?? 0])).toEqual(Array.from({ length: 10 }, (_, k) => [k + 1, k + 1 === 4 ? 0x99 : 0]));
+    expect(records).toEqual([10]);
+    socket.destroy();
+    tcp.destroy();
   });
 
   it('routes through Aedes as soon as someone subscribes to the topic', async () => {

@@ -37,9 +37,9 @@ async function rawSocket(d: EnrolledDevice) {
 }
 
 /** A device connected (CONNECT/CONNACK) on a raw TLS socket. */
-async function rawDevice(d: EnrolledDevice) {
+async function rawDevice(d: EnrolledDevice, keepalive = 60) {
   const { socket, packets } = await rawSocket(d);
-  socket.write(encode({ cmd: 'connect', protocolVersion: 5, clientId: d.thingId, username: d.thingId, clean: true, keepalive: 60 }));
+  socket.write(encode({ cmd: 'connect', protocolVersion: 5, clientId: d.thingId, username: d.thingId, clean: true, keepalive }));
   await waitFor(() => packets.some((p) => p.cmd === 'connack'), 5000, 'CONNACK');
   return { socket, packets };
 }
@@ -170,6 +170,44 @@ describe('fast lane (device publishes decoded in front of Aedes)', () => {
     expect(seen).toEqual([{ live: true }]);
     await unsubscribe();
     await Promise.all([client.endAsync(), other.endAsync()]);
+  });
+});
+
+describe('keep-alive of devices whose publishes take the fast lane', () => {
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+  it('keeps a device that publishes on the lane only (no PINGREQ) connected past 1.5 x keepalive, and disconnects it once it falls silent', async () => {
+    const d = devices[1];
+    // keepalive 1 s: Aedes disconnects after 1.5 s without a packet
+    const { socket } = await rawDevice(d, 1);
+    let closedAt: number | undefined;
+    socket.once('close', () => { closedAt = Date.now(); });
+    const topic = `devices/${d.thingId}/telemetry`;
+    const lanedBefore = laned();
+    // 3.2 s of QoS 0 telemetry every 200 ms (more than twice the keep-alive timeout), nothing else
+    let lastWrite = 0;
+    for (let i = 0; i < 16; i++) {
+      await sleep(200);
+      socket.write(encode({ cmd: 'publish', topic, payload: JSON.stringify({ i }), qos: 0 }));
+      lastWrite = Date.now();
+    }
+    await waitFor(() => laned() - lanedBefore === 16, 5000, 'the publishes taken');
+    expect(closedAt).toBeUndefined();
+    expect(gw.services.brokerHost.broker!.isConnected(d.thingId)).toBe(true);
+    await waitFor(() => closedAt, 10_000, 'the silent device disconnected');
+    // not before 1.5 x keepalive after its last packet (the broker received it after it was written)
+    expect(closedAt! - lastWrite).toBeGreaterThanOrEqual(1_450);
+    await waitFor(() => !gw.services.brokerHost.broker!.isConnected(d.thingId), 5000, 'the session ended');
+  });
+
+  it('disconnects a device that never publishes after 1.5 x keepalive', async () => {
+    const d = devices[0];
+    const connectedAt = Date.now();
+    const { socket } = await rawDevice(d, 1);
+    let closedAt: number | undefined;
+    socket.once('close', () => { closedAt = Date.now(); });
+    await waitFor(() => closedAt, 10_000, 'the silent device disconnected');
+    expect(closedAt! - connectedAt).toBeGreaterThanOrEqual(1_450);
   });
 });
 

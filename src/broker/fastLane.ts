@@ -13,10 +13,17 @@ export interface FastPublish {
 }
 
 /**
- * Takes one decoded device publish: `false` leaves it to Aedes (nothing may have been done yet),
- * otherwise it was taken and the number is the PUBACK reason code for QoS 1 (0 = success).
+ * What the fast lane gives the device publishes it decodes to. `memo` is called when a connection's
+ * topic changes (the lane reuses a topic's string while its bytes repeat): what `take` needs to
+ * know of the topic, kept by the lane with it and passed to every `take` of the same topic (may be
+ * changed there). `take` takes one decoded device publish: `false` leaves it to Aedes (nothing may
+ * have been done yet), otherwise it was taken and the number is the PUBACK reason code for QoS 1
+ * (0 = success).
  */
-export type TakePublish = (client: Client, packet: FastPublish) => number | false;
+export interface LaneTaker<M> {
+  memo(client: Client, topic: string): M;
+  take(client: Client, packet: FastPublish, memo: M): number | false;
+}
 
 /** the parts of Aedes' client and mqtt-packet's parser the fast lane works with */
 interface LaneClient {
@@ -34,7 +41,7 @@ interface LaneClient {
  * The per-message path of a connected device's plain publishes, in front of Aedes: PUBLISH packets
  * at QoS 0 or 1 without retain and without MQTT 5 properties, complete in the bytes just received
  * and at most `maxPacketBytes`, are decoded here straight from the decrypted TLS record (the
- * payload is a view of it, no copy) and given to `take`; the PUBACKs of one record (or read) go out
+ * payload is a view of it, no copy) and given to `taker.take`; the PUBACKs of one record (or read) go out
  * in one write. Everything else (CONNECT, SUBSCRIBE, retained or QoS 2 messages, properties, a
  * packet split across records, and whatever `take` declines) goes to mqtt-packet and Aedes
  * unchanged, in order: the fast lane stops at the first packet it does not take and passes the
@@ -47,7 +54,7 @@ interface LaneClient {
  * and Aedes' generic pipeline (handler series, aedes-packet copy, emitter, a setImmediate per
  * PUBACK) cost more than the TLS record itself; docs/benchmarks.md has the before and after.
  */
-export function attachFastLane(socket: TLSSocket, client: Client, take: TakePublish, maxPacketBytes: number): boolean {
+export function attachFastLane<M>(socket: TLSSocket, client: Client, taker: LaneTaker<M>, maxPacketBytes: number): boolean {
   const c = client as unknown as LaneClient;
   const parser = c._parser;
   // the Aedes and mqtt-packet internals this relies on (pinned versions); anything else: no lane
@@ -57,6 +64,8 @@ export function attachFastLane(socket: TLSSocket, client: Client, take: TakePubl
 
   let lastTopic = '';
   let lastTopicBytes = new Uint8Array(0);
+  /** the taker's memo of lastTopic (undefined until the first topic) */
+  let lastMemo: M | undefined;
   /** the sweep generation in which this connection's activity was last noted */
   let swept = 0;
 
@@ -90,9 +99,10 @@ export function attachFastLane(socket: TLSSocket, client: Client, take: TakePubl
       i += 2;
       if (i + topicLength > packetEnd) break;
       // a device publishes on a few topics: the last one's string is reused while the bytes match
-      if (topicLength !== lastTopicBytes.length || !sameBytes(buf, i, lastTopicBytes)) {
+      if (lastMemo === undefined || topicLength !== lastTopicBytes.length || !sameBytes(buf, i, lastTopicBytes)) {
         lastTopic = buf.toString('utf8', i, i + topicLength);
         lastTopicBytes = Uint8Array.prototype.slice.call(buf, i, i + topicLength);
+        lastMemo = taker.memo(client, lastTopic);
       }
       const topic = lastTopic;
       i += topicLength;
@@ -107,7 +117,7 @@ export function attachFastLane(socket: TLSSocket, client: Client, take: TakePubl
         if (i >= packetEnd || buf[i] !== 0) break;
         i += 1;
       }
-      const code = take(client, { cmd: 'publish', topic, payload: buf.subarray(i, packetEnd), qos, messageId, dup: (first & 0x08) !== 0, retain: false });
+      const code = taker.take(client, { cmd: 'publish', topic, payload: buf.subarray(i, packetEnd), qos, messageId, dup: (first & 0x08) !== 0, retain: false }, lastMemo);
       if (code === false) break;
       pos = packetEnd;
       if (qos === 1) (acks ??= []).push(messageId!, code);

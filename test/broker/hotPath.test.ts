@@ -160,6 +160,10 @@ describe('fast lane (device publishes decoded in front of Aedes)', () => {
     await client.publishAsync(topic, '{"n":2}', { qos: 1 });
     expect(JSON.parse((await echoed).payload.toString())).toEqual({ n: 2 });
     expect(laned()).toBe(lanedBefore + 1);
+    // and back on the lane once nobody listens any more
+    await client.unsubscribeAsync(topic);
+    await client.publishAsync(topic, '{"n":3}', { qos: 1 });
+    expect(laned()).toBe(lanedBefore + 2);
 
     // and the gateway's own subscription (live telemetry) sees a device that nobody else follows
     const other = await connectDevice(gw.mqttPort!, devices[1]);

@@ -147,6 +147,26 @@ export function attachFastLane<M>(socket: TLSSocket, client: Client, taker: Lane
   return true;
 }
 
+/**
+ * Drops the spent TLS handshake timer a server socket keeps: Node arms it for the handshake
+ * (`handshakeTimeout`, 120 s by default) and, once the handshake is done, clears it with
+ * `setTimeout(0)`, which leaves the cleared Timeout in the socket's timeout slot. On every read
+ * Node's socket refreshes whatever is in that slot (`_unrefTimer`: `refresh()` of a cleared timer,
+ * three calls that do nothing), so each TLS record paid for it. A cleared timer in the slot is
+ * replaced by null, the slot's state before any timeout was set (`socket.setTimeout` works as
+ * before). Returns whether it was dropped.
+ */
+export function dropSpentHandshakeTimer(socket: TLSSocket): boolean {
+  const slot = timeoutSlot ??= Object.getOwnPropertySymbols(socket).find((s) => s.description === 'timeout') ?? null;
+  if (slot === null) return false;
+  const timer = (socket as unknown as Record<symbol, { _destroyed?: boolean } | null | undefined>)[slot];
+  if (!timer || timer._destroyed !== true) return false;
+  (socket as unknown as Record<symbol, null>)[slot] = null;
+  return true;
+}
+/** Node's own symbol of a socket's timeout slot (net.js kTimeout), found on the first socket */
+let timeoutSlot: symbol | null | undefined;
+
 /** how often the keep-alive timers of the connections the fast lane took packets from are refreshed */
 export const KEEPALIVE_SWEEP_MS = 250;
 /** incremented by every sweep: a connection is noted once per generation */

@@ -215,6 +215,25 @@ describe('keep-alive of devices whose publishes take the fast lane', () => {
   });
 });
 
+describe("the TLS handshake's timer (issue 19, per-record overhead)", () => {
+  it('is gone from the socket after the handshake (nothing refreshed per record), and socket timeouts still work', async () => {
+    const d = devices[0];
+    const { socket } = await rawDevice(d);
+    const conn = (gw.services.brokerHost.broker!.aedes as unknown as { clients: Record<string, { conn: tls.TLSSocket }> }).clients[d.thingId].conn;
+    const slot = Object.getOwnPropertySymbols(conn).filter((s) => s.description === 'timeout');
+    expect(slot).toHaveLength(1);
+    const timer = () => (conn as unknown as Record<symbol, unknown>)[slot[0]];
+    expect(timer()).toBeNull();
+    // a timeout set later is Node's as usual: armed, and it fires on a silent socket
+    const timedOut = new Promise<void>((resolve) => conn.once('timeout', () => resolve()));
+    conn.setTimeout(50);
+    expect(timer()).not.toBeNull();
+    await timedOut;
+    conn.setTimeout(0);
+    socket.destroy();
+  });
+});
+
 describe('TLS session resumption', () => {
   /** A TLS connection of `d` (optionally resuming `session`); its session ticket and whether it resumed. */
   async function handshake(d: EnrolledDevice, session?: Buffer): Promise<{ session?: Buffer; reused: boolean }> {

@@ -41,8 +41,8 @@ interface LaneClient {
  * The per-message path of a connected device's plain publishes, in front of Aedes: PUBLISH packets
  * at QoS 0 or 1 without retain and without MQTT 5 properties, complete in the bytes just received
  * and at most `maxPacketBytes`, are decoded here straight from the decrypted TLS record (the
- * payload is a view of it, no copy) and given to `taker.take`; the PUBACKs of one record (or read) go out
- * in one write. Everything else (CONNECT, SUBSCRIBE, retained or QoS 2 messages, properties, a
+ * payload is a view of it, no copy) and given to `taker.take`; the PUBACKs of one event-loop turn go
+ * out in one write per connection (queueAcks). Everything else (CONNECT, SUBSCRIBE, retained or QoS 2 messages, properties, a
  * packet split across records, and whatever `take` declines) goes to mqtt-packet and Aedes
  * unchanged, in order: the fast lane stops at the first packet it does not take and passes the
  * rest on.
@@ -74,7 +74,6 @@ export function attachFastLane<M>(socket: TLSSocket, client: Client, taker: Lane
     const v5 = c.version === 5;
     const end = buf.length;
     let pos = 0;
-    let acks: number[] | undefined;
     while (pos < end) {
       const first = buf[pos];
       // PUBLISH (type 3) with QoS 0 or 1 and no retain: flags 0x0, 0x2, 0x8 (dup), 0xa (dup)
@@ -120,10 +119,15 @@ export function attachFastLane<M>(socket: TLSSocket, client: Client, taker: Lane
       const code = taker.take(client, { cmd: 'publish', topic, payload: buf.subarray(i, packetEnd), qos, messageId, dup: (first & 0x08) !== 0, retain: false }, lastMemo);
       if (code === false) break;
       pos = packetEnd;
-      if (qos === 1) (acks ??= []).push(messageId!, code);
+      if (qos === 1) {
+        if (pendingAcks === undefined) {
+          pendingAcks = [];
+          queueAcks(flushAcks);
+        }
+        pendingAcks.push(messageId!, code);
+      }
     }
     if (pos > 0) {
-      if (acks && socket.writable) socket.write(pubacks(acks, v5));
       // keep-alive: noted here, the timer refreshed by the next sweep (see sweepKeepalive)
       if (swept !== sweepGeneration) {
         swept = sweepGeneration;
@@ -133,17 +137,40 @@ export function attachFastLane<M>(socket: TLSSocket, client: Client, taker: Lane
     return pos;
   };
 
+  /** PUBACKs of taken publishes not written yet: [messageId, reasonCode, ...] (see queueAcks) */
+  let pendingAcks: number[] | undefined;
+  const flushAcks = (): void => {
+    const acks = pendingAcks;
+    if (acks === undefined) return;
+    pendingAcks = undefined;
+    if (socket.writable) socket.write(pubacks(acks, c.version === 5));
+  };
+
   parser.parse = function fastParse(buf: Buffer): number {
     const used = idle() ? consume(buf) : 0;
-    return used === buf.length ? 0 : parse.call(parser, used === 0 ? buf : buf.subarray(used));
+    if (used === buf.length) return 0;
+    // what Aedes answers comes after the lane's PUBACKs
+    flushAcks();
+    return parse.call(parser, used === 0 ? buf : buf.subarray(used));
   };
 
   const push = socket.push;
   socket.push = function fastPush(chunk: unknown, encoding?: BufferEncoding): boolean {
-    if (!Buffer.isBuffer(chunk) || socket.readableLength !== 0 || c._parsingBatch !== 0 || !idle()) return push.call(socket, chunk, encoding);
+    if (!Buffer.isBuffer(chunk) || socket.readableLength !== 0 || c._parsingBatch !== 0 || !idle()) {
+      flushAcks();
+      return push.call(socket, chunk, encoding);
+    }
     const used = consume(chunk);
-    return used === chunk.length || push.call(socket, used === 0 ? chunk : chunk.subarray(used));
+    if (used === chunk.length) return true;
+    flushAcks();
+    return push.call(socket, used === 0 ? chunk : chunk.subarray(used));
   };
+  // a connection closed in order (linger.ts: end after Aedes' destroy) still sends them
+  const end = socket.end;
+  socket.end = function endAfterAcks(this: TLSSocket, ...args: Parameters<TLSSocket['end']>) {
+    flushAcks();
+    return end.apply(this, args);
+  } as TLSSocket['end'];
   return true;
 }
 
@@ -166,6 +193,31 @@ export function dropSpentHandshakeTimer(socket: TLSSocket): boolean {
 }
 /** Node's own symbol of a socket's timeout slot (net.js kTimeout), found on the first socket */
 let timeoutSlot: symbol | null | undefined;
+
+/** lanes with PUBACKs to write at the end of this event-loop turn */
+let ackQueue: (() => void)[] = [];
+let ackImmediate = false;
+
+/**
+ * The PUBACKs of a connection are written once per event-loop turn (setImmediate: after every TLS
+ * record the turn's socket reads gave), not once per record: a device with several publishes in
+ * flight sends them back to back, one TLS record each, and every write costs a TLS record and a
+ * system call. Order holds: a connection's PUBACKs are written before anything of it goes to Aedes
+ * (whose answers come after them) and before its socket is ended.
+ */
+function queueAcks(flush: () => void): void {
+  ackQueue.push(flush);
+  if (ackImmediate) return;
+  ackImmediate = true;
+  setImmediate(flushQueuedAcks);
+}
+
+function flushQueuedAcks(): void {
+  ackImmediate = false;
+  const queue = ackQueue;
+  ackQueue = [];
+  for (const flush of queue) flush();
+}
 
 /** how often the keep-alive timers of the connections the fast lane took packets from are refreshed */
 export const KEEPALIVE_SWEEP_MS = 250;

@@ -131,6 +131,22 @@ describe('fast lane (device publishes decoded in front of Aedes)', () => {
     socket.destroy();
   });
 
+  it("writes the lane's PUBACKs before what Aedes answers to the packets behind them, within a record and across records", async () => {
+    const d = devices[0];
+    const { socket, packets } = await rawDevice(d);
+    const topic = `devices/${d.thingId}/telemetry`;
+    const publish = (messageId: number) => encode({ cmd: 'publish', topic, payload: `{"m":${messageId}}`, qos: 1, messageId });
+    const subscribe = (messageId: number) => encode({ cmd: 'subscribe', messageId, subscriptions: [{ topic: `devices/${d.thingId}/commands`, qos: 1 }] });
+    // one record: two publishes (the lane) and a SUBSCRIBE (Aedes)
+    socket.write(Buffer.concat([publish(1), publish(2), subscribe(3)]));
+    // then one record each, back to back
+    for (const packet of [publish(4), publish(5), publish(6), subscribe(7), publish(8)]) socket.write(packet);
+    await waitFor(() => packets.filter((p) => p.cmd === 'puback' || p.cmd === 'suback').length >= 8, 5000, 'PUBACKs and SUBACKs');
+    expect(packets.filter((p) => p.cmd === 'puback' || p.cmd === 'suback').map((p) => `${p.cmd} ${(p as { messageId: number }).messageId}`))
+      .toEqual(['puback 1', 'puback 2', 'suback 3', 'puback 4', 'puback 5', 'puback 6', 'suback 7', 'puback 8']);
+    socket.destroy();
+  });
+
   it('refuses a bad payload on the lane with 0x99 and goes on with the next packet of the same record', async () => {
     const d = devices[1];
     const { socket, packets } = await rawDevice(d);

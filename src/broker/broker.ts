@@ -6,7 +6,7 @@ import mqttPacket from 'mqtt-packet';
 import type { DisconnectOptions } from '../gateway.js';
 import type { Logger } from '../log.js';
 import type { Pki } from '../pki/pki.js';
-import { attachFastLane, dropSpentHandshakeTimer, type FastPublish, type LaneTaker } from './fastLane.js';
+import { attachFastLane, skipIdleTimeoutBookkeeping, type FastPublish, type LaneTaker } from './fastLane.js';
 import { closeGracefully } from './linger.js';
 import { cacheTopicMatches, type TopicListeners } from './matchCache.js';
 import { usePlainParserList } from './parserList.js';
@@ -144,8 +144,8 @@ export class Broker {
     this.server = tls.createServer(this.tlsOptions(), (socket) => {
       // small MQTT packets (PUBACK, SUBACK) must not wait for Nagle's algorithm
       socket.setNoDelay(true);
-      // no per-record refresh of the cleared handshake timer (fastLane.ts)
-      dropSpentHandshakeTimer(socket);
+      // no idle-timeout bookkeeping per TLS record (none is set; fastLane.ts)
+      skipIdleTimeoutBookkeeping(socket);
       const client = aedes.handle(socket);
       usePlainParserList(client);
       if (fastLane) attachFastLane(socket, client, fastLane, MAX_PACKET_BYTES);

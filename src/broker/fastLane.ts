@@ -175,22 +175,36 @@ export function attachFastLane<M>(socket: TLSSocket, client: Client, taker: Lane
 }
 
 /**
- * Drops the spent TLS handshake timer a server socket keeps: Node arms it for the handshake
- * (`handshakeTimeout`, 120 s by default) and, once the handshake is done, clears it with
- * `setTimeout(0)`, which leaves the cleared Timeout in the socket's timeout slot. On every read
- * Node's socket refreshes whatever is in that slot (`_unrefTimer`: `refresh()` of a cleared timer,
- * three calls that do nothing), so each TLS record paid for it. A cleared timer in the slot is
- * replaced by null, the slot's state before any timeout was set (`socket.setTimeout` works as
- * before). Returns whether it was dropped.
+ * No idle-timeout bookkeeping per TLS record on a socket without an idle timeout. Node arms a
+ * server socket's handshake timer (`handshakeTimeout`, 120 s by default) and, once the handshake
+ * is done, clears it with `setTimeout(0)`, which leaves the cleared Timeout in the socket's timeout
+ * slot; and on every read and write the socket walks itself and its parent socket and refreshes
+ * whatever timer is in their slots (`_unrefTimer`; for the cleared one, three calls that do
+ * nothing). Here the cleared timer is replaced by null (the slot's state before any timeout was
+ * set) and, when neither socket has a timeout, the socket's `_unrefTimer` is a no-op until
+ * `socket.setTimeout` is called, which puts Node's own back first (so a timeout set later is
+ * refreshed by traffic as usual). Returns whether `_unrefTimer` was replaced.
  */
-export function dropSpentHandshakeTimer(socket: TLSSocket): boolean {
+export function skipIdleTimeoutBookkeeping(socket: TLSSocket): boolean {
   const slot = timeoutSlot ??= Object.getOwnPropertySymbols(socket).find((s) => s.description === 'timeout') ?? null;
-  if (slot === null) return false;
-  const timer = (socket as unknown as Record<symbol, { _destroyed?: boolean } | null | undefined>)[slot];
-  if (!timer || timer._destroyed !== true) return false;
-  (socket as unknown as Record<symbol, null>)[slot] = null;
+  const s = socket as unknown as Record<symbol, unknown> & { _parent?: Record<symbol, unknown> | null; _unrefTimer?: () => void };
+  if (slot === null || typeof s._unrefTimer !== 'function') return false;
+  const timer = s[slot] as { _destroyed?: boolean } | null | undefined;
+  if (timer && timer._destroyed === true) s[slot] = null;
+  if (s[slot] || s._parent?.[slot]) return false;
+  const unrefTimer = s._unrefTimer;
+  const setTimeout = socket.setTimeout;
+  s._unrefTimer = noUpdate;
+  socket.setTimeout = function setTimeoutUpdated(this: TLSSocket, ...args: Parameters<TLSSocket['setTimeout']>) {
+    s._unrefTimer = unrefTimer;
+    socket.setTimeout = setTimeout;
+    return setTimeout.apply(this, args);
+  } as TLSSocket['setTimeout'];
   return true;
 }
+
+function noUpdate(): void {}
+
 /** Node's own symbol of a socket's timeout slot (net.js kTimeout), found on the first socket */
 let timeoutSlot: symbol | null | undefined;
 

@@ -1,3 +1,4 @@
+import net from 'node:net';
 import tls from 'node:tls';
 import { createRequire } from 'node:module';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -231,20 +232,34 @@ describe('keep-alive of devices whose publishes take the fast lane', () => {
   });
 });
 
-describe("the TLS handshake's timer (issue 19, per-record overhead)", () => {
-  it('is gone from the socket after the handshake (nothing refreshed per record), and socket timeouts still work', async () => {
+describe('idle-timeout bookkeeping per TLS record (issue 19)', () => {
+  it("is skipped while the socket has no timeout (the handshake's cleared timer dropped), and a timeout set later is refreshed by traffic as usual", async () => {
     const d = devices[0];
     const { socket } = await rawDevice(d);
     const conn = (gw.services.brokerHost.broker!.aedes as unknown as { clients: Record<string, { conn: tls.TLSSocket }> }).clients[d.thingId].conn;
-    const slot = Object.getOwnPropertySymbols(conn).filter((s) => s.description === 'timeout');
+    const symbol = (of: object, description: string) => Object.getOwnPropertySymbols(of).filter((s) => s.description === description);
+    const slot = symbol(conn, 'timeout');
     expect(slot).toHaveLength(1);
-    const timer = () => (conn as unknown as Record<symbol, unknown>)[slot[0]];
-    expect(timer()).toBeNull();
-    // a timeout set later is Node's as usual: armed, and it fires on a silent socket
-    const timedOut = new Promise<void>((resolve) => conn.once('timeout', () => resolve()));
-    conn.setTimeout(50);
-    expect(timer()).not.toBeNull();
-    await timedOut;
+    const own = conn as unknown as Record<symbol, unknown>;
+    expect(own[slot[0]]).toBeNull();
+    const unrefTimer = () => (conn as unknown as { _unrefTimer: unknown })._unrefTimer;
+    const nodeUpdate = (net.Socket.prototype as unknown as { _unrefTimer: unknown })._unrefTimer;
+    expect(typeof nodeUpdate).toBe('function');
+    expect(unrefTimer()).not.toBe(nodeUpdate);
+
+    // a timeout set later: Node's hook is back, traffic refreshes it, silence fires it
+    let timedOut = false;
+    conn.once('timeout', () => { timedOut = true; });
+    conn.setTimeout(400);
+    expect(unrefTimer()).toBe(nodeUpdate);
+    expect(own[slot[0]]).not.toBeNull();
+    const topic = `devices/${d.thingId}/telemetry`;
+    for (let i = 0; i < 8; i++) {
+      socket.write(encode({ cmd: 'publish', topic, payload: JSON.stringify({ i }), qos: 0 }));
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(timedOut).toBe(false);
+    await waitFor(() => timedOut, 5000, 'the socket timeout');
     conn.setTimeout(0);
     socket.destroy();
   });

@@ -6,12 +6,12 @@ import mqttPacket from 'mqtt-packet';
 import type { DisconnectOptions } from '../gateway.js';
 import type { Logger } from '../log.js';
 import type { Pki } from '../pki/pki.js';
-import { attachFastLane, type FastPublish } from './fastLane.js';
+import { attachFastLane, skipIdleTimeoutBookkeeping, type FastPublish, type LaneTaker } from './fastLane.js';
 import { closeGracefully } from './linger.js';
-import { cacheTopicMatches } from './matchCache.js';
+import { cacheTopicMatches, type TopicListeners } from './matchCache.js';
 import { usePlainParserList } from './parserList.js';
 import { PAYLOAD_PROBLEMS, type PayloadProblem } from './payload.js';
-import { devicePublishAllowed, fastLaneTopic, topicAllowed } from './topics.js';
+import { devicePublishAllowed, fastLaneKind, topicAllowed, type TopicKind } from './topics.js';
 import { SEES_ALL_LISTENERS } from './workerEmitter.js';
 
 export { topicAllowed } from './topics.js';
@@ -25,8 +25,8 @@ export interface BrokerHooks {
   refusePayload?(packet: PublishPacket, client: Client): PayloadProblem | undefined;
   /** a device on this node published (already authorized) */
   published?(packet: AedesPublishPacket, client: Client): void;
-  /** the fast lane's refusePayload and published in one call (the payload parsed once, passed on directly) */
-  ingest?(packet: PublishPacket, client: Client): PayloadProblem | undefined;
+  /** the fast lane's refusePayload and published in one call (the payload parsed once, passed on directly); `kind`: the topic's */
+  ingest?(packet: PublishPacket, client: Client, kind: TopicKind): PayloadProblem | undefined;
   /** a device on this node subscribed (already authorized) */
   subscribed?(topics: string[], client: Client): void;
 }
@@ -91,6 +91,16 @@ function skipOwnClientAnnouncements(aedes: Aedes): void {
   };
 }
 
+/** The broker's memo of a topic on one connection's fast lane (see fastPublish). */
+interface LaneTopic {
+  /** the topic's kind if the lane may take it, else undefined (fixed for the connection) */
+  kind: TopicKind | undefined;
+  /** the match cache's generation `listened` was read in (-1: not yet) */
+  generation: number;
+  /** someone subscribes to the topic: it goes to Aedes */
+  listened: boolean;
+}
+
 /** MQTT 5 PUBACK/PUBREC reason code: payload format invalid */
 const PAYLOAD_FORMAT_INVALID = 0x99;
 
@@ -123,7 +133,7 @@ export class Broker {
    */
   private readonly ticketKeys: Buffer;
 
-  private constructor(private readonly options: BrokerOptions, aedes: Aedes, hasListener: ((topic: string) => boolean) | undefined) {
+  private constructor(private readonly options: BrokerOptions, aedes: Aedes, hasListener: TopicListeners | undefined) {
     this.aedes = aedes;
     this.crlPem = options.crlPem;
     this.ticketKeys = options.ticketKeys ?? crypto.randomBytes(48);
@@ -134,6 +144,8 @@ export class Broker {
     this.server = tls.createServer(this.tlsOptions(), (socket) => {
       // small MQTT packets (PUBACK, SUBACK) must not wait for Nagle's algorithm
       socket.setNoDelay(true);
+      // no idle-timeout bookkeeping per TLS record (none is set; fastLane.ts)
+      skipIdleTimeoutBookkeeping(socket);
       const client = aedes.handle(socket);
       usePlainParserList(client);
       if (fastLane) attachFastLane(socket, client, fastLane, MAX_PACKET_BYTES);
@@ -214,27 +226,43 @@ export class Broker {
    * no listener in the emitter (the gateway's own subscriptions and every connected client's,
    * persistent sessions included: they are online while the device publishes) nothing routes it
    * and nothing is stored for an offline session. Only the topics the broker's service consumes
-   * whole qualify (`fastLaneTopic`): renewal and OTA listen on the 'publish' event the lane skips.
-   * Anything else goes to Aedes.
+   * whole qualify (`fastLaneKind`): renewal and OTA listen on the 'publish' event the lane skips.
+   * Anything else goes to Aedes. Per connection and topic the lane keeps a memo: the topic's kind
+   * (fixed) and whether it has a listener, asked again only after a subscribe or unsubscribe
+   * anywhere (the match cache's generation).
    */
-  private fastPublish(hasListener: (topic: string) => boolean) {
+  private fastPublish(hasListener: TopicListeners): LaneTaker<LaneTopic> {
     const hooks = this.options.hooks ?? {};
-    return (client: Client, packet: FastPublish): number | false => {
-      const { topic } = packet;
-      // an exact suffix of the device's own prefix: no wildcard, no NUL
-      if (!fastLaneTopic(client.id, topic) || hasListener(topic)) return false;
-      const publish = packet as unknown as PublishPacket;
-      const problem = hooks.ingest ? hooks.ingest(publish, client) : hooks.refusePayload?.(publish, client);
-      if (problem) {
-        // as refusePublish: MQTT 5 gets 0x99, MQTT 3.1.1 a plain acknowledgement
-        this.stats.payloadsRejected[problem] += 1;
-        return client.version === 5 ? PAYLOAD_FORMAT_INVALID : 0;
-      }
-      this.stats.messagesReceived += 1;
-      this.stats.fastLane += 1;
-      if (!hooks.ingest) hooks.published?.(packet as unknown as AedesPublishPacket, client);
-      return 0;
+    return {
+      memo: (client, topic) => ({ kind: fastLaneKind(client.id, topic), generation: -1, listened: true }),
+      take: (client, packet, memo) => {
+        // an exact suffix of the device's own prefix: no wildcard, no NUL
+        const { kind } = memo;
+        if (kind === undefined) return false;
+        const generation = hasListener.generation();
+        if (memo.generation !== generation) {
+          memo.listened = hasListener(packet.topic);
+          memo.generation = generation;
+        }
+        if (memo.listened) return false;
+        return this.takePublish(hooks, client, packet, kind);
+      },
     };
+  }
+
+  /** What `authorizePublish` (the payload check), Aedes' publish and the 'publish' event do, for a publish the lane takes. */
+  private takePublish(hooks: BrokerHooks, client: Client, packet: FastPublish, kind: TopicKind): number {
+    const publish = packet as unknown as PublishPacket;
+    const problem = hooks.ingest ? hooks.ingest(publish, client, kind) : hooks.refusePayload?.(publish, client);
+    if (problem) {
+      // as refusePublish: MQTT 5 gets 0x99, MQTT 3.1.1 a plain acknowledgement
+      this.stats.payloadsRejected[problem] += 1;
+      return client.version === 5 ? PAYLOAD_FORMAT_INVALID : 0;
+    }
+    this.stats.messagesReceived += 1;
+    this.stats.fastLane += 1;
+    if (!hooks.ingest) hooks.published?.(packet as unknown as AedesPublishPacket, client);
+    return 0;
   }
 
   /**

@@ -13,10 +13,17 @@ export interface FastPublish {
 }
 
 /**
- * Takes one decoded device publish: `false` leaves it to Aedes (nothing may have been done yet),
- * otherwise it was taken and the number is the PUBACK reason code for QoS 1 (0 = success).
+ * What the fast lane gives the device publishes it decodes to. `memo` is called when a connection's
+ * topic changes (the lane reuses a topic's string while its bytes repeat): what `take` needs to
+ * know of the topic, kept by the lane with it and passed to every `take` of the same topic (may be
+ * changed there). `take` takes one decoded device publish: `false` leaves it to Aedes (nothing may
+ * have been done yet), otherwise it was taken and the number is the PUBACK reason code for QoS 1
+ * (0 = success).
  */
-export type TakePublish = (client: Client, packet: FastPublish) => number | false;
+export interface LaneTaker<M> {
+  memo(client: Client, topic: string): M;
+  take(client: Client, packet: FastPublish, memo: M): number | false;
+}
 
 /** the parts of Aedes' client and mqtt-packet's parser the fast lane works with */
 interface LaneClient {
@@ -34,8 +41,8 @@ interface LaneClient {
  * The per-message path of a connected device's plain publishes, in front of Aedes: PUBLISH packets
  * at QoS 0 or 1 without retain and without MQTT 5 properties, complete in the bytes just received
  * and at most `maxPacketBytes`, are decoded here straight from the decrypted TLS record (the
- * payload is a view of it, no copy) and given to `take`; the PUBACKs of one record (or read) go out
- * in one write. Everything else (CONNECT, SUBSCRIBE, retained or QoS 2 messages, properties, a
+ * payload is a view of it, no copy) and given to `taker.take`; the PUBACKs of one event-loop turn go
+ * out in one write per connection (queueAcks). Everything else (CONNECT, SUBSCRIBE, retained or QoS 2 messages, properties, a
  * packet split across records, and whatever `take` declines) goes to mqtt-packet and Aedes
  * unchanged, in order: the fast lane stops at the first packet it does not take and passes the
  * rest on.
@@ -47,7 +54,7 @@ interface LaneClient {
  * and Aedes' generic pipeline (handler series, aedes-packet copy, emitter, a setImmediate per
  * PUBACK) cost more than the TLS record itself; docs/benchmarks.md has the before and after.
  */
-export function attachFastLane(socket: TLSSocket, client: Client, take: TakePublish, maxPacketBytes: number): boolean {
+export function attachFastLane<M>(socket: TLSSocket, client: Client, taker: LaneTaker<M>, maxPacketBytes: number): boolean {
   const c = client as unknown as LaneClient;
   const parser = c._parser;
   // the Aedes and mqtt-packet internals this relies on (pinned versions); anything else: no lane
@@ -57,13 +64,10 @@ export function attachFastLane(socket: TLSSocket, client: Client, take: TakePubl
 
   let lastTopic = '';
   let lastTopicBytes = new Uint8Array(0);
-  /** `[messageId, reasonCode, ...]` of the PUBACKs not yet written (see AckFlush) */
-  const acks: number[] = [];
-  const flushAcks = () => {
-    if (acks.length === 0) return;
-    if (socket.writable) socket.write(pubacks(acks, c.version === 5));
-    acks.length = 0;
-  };
+  /** the taker's memo of lastTopic (undefined until the first topic) */
+  let lastMemo: M | undefined;
+  /** the sweep generation in which this connection's activity was last noted */
+  let swept = 0;
 
   /** Takes the plain publishes at the start of `buf`; returns how many bytes they used. */
   const consume = (buf: Buffer): number => {
@@ -94,9 +98,10 @@ export function attachFastLane(socket: TLSSocket, client: Client, take: TakePubl
       i += 2;
       if (i + topicLength > packetEnd) break;
       // a device publishes on a few topics: the last one's string is reused while the bytes match
-      if (topicLength !== lastTopicBytes.length || !sameBytes(buf, i, lastTopicBytes)) {
+      if (lastMemo === undefined || topicLength !== lastTopicBytes.length || !sameBytes(buf, i, lastTopicBytes)) {
         lastTopic = buf.toString('utf8', i, i + topicLength);
         lastTopicBytes = Uint8Array.prototype.slice.call(buf, i, i + topicLength);
+        lastMemo = taker.memo(client, lastTopic);
       }
       const topic = lastTopic;
       i += topicLength;
@@ -111,63 +116,159 @@ export function attachFastLane(socket: TLSSocket, client: Client, take: TakePubl
         if (i >= packetEnd || buf[i] !== 0) break;
         i += 1;
       }
-      const code = take(client, { cmd: 'publish', topic, payload: buf.subarray(i, packetEnd), qos, messageId, dup: (first & 0x08) !== 0, retain: false });
+      const code = taker.take(client, { cmd: 'publish', topic, payload: buf.subarray(i, packetEnd), qos, messageId, dup: (first & 0x08) !== 0, retain: false }, lastMemo);
       if (code === false) break;
       pos = packetEnd;
       if (qos === 1) {
-        if (acks.length === 0) ackFlush.add(flushAcks);
-        acks.push(messageId!, code);
+        if (pendingAcks === undefined) {
+          pendingAcks = [];
+          queueAcks(flushAcks);
+        }
+        pendingAcks.push(messageId!, code);
       }
     }
-    if (pos > 0 && c._keepaliveInterval > 0) c._keepaliveTimer?.refresh();
+    if (pos > 0) {
+      // keep-alive: noted here, the timer refreshed by the next sweep (see sweepKeepalive)
+      if (swept !== sweepGeneration) {
+        swept = sweepGeneration;
+        noteActivity(c);
+      }
+    }
     return pos;
   };
 
-  // Whatever goes on to mqtt-packet and Aedes comes after the PUBACKs already due: Aedes answers
-  // it with its own, and PUBACKs leave in the order of their PUBLISHes (MQTT 4.6.0-2).
+  /** PUBACKs of taken publishes not written yet: [messageId, reasonCode, ...] (see queueAcks) */
+  let pendingAcks: number[] | undefined;
+  const flushAcks = (): void => {
+    const acks = pendingAcks;
+    if (acks === undefined) return;
+    pendingAcks = undefined;
+    if (socket.writable) socket.write(pubacks(acks, c.version === 5));
+  };
+
   parser.parse = function fastParse(buf: Buffer): number {
     const used = idle() ? consume(buf) : 0;
     if (used === buf.length) return 0;
+    // what Aedes answers comes after the lane's PUBACKs
     flushAcks();
     return parse.call(parser, used === 0 ? buf : buf.subarray(used));
   };
 
   const push = socket.push;
   socket.push = function fastPush(chunk: unknown, encoding?: BufferEncoding): boolean {
-    const used = Buffer.isBuffer(chunk) && socket.readableLength === 0 && c._parsingBatch === 0 && idle() ? consume(chunk) : 0;
-    if (used !== 0 && used === (chunk as Buffer).length) return true;
+    if (!Buffer.isBuffer(chunk) || socket.readableLength !== 0 || c._parsingBatch !== 0 || !idle()) {
+      flushAcks();
+      return push.call(socket, chunk, encoding);
+    }
+    const used = consume(chunk);
+    if (used === chunk.length) return true;
     flushAcks();
-    return push.call(socket, used === 0 ? chunk : (chunk as Buffer).subarray(used), encoding);
+    return push.call(socket, used === 0 ? chunk : chunk.subarray(used));
   };
+  // a connection closed in order (linger.ts: end after Aedes' destroy) still sends them
+  const end = socket.end;
+  socket.end = function endAfterAcks(this: TLSSocket, ...args: Parameters<TLSSocket['end']>) {
+    flushAcks();
+    return end.apply(this, args);
+  } as TLSSocket['end'];
   return true;
 }
 
 /**
- * The PUBACKs of the fast lane go out once per turn of the event loop, each connection's in one
- * write: a TCP read often holds several TLS records of one device (one publish each, for most
- * clients), and Node hands them to JavaScript one record at a time; a write per record cost a TLS
- * record, its encryption and a system call per message (about half the broker's CPU at QoS 1,
- * docs/benchmarks.md). setImmediate runs after the loop's I/O callbacks: the acks wait for the
- * records read with theirs, no longer.
+ * No idle-timeout bookkeeping per TLS record on a socket without an idle timeout. Node arms a
+ * server socket's handshake timer (`handshakeTimeout`, 120 s by default) and, once the handshake
+ * is done, clears it with `setTimeout(0)`, which leaves the cleared Timeout in the socket's timeout
+ * slot; and on every read and write the socket walks itself and its parent socket and refreshes
+ * whatever timer is in their slots (`_unrefTimer`; for the cleared one, three calls that do
+ * nothing). Here the cleared timer is replaced by null (the slot's state before any timeout was
+ * set) and, when neither socket has a timeout, the socket's `_unrefTimer` is a no-op until
+ * `socket.setTimeout` is called, which puts Node's own back first (so a timeout set later is
+ * refreshed by traffic as usual). Returns whether `_unrefTimer` was replaced.
  */
-class AckFlush {
-  private readonly due = new Set<() => void>();
-  private scheduled = false;
-
-  add(flush: () => void): void {
-    this.due.add(flush);
-    if (this.scheduled) return;
-    this.scheduled = true;
-    setImmediate(this.run);
-  }
-
-  private readonly run = (): void => {
-    this.scheduled = false;
-    for (const flush of this.due) flush();
-    this.due.clear();
-  };
+export function skipIdleTimeoutBookkeeping(socket: TLSSocket): boolean {
+  const slot = timeoutSlot ??= Object.getOwnPropertySymbols(socket).find((s) => s.description === 'timeout') ?? null;
+  const s = socket as unknown as Record<symbol, unknown> & { _parent?: Record<symbol, unknown> | null; _unrefTimer?: () => void };
+  if (slot === null || typeof s._unrefTimer !== 'function') return false;
+  const timer = s[slot] as { _destroyed?: boolean } | null | undefined;
+  if (timer && timer._destroyed === true) s[slot] = null;
+  if (s[slot] || s._parent?.[slot]) return false;
+  const unrefTimer = s._unrefTimer;
+  const setTimeout = socket.setTimeout;
+  s._unrefTimer = noUpdate;
+  socket.setTimeout = function setTimeoutUpdated(this: TLSSocket, ...args: Parameters<TLSSocket['setTimeout']>) {
+    s._unrefTimer = unrefTimer;
+    socket.setTimeout = setTimeout;
+    return setTimeout.apply(this, args);
+  } as TLSSocket['setTimeout'];
+  return true;
 }
-const ackFlush = new AckFlush();
+
+function noUpdate(): void {}
+
+/** Node's own symbol of a socket's timeout slot (net.js kTimeout), found on the first socket */
+let timeoutSlot: symbol | null | undefined;
+
+/** lanes with PUBACKs to write at the end of this event-loop turn */
+let ackQueue: (() => void)[] = [];
+let ackImmediate = false;
+
+/**
+ * The PUBACKs of a connection are written once per event-loop turn (setImmediate: after every TLS
+ * record the turn's socket reads gave), not once per record: a device with several publishes in
+ * flight sends them back to back, one TLS record each, and every write costs a TLS record and a
+ * system call. Order holds: a connection's PUBACKs are written before anything of it goes to Aedes
+ * (whose answers come after them) and before its socket is ended.
+ */
+function queueAcks(flush: () => void): void {
+  ackQueue.push(flush);
+  if (ackImmediate) return;
+  ackImmediate = true;
+  setImmediate(flushQueuedAcks);
+}
+
+function flushQueuedAcks(): void {
+  ackImmediate = false;
+  const queue = ackQueue;
+  ackQueue = [];
+  for (const flush of queue) flush();
+}
+
+/** how often the keep-alive timers of the connections the fast lane took packets from are refreshed */
+export const KEEPALIVE_SWEEP_MS = 250;
+/** incremented by every sweep: a connection is noted once per generation */
+let sweepGeneration = 1;
+/** the connections with fast-lane packets since the last sweep */
+let noted: LaneClient[] = [];
+let sweeper: NodeJS.Timeout | undefined;
+
+/**
+ * MQTT keep-alive for the packets the fast lane takes, without a timer refresh per TLS record (a
+ * libuv clock read and a move in the timer list, about 3% of the broker's CPU with small
+ * messages): a connection's first record after a sweep notes it, and the sweep, every
+ * KEEPALIVE_SWEEP_MS while there is fast-lane traffic, refreshes the keep-alive timer of each
+ * connection noted (Aedes' own, `_keepaliveTimer`, which Aedes refreshes for the packets it
+ * handles and clears on close). The refresh comes at most KEEPALIVE_SWEEP_MS after the activity,
+ * never before it: a silent client is disconnected 1.5 x keepalive after its last packet (Aedes'
+ * timer), at most KEEPALIVE_SWEEP_MS later, never earlier; the timer (1.5 s at least, keepalive
+ * is whole seconds) outlasts a sweep period, so an active client is never cut. No traffic, no
+ * sweeps: the interval stops after one sweep with nothing noted.
+ */
+function noteActivity(c: LaneClient): void {
+  noted.push(c);
+  sweeper ??= setInterval(sweepKeepalive, KEEPALIVE_SWEEP_MS).unref();
+}
+
+function sweepKeepalive(): void {
+  const clients = noted;
+  sweepGeneration += 1;
+  if (clients.length === 0) {
+    clearInterval(sweeper);
+    sweeper = undefined;
+    return;
+  }
+  noted = [];
+  for (const c of clients) if (c._keepaliveInterval > 0) c._keepaliveTimer?.refresh();
+}
 
 /** Whether `buf` holds `bytes` at `at` (from the end: a device's topics differ in their last level). */
 function sameBytes(buf: Buffer, at: number, bytes: Uint8Array): boolean {

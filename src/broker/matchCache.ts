@@ -3,7 +3,9 @@
  * (mqemitter + qlobber): a device publishes on the same few topics over and over, and walking
  * the trie for each message cost about 6% of the broker's CPU at QoS 0. Any subscribe or
  * unsubscribe empties the cache, so a match is never stale. Returns whether a topic has a
- * listener (from the same cache), or undefined when the emitter has no matcher to cache.
+ * listener (from the same cache), or undefined when the emitter has no matcher to cache; its
+ * `generation()` changes with every subscribe and unsubscribe (an answer remembered with the
+ * generation it was given in holds while the generation is the same).
  */
 interface Matcher {
   add(topic: string, value: unknown): unknown;
@@ -13,18 +15,26 @@ interface Matcher {
 
 const MAX_TOPICS = 50_000;
 
-export function cacheTopicMatches(emitter: unknown): ((topic: string) => boolean) | undefined {
+export interface TopicListeners {
+  (topic: string): boolean;
+  generation(): number;
+}
+
+export function cacheTopicMatches(emitter: unknown): TopicListeners | undefined {
   const mq = emitter as { _matcher?: Matcher };
   const matcher = mq._matcher;
   if (!matcher || typeof matcher.match !== 'function') return undefined;
   let cache = new Map<string, unknown[]>();
+  let generation = 0;
   const { add, remove, match } = matcher;
   matcher.add = function (topic, value) {
     cache = new Map();
+    generation += 1;
     return add.call(this, topic, value);
   };
   matcher.remove = function (topic, value) {
     cache = new Map();
+    generation += 1;
     return remove.call(this, topic, value);
   };
   matcher.match = function (topic) {
@@ -36,5 +46,5 @@ export function cacheTopicMatches(emitter: unknown): ((topic: string) => boolean
     }
     return found;
   };
-  return (topic) => matcher.match(topic).length > 0;
+  return Object.assign((topic: string) => matcher.match(topic).length > 0, { generation: () => generation });
 }

@@ -91,15 +91,15 @@ export class ConnectedDeviceService {
       },
       published: (packet, client) => this.take(client, ownTopicKind(client.id, packet.topic), this.parsed.get(packet.payload as object)),
       // the fast lane: checked and taken in one call, the parsed value passed on directly
-      ingest: (packet, client) => {
+      ingest: (packet, client, kind) => {
         // telemetry, most of the traffic: checked and batched without an object per message
-        if (this.telemetryIngest && ownTopicKind(client.id, packet.topic) === 'telemetry' && typeof packet.payload !== 'string') {
+        if (this.telemetryIngest && kind === 'telemetry' && typeof packet.payload !== 'string') {
           const keys = this.checkTelemetry(client, packet.payload);
           if (typeof keys !== 'number') return keys;
           this.ingest.addTelemetry(client.id, packet.payload, keys);
           return undefined;
         }
-        const checked = this.checkPayload(packet, client);
+        const checked = this.checkPayload(packet, client, kind);
         if (checked.problem) return checked.problem;
         this.take(client, checked.kind, checked.parsed);
         return undefined;
@@ -156,9 +156,8 @@ export class ConnectedDeviceService {
     return scanProblem(payload, keys);
   }
 
-  /** A device publish's topic kind and, on the JSON topics, its checked payload (or why it is refused). */
-  private checkPayload(packet: PublishPacket, client: Client): { kind: TopicKind | 'other' | undefined; payload: Buffer; parsed?: Parsed; problem?: PayloadProblem } {
-    const kind = ownTopicKind(client.id, packet.topic);
+  /** A device publish's topic kind (given, or read from its topic) and, on the JSON topics, its checked payload (or why it is refused). */
+  private checkPayload(packet: PublishPacket, client: Client, kind = ownTopicKind(client.id, packet.topic)): { kind: TopicKind | 'other' | undefined; payload: Buffer; parsed?: Parsed; problem?: PayloadProblem } {
     const payload = typeof packet.payload === 'string' ? Buffer.from(packet.payload) : packet.payload;
     const rule = kind && kind !== 'other' ? this.jsonTopics[kind] : undefined;
     if (!rule) return { kind, payload };

@@ -74,10 +74,10 @@ function topicKind(clientId: string, topic: string): TopicKind | 'other' | undef
  */
 const FAST_LANE_KINDS: ReadonlySet<TopicKind | 'other'> = new Set<TopicKind>(['heartbeat', 'telemetry', 'twinReported']);
 
-/** May this device publish take the fast lane? (its own telemetry, heartbeat or reported state) */
-export function fastLaneTopic(clientId: string, topic: string): boolean {
+/** The kind of a device publish that may take the fast lane (its own telemetry, heartbeat or reported state), else undefined. */
+export function fastLaneKind(clientId: string, topic: string): TopicKind | undefined {
   const kind = ownTopicKind(clientId, topic);
-  return kind !== undefined && FAST_LANE_KINDS.has(kind);
+  return kind !== undefined && kind !== 'other' && FAST_LANE_KINDS.has(kind) ? kind : undefined;
 }
 
 /** Devices publish under their prefix, except on the topics the gateway publishes. */

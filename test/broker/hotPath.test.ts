@@ -39,9 +39,9 @@ async function rawSocket(d: EnrolledDevice) {
 }
 
 /** A device connected (CONNECT/CONNACK) on a raw TLS socket. */
-async function rawDevice(d: EnrolledDevice) {
+async function rawDevice(d: EnrolledDevice, keepalive = 60) {
   const { socket, packets } = await rawSocket(d);
-  socket.write(encode({ cmd: 'connect', protocolVersion: 5, clientId: d.thingId, username: d.thingId, clean: true, keepalive: 60 }));
+  socket.write(encode({ cmd: 'connect', protocolVersion: 5, clientId: d.thingId, username: d.thingId, clean: true, keepalive }));
   await waitFor(() => packets.some((p) => p.cmd === 'connack'), 5000, 'CONNACK');
   return { socket, packets };
 }
@@ -133,6 +133,22 @@ describe('fast lane (device publishes decoded in front of Aedes)', () => {
     socket.destroy();
   });
 
+  it("writes the lane's PUBACKs before what Aedes answers to the packets behind them, within a record and across records", async () => {
+    const d = devices[0];
+    const { socket, packets } = await rawDevice(d);
+    const topic = `devices/${d.thingId}/telemetry`;
+    const publish = (messageId: number) => encode({ cmd: 'publish', topic, payload: `{"m":${messageId}}`, qos: 1, messageId });
+    const subscribe = (messageId: number) => encode({ cmd: 'subscribe', messageId, subscriptions: [{ topic: `devices/${d.thingId}/commands`, qos: 1 }] });
+    // one record: two publishes (the lane) and a SUBSCRIBE (Aedes)
+    socket.write(Buffer.concat([publish(1), publish(2), subscribe(3)]));
+    // then one record each, back to back
+    for (const packet of [publish(4), publish(5), publish(6), subscribe(7), publish(8)]) socket.write(packet);
+    await waitFor(() => packets.filter((p) => p.cmd === 'puback' || p.cmd === 'suback').length >= 8, 5000, 'PUBACKs and SUBACKs');
+    expect(packets.filter((p) => p.cmd === 'puback' || p.cmd === 'suback').map((p) => `${p.cmd} ${(p as { messageId: number }).messageId}`))
+      .toEqual(['puback 1', 'puback 2', 'suback 3', 'puback 4', 'puback 5', 'puback 6', 'suback 7', 'puback 8']);
+    socket.destroy();
+  });
+
   it('refuses a bad payload on the lane with 0x99 and goes on with the next packet of the same record', async () => {
     const d = devices[1];
     const { socket, packets } = await rawDevice(d);
@@ -208,6 +224,10 @@ describe('fast lane (device publishes decoded in front of Aedes)', () => {
     await client.publishAsync(topic, '{"n":2}', { qos: 1 });
     expect(JSON.parse((await echoed).payload.toString())).toEqual({ n: 2 });
     expect(laned()).toBe(lanedBefore + 1);
+    // and back on the lane once nobody listens any more
+    await client.unsubscribeAsync(topic);
+    await client.publishAsync(topic, '{"n":3}', { qos: 1 });
+    expect(laned()).toBe(lanedBefore + 2);
 
     // and the gateway's own subscription (live telemetry) sees a device that nobody else follows
     const other = await connectDevice(gw.mqttPort!, devices[1]);
@@ -218,6 +238,77 @@ describe('fast lane (device publishes decoded in front of Aedes)', () => {
     expect(seen).toEqual([{ live: true }]);
     await unsubscribe();
     await Promise.all([client.endAsync(), other.endAsync()]);
+  });
+});
+
+describe('keep-alive of devices whose publishes take the fast lane', () => {
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+  it('keeps a device that publishes on the lane only (no PINGREQ) connected past 1.5 x keepalive, and disconnects it once it falls silent', async () => {
+    const d = devices[1];
+    // keepalive 1 s: Aedes disconnects after 1.5 s without a packet
+    const { socket } = await rawDevice(d, 1);
+    let closedAt: number | undefined;
+    socket.once('close', () => { closedAt = Date.now(); });
+    const topic = `devices/${d.thingId}/telemetry`;
+    const lanedBefore = laned();
+    // 3.2 s of QoS 0 telemetry every 200 ms (more than twice the keep-alive timeout), nothing else
+    let lastWrite = 0;
+    for (let i = 0; i < 16; i++) {
+      await sleep(200);
+      socket.write(encode({ cmd: 'publish', topic, payload: JSON.stringify({ i }), qos: 0 }));
+      lastWrite = Date.now();
+    }
+    await waitFor(() => laned() - lanedBefore === 16, 5000, 'the publishes taken');
+    expect(closedAt).toBeUndefined();
+    expect(gw.services.brokerHost.broker!.isConnected(d.thingId)).toBe(true);
+    await waitFor(() => closedAt, 10_000, 'the silent device disconnected');
+    // not before 1.5 x keepalive after its last packet (the broker received it after it was written)
+    expect(closedAt! - lastWrite).toBeGreaterThanOrEqual(1_450);
+    await waitFor(() => !gw.services.brokerHost.broker!.isConnected(d.thingId), 5000, 'the session ended');
+  });
+
+  it('disconnects a device that never publishes after 1.5 x keepalive', async () => {
+    const d = devices[0];
+    const connectedAt = Date.now();
+    const { socket } = await rawDevice(d, 1);
+    let closedAt: number | undefined;
+    socket.once('close', () => { closedAt = Date.now(); });
+    await waitFor(() => closedAt, 10_000, 'the silent device disconnected');
+    expect(closedAt! - connectedAt).toBeGreaterThanOrEqual(1_450);
+  });
+});
+
+describe('idle-timeout bookkeeping per TLS record (issue 19)', () => {
+  it("is skipped while the socket has no timeout (the handshake's cleared timer dropped), and a timeout set later is refreshed by traffic as usual", async () => {
+    const d = devices[0];
+    const { socket } = await rawDevice(d);
+    const conn = (gw.services.brokerHost.broker!.aedes as unknown as { clients: Record<string, { conn: tls.TLSSocket }> }).clients[d.thingId].conn;
+    const symbol = (of: object, description: string) => Object.getOwnPropertySymbols(of).filter((s) => s.description === description);
+    const slot = symbol(conn, 'timeout');
+    expect(slot).toHaveLength(1);
+    const own = conn as unknown as Record<symbol, unknown>;
+    expect(own[slot[0]]).toBeNull();
+    const unrefTimer = () => (conn as unknown as { _unrefTimer: unknown })._unrefTimer;
+    const nodeUpdate = (net.Socket.prototype as unknown as { _unrefTimer: unknown })._unrefTimer;
+    expect(typeof nodeUpdate).toBe('function');
+    expect(unrefTimer()).not.toBe(nodeUpdate);
+
+    // a timeout set later: Node's hook is back, traffic refreshes it, silence fires it
+    let timedOut = false;
+    conn.once('timeout', () => { timedOut = true; });
+    conn.setTimeout(400);
+    expect(unrefTimer()).toBe(nodeUpdate);
+    expect(own[slot[0]]).not.toBeNull();
+    const topic = `devices/${d.thingId}/telemetry`;
+    for (let i = 0; i < 8; i++) {
+      socket.write(encode({ cmd: 'publish', topic, payload: JSON.stringify({ i }), qos: 0 }));
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(timedOut).toBe(false);
+    await waitFor(() => timedOut, 5000, 'the socket timeout');
+    conn.setTimeout(0);
+    socket.destroy();
   });
 });
 

@@ -12,10 +12,12 @@ describe('topic match cache', () => {
     const mq = mqemitter();
     const hasListener = cacheTopicMatches(mq)!;
     expect(hasListener('devices/d1/telemetry')).toBe(false);
+    const generations = [hasListener.generation()];
     const seen: string[] = [];
     const a = (m: { topic: string }, cb: () => void) => { seen.push(`a:${m.topic}`); cb(); };
     const b = (m: { topic: string }, cb: () => void) => { seen.push(`b:${m.topic}`); cb(); };
     await on(mq, 'devices/+/telemetry', a);
+    generations.push(hasListener.generation());
     expect(hasListener('devices/d1/telemetry')).toBe(true);
     await emit(mq, 'devices/d1/telemetry');
     await emit(mq, 'devices/d1/telemetry'); // served from the cache
@@ -27,9 +29,15 @@ describe('topic match cache', () => {
     await emit(mq, 'devices/d1/heartbeat');
     expect(seen.slice(2).sort()).toEqual(['a:devices/d1/telemetry', 'b:devices/d1/heartbeat', 'b:devices/d1/telemetry']);
 
+    generations.push(hasListener.generation());
     await off(mq, 'devices/+/telemetry', a);
+    generations.push(hasListener.generation());
     await off(mq, 'devices/d1/#', b);
+    generations.push(hasListener.generation());
     expect(hasListener('devices/d1/telemetry')).toBe(false);
+    // every subscribe and unsubscribe gives a new generation; matching alone does not
+    expect(hasListener.generation()).toBe(generations.at(-1));
+    expect(new Set(generations).size).toBe(generations.length);
     await on(mq, 'devices/d1/#', b);
     seen.length = 0;
     await emit(mq, 'devices/d1/telemetry');

@@ -29,6 +29,8 @@ export interface BrokerHooks {
   ingest?(packet: PublishPacket, client: Client, kind: TopicKind): PayloadProblem | undefined;
   /** a device on this node subscribed (already authorized) */
   subscribed?(topics: string[], client: Client): void;
+  /** backpressure of what `ingest` feeds: true to stop reading the device's socket until `resume` is called (IngestBuffer.hold) */
+  hold?(resume: () => void): boolean;
 }
 
 export interface BrokerOptions {
@@ -234,6 +236,7 @@ export class Broker {
   private fastPublish(hasListener: TopicListeners): LaneTaker<LaneTopic> {
     const hooks = this.options.hooks ?? {};
     return {
+      hold: hooks.hold,
       memo: (client, topic) => ({ kind: fastLaneKind(client.id, topic), generation: -1, listened: true }),
       take: (client, packet, memo) => {
         // an exact suffix of the device's own prefix: no wildcard, no NUL

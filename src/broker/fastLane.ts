@@ -23,6 +23,8 @@ export interface FastPublish {
 export interface LaneTaker<M> {
   memo(client: Client, topic: string): M;
   take(client: Client, packet: FastPublish, memo: M): number | false;
+  /** after a read taken whole: true to stop reading the socket until `resume` is called (what `take` feeds is full) */
+  hold?(resume: () => void): boolean;
 }
 
 /** the parts of Aedes' client and mqtt-packet's parser the fast lane works with */
@@ -154,16 +156,35 @@ export function attachFastLane<M>(socket: TLSSocket, client: Client, taker: Lane
     return parse.call(parser, used === 0 ? buf : buf.subarray(used));
   };
 
+  // Backpressure (taker.hold): a socket whose read found the ingest full stops reading. Returning
+  // false from push makes Node stop the handle (onStreamRead: readStop); `_read`, which the stream
+  // calls to read on (when Aedes drains what was pushed), starts nothing while held; `resume`
+  // starts the reads again.
+  let held = false;
+  const read = (socket as unknown as { _read(size: number): void })._read;
+  (socket as unknown as { _read(size: number): void })._read = function heldRead(size: number) {
+    if (!held) read.call(this, size);
+  };
+  const resume = (): void => {
+    held = false;
+    if (!socket.destroyed) read.call(socket, 0);
+  };
+  const readOn = (): boolean => {
+    if (!held && taker.hold?.(resume) === true) held = true;
+    return !held;
+  };
   const push = socket.push;
   socket.push = function fastPush(chunk: unknown, encoding?: BufferEncoding): boolean {
     if (!Buffer.isBuffer(chunk) || socket.readableLength !== 0 || c._parsingBatch !== 0 || !idle()) {
       flushAcks();
-      return push.call(socket, chunk, encoding);
+      const more = push.call(socket, chunk, encoding);
+      return (chunk === null || readOn()) && more;
     }
     const used = consume(chunk);
-    if (used === chunk.length) return true;
+    if (used === chunk.length) return readOn();
     flushAcks();
-    return push.call(socket, used === 0 ? chunk : chunk.subarray(used));
+    const more = push.call(socket, used === 0 ? chunk : chunk.subarray(used));
+    return readOn() && more;
   };
   // a connection closed in order (linger.ts: end after Aedes' destroy) still sends them
   const end = socket.end;

@@ -7,8 +7,8 @@ const FLUSH_MS = 250;
 const MAX_PENDING = 2_000;
 /** telemetry messages waiting that trigger a flush before the timer */
 const MAX_MESSAGES = 20_000;
-/** telemetry bytes waiting that trigger a flush before the timer (bounds the memory of a burst of large messages) */
-const MAX_BYTES = 16 * 1024 * 1024;
+/** telemetry bytes waiting that trigger a flush before the timer (TELEMETRY_BATCH_BYTES) */
+const BATCH_BYTES = 16 * 1024 * 1024;
 /** telemetry text per latest-values and history statement of a flush */
 const CHUNK_BYTES = 512 * 1024;
 
@@ -24,7 +24,7 @@ const refusedData = (err: unknown) => err instanceof postgres.PostgresError && /
 /**
  * Telemetry and last-seen writes, coalesced in memory and written in one statement per batch
  * (FLUSH_MS after the batch's first thing, or sooner when MAX_PENDING things, MAX_MESSAGES
- * messages or MAX_BYTES of telemetry are waiting): a device sending 10 messages a second costs
+ * messages or `batchBytes` of telemetry are waiting): a device sending 10 messages a second costs
  * the database at most one row update per batch.
  *
  * Telemetry is taken as checked JSON bytes (scanJsonObject) and not parsed here: every message is
@@ -48,9 +48,39 @@ export class IngestBuffer {
   readonly dropped: Record<IngestTable, number> = { telemetry: 0, last_seen: 0, history: 0 };
   private messages = 0;
   private bytes = 0;
+  /** readers stopped by `hold`, resumed when a flush takes the batch */
+  private held: (() => void)[] = [];
+  /** the batch's telemetry bytes from which `hold` stops readers: a batch's worth beyond the one that asks for a flush */
+  private readonly holdBytes: number;
 
-  /** `history`: where every message is also appended (telemetry_history); without it, latest values only */
-  constructor(private readonly repo: BrokerRepo, private readonly log: Logger, private readonly history?: TelemetryHistoryRepo) {}
+  /**
+   * `history`: where every message is also appended (telemetry_history); without it, latest values
+   * only. `batchBytes`: telemetry bytes that ask for a flush before the timer.
+   */
+  constructor(private readonly repo: BrokerRepo, private readonly log: Logger, private readonly history?: TelemetryHistoryRepo, private readonly batchBytes = BATCH_BYTES) {
+    this.holdBytes = 2 * batchBytes;
+  }
+
+  /**
+   * Backpressure for the device sockets, asked after each read the fast lane took whole: true when
+   * the batch being filled holds twice `batchBytes`, because the previous batch is still being
+   * written (the database is slower than the devices). The reader then stops reading its socket
+   * (TCP holds the device back) and `resume` is called once a flush has taken the batch. Without
+   * it a batch grew with whatever came during the previous write, which grew that write in turn:
+   * half a gigabyte in one batch was seen in bench:mqtt.
+   */
+  hold(resume: () => void): boolean {
+    if (this.bytes < this.holdBytes) return false;
+    this.held.push(resume);
+    return true;
+  }
+
+  private release(): void {
+    if (this.held.length === 0) return;
+    const held = this.held;
+    this.held = [];
+    for (const resume of held) resume();
+  }
 
   start(): void {
     this.started = true;
@@ -62,6 +92,7 @@ export class IngestBuffer {
     clearTimeout(this.timer);
     this.timer = undefined;
     await this.flush();
+    this.release();
   }
 
   /**
@@ -101,7 +132,7 @@ export class IngestBuffer {
       else entry.telemetry = new ThingTelemetry(now, point, keys);
     } else this.add(thingId, { at: now, telemetry: new ThingTelemetry(now, point, keys) });
     this.bytes += json.length;
-    if (++this.messages >= MAX_MESSAGES || this.bytes >= MAX_BYTES) this.flushSoon();
+    if (++this.messages >= MAX_MESSAGES || this.bytes >= this.batchBytes) this.flushSoon();
   }
 
   private add(thingId: string, entry: { at: number; telemetry?: ThingTelemetry }): void {
@@ -133,6 +164,7 @@ export class IngestBuffer {
       [this.arena, this.spare] = [this.spare, arena];
       this.messages = 0;
       this.bytes = 0;
+      this.release();
       try {
         const seen: SeenRow[] = [];
         for (const [thing_id, entry] of batch) seen.push({ thing_id, at: entry.at });

@@ -104,6 +104,7 @@ export class ConnectedDeviceService {
         this.take(client, checked.kind, checked.parsed);
         return undefined;
       },
+      hold: (resume) => this.ingest.hold(resume),
       subscribed: (topics, client) => {
         if (topics.some((t) => parseDeviceTopic(t)?.kind === 'twinDesired' || t === `devices/${client.id}/#` || t === `devices/${client.id}/twin/#`)) {
           void this.deliverDesired(client.id).catch((err) => this.gw.log.error({ err, thingId: client.id }, 'desired state not delivered'));

@@ -291,3 +291,51 @@ describe('TELEMETRY_HISTORY=false', () => {
     }
   });
 });
+
+describe('backpressure when the database falls behind (TELEMETRY_BATCH_BYTES)', () => {
+  it('stops reading devices while a batch waits for the database, then stores every message', async () => {
+    const small = await startTestGateway({ TELEMETRY_BATCH_BYTES: String(64 * 1024) });
+    const lock = await small.db.sql.reserve();
+    try {
+      const acc = await createAccount(small);
+      const device = await enrollDevice(small, acc, { claimSecret: (await createClaimGroup(small, acc)).sharedSecret });
+      const client = await connectDevice(small.mqttPort!, device);
+      const stats = small.services.brokerHost.broker!.stats;
+      const before = stats.messagesReceived;
+      // the history table locked: the first flush's COPY waits, and the batch after it fills up
+      await lock`begin`;
+      await lock`lock table telemetry_history in access exclusive mode`;
+      const pad = 'x'.repeat(1000);
+      const total = 600; // about 600 KiB: beyond the batch being written (64 KiB) and the one held (128 KiB)
+      for (let seq = 0; seq < total; seq++) client.publish(`devices/${device.thingId}/telemetry`, JSON.stringify({ seq, pad }), { qos: 0 });
+      // the broker takes messages until the held batch is full, then reads no further
+      let taken = -1;
+      await waitFor(async () => {
+        const now = stats.messagesReceived - before;
+        const steady = now > 0 && now === taken;
+        taken = now;
+        await new Promise((r) => setTimeout(r, 300));
+        return steady;
+      }, 20_000, 'reads stopped');
+      // about 1 KiB each: the batch being written (64 KiB), the held one (128 KiB) and what was read with its last records
+      expect(taken).toBeGreaterThan(128);
+      expect(taken).toBeLessThan(total / 2);
+      await lock`rollback`;
+      // the database caught up: the rest is read, and every message is stored, in order
+      const seqs = await waitFor(async () => {
+        const rows = await small.db.sql<{ points: [number, { seq: number }][] }[]>`
+          select points from telemetry_history where thing_id = ${device.thingId} order by first_at`;
+        const all = rows.flatMap((r) => r.points.map(([, p]) => p.seq));
+        return all.length === total ? all : undefined;
+      }, 30_000, 'every message stored');
+      expect(seqs).toEqual(Array.from({ length: total }, (_, k) => k));
+      expect(stats.messagesReceived - before).toBe(total);
+      expect(client.connected).toBe(true);
+      await client.endAsync();
+    } finally {
+      await lock`rollback`.catch(() => {});
+      lock.release();
+      await small.close();
+    }
+  });
+});

@@ -134,9 +134,31 @@ export function attachFastLane<M>(socket: TLSSocket, client: Client, taker: Lane
       if (swept !== sweepGeneration) {
         swept = sweepGeneration;
         noteActivity(c);
+        if (c._keepaliveTimer !== guarded) guardKeepalive();
       }
     }
     return pos;
+  };
+
+  /**
+   * Aedes' keep-alive timer firing between a record and the sweep that would have refreshed it
+   * (activity in its last KEEPALIVE_SWEEP_MS) refreshes it instead of ending the connection: the
+   * connection is noted in the current generation then. Wrapped once per timer (`_onTimeout`,
+   * the callback Node's timer calls).
+   */
+  let guarded: unknown = null;
+  const guardKeepalive = (): void => {
+    const timer = c._keepaliveTimer as (LaneClient['_keepaliveTimer'] & { _onTimeout?: unknown }) | null;
+    guarded = timer;
+    const fire = timer?._onTimeout;
+    if (!timer || typeof fire !== 'function') return;
+    timer._onTimeout = function keepaliveUnlessNoted(this: unknown, ...args: unknown[]) {
+      if (swept === sweepGeneration && c._keepaliveTimer === timer) {
+        timer.refresh();
+        return undefined;
+      }
+      return fire.apply(this, args) as unknown;
+    };
   };
 
   /** PUBACKs of taken publishes not written yet: [messageId, reasonCode, ...] (see queueAcks) */
@@ -269,10 +291,11 @@ let sweeper: NodeJS.Timeout | undefined;
  * KEEPALIVE_SWEEP_MS while there is fast-lane traffic, refreshes the keep-alive timer of each
  * connection noted (Aedes' own, `_keepaliveTimer`, which Aedes refreshes for the packets it
  * handles and clears on close). The refresh comes at most KEEPALIVE_SWEEP_MS after the activity,
- * never before it: a silent client is disconnected 1.5 x keepalive after its last packet (Aedes'
- * timer), at most KEEPALIVE_SWEEP_MS later, never earlier; the timer (1.5 s at least, keepalive
- * is whole seconds) outlasts a sweep period, so an active client is never cut. No traffic, no
- * sweeps: the interval stops after one sweep with nothing noted.
+ * never before it, and a timer that fires while its connection is noted but not yet swept is
+ * refreshed instead (guardKeepalive): a silent client is disconnected 1.5 x keepalive after its
+ * last packet (Aedes' timer), at most KEEPALIVE_SWEEP_MS later, never earlier, and a client with a
+ * packet within 1.5 x keepalive is never cut. No traffic, no sweeps: the interval stops after one
+ * sweep with nothing noted.
  */
 function noteActivity(c: LaneClient): void {
   noted.push(c);

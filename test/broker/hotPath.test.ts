@@ -268,6 +268,27 @@ describe('keep-alive of devices whose publishes take the fast lane', () => {
     await waitFor(() => !gw.services.brokerHost.broker!.isConnected(d.thingId), 5000, 'the session ended');
   });
 
+  it('keeps a device whose only packet comes just before 1.5 x keepalive, between two sweeps of the keep-alive timers', async () => {
+    const d = devices[0];
+    // keepalive 2 s: Aedes' timer is armed at CONNECT and fires 3,001 ms later without a packet
+    const { socket, packets } = await rawDevice(d, 2);
+    const connackAt = Date.now();
+    let closedAt: number | undefined;
+    socket.once('close', () => { closedAt = Date.now(); });
+    expect(packets.some((p) => p.cmd === 'connack')).toBe(true);
+    // one publish 150 ms before the timer fires: the sweep that would refresh the timer comes
+    // 250 ms after it (no other lane traffic here), so the timer itself must see the packet
+    await sleep(2850);
+    const lanedBefore = laned();
+    socket.write(encode({ cmd: 'publish', topic: `devices/${d.thingId}/telemetry`, payload: '{"late":1}', qos: 0 }));
+    await waitFor(() => laned() > lanedBefore, 2000, 'the publish taken');
+    await sleep(Math.max(0, connackAt + 3500 - Date.now()));
+    expect(closedAt).toBeUndefined();
+    expect(gw.services.brokerHost.broker!.isConnected(d.thingId)).toBe(true);
+    // and silence from then on ends it
+    await waitFor(() => closedAt, 10_000, 'the silent device disconnected');
+  });
+
   it('disconnects a device that never publishes after 1.5 x keepalive', async () => {
     const d = devices[0];
     const connectedAt = Date.now();

@@ -6,7 +6,7 @@ import { startGateway } from './server.js';
 import { isLoopback } from './http/trustedProxies.js';
 import { isNodeWorker, reportWorkerReady, startNodePrimary } from './multicore.js';
 
-let config;
+let config: Config;
 try {
   config = loadConfig();
 } catch (err) {
@@ -55,9 +55,15 @@ const onStartFailure = (err: unknown): never => {
   log.fatal({ err, hint: startupHint(err, config) }, `gateway failed to start: ${cause}`);
   process.exit(1);
 };
-const running: { mqttPort?: number; stop(): Promise<void> } = primary
-  ? await startNodePrimary(config, log).catch(onStartFailure)
-  : await startGateway(config, { log }).catch(onStartFailure);
+/** when the first shutdown signal came (0: none) */
+let stopping = 0;
+const starting: Promise<{ mqttPort?: number; stop(): Promise<void> }> = primary ? startNodePrimary(config, log) : startGateway(config, { log });
+// the signal handlers are there before the start finishes: /readyz answers before it has, and a
+// Ctrl-C in that window would otherwise kill the process with Node's default action (the embedded
+// PostgreSQL left to its watchdog)
+process.on('SIGTERM', () => void shutdown('SIGTERM'));
+process.on('SIGINT', () => void shutdown('SIGINT'));
+const running = await starting.catch(onStartFailure);
 if (worker) reportWorkerReady(running.mqttPort ?? config.MQTT_PORT);
 
 const base = config.PUBLIC_BASE_URL;
@@ -82,11 +88,10 @@ if (!worker) console.log('\n' + lines.join('\n') + '\n');
 /**
  * SIGTERM/SIGINT: stop accepting, let in-flight requests finish for SHUTDOWN_TIMEOUT_MS, then close
  * the remaining connections, stop the broker (devices disconnected, this node deregistered), the
- * jobs and the database, and exit 0. A second signal exits at once (the embedded PostgreSQL is then
- * stopped by its watchdog).
+ * jobs and the database, and exit 0; a signal during the start stops the gateway once it has
+ * started. A second signal exits at once (the embedded PostgreSQL is then stopped by its watchdog).
  */
-let stopping = 0;
-const shutdown = async (signal: NodeJS.Signals) => {
+async function shutdown(signal: NodeJS.Signals): Promise<void> {
   if (stopping) {
     // npm and tsx both relay a terminal's Ctrl-C, so one key press can arrive twice
     if (Date.now() - stopping < 1000) return;
@@ -100,11 +105,10 @@ const shutdown = async (signal: NodeJS.Signals) => {
     log.error('shutdown did not finish; exiting');
     process.exit(1);
   }, config.SHUTDOWN_TIMEOUT_MS + 60_000).unref();
-  await running.stop();
+  // a failed start exits by itself (onStartFailure)
+  await (await starting.catch(() => new Promise<never>(() => {}))).stop();
   log.info({ ms: Date.now() - stopping }, 'shutdown complete');
   process.exit(0);
-};
-process.on('SIGTERM', () => void shutdown('SIGTERM'));
-process.on('SIGINT', () => void shutdown('SIGINT'));
+}
 // a worker whose primary is gone (killed) stops too, instead of serving on without its siblings
 if (worker) process.on('disconnect', () => void shutdown('SIGTERM'));

@@ -210,6 +210,17 @@ describe('crash restart with the embedded PostgreSQL', () => {
     other.kill('SIGKILL');
   }, 120_000);
 
+  it('Ctrl-C while the gateway is still starting stops it cleanly once it has started', async () => {
+    const g = launch({}, { detached: true });
+    // the HTTP server listens (and /readyz answers) before the start has finished
+    await waitFor(() => g.output().includes('Server listening'), 120_000, 'HTTP listening', 20);
+    process.kill(-g.proc.pid!, 'SIGINT');
+    expect(await g.exited, g.output()).toBe(0);
+    expect(g.output()).toContain('shutdown complete');
+    expect(g.output()).not.toMatch(/"level":(50|60)/);
+    expect(fs.existsSync(path.join(dataDir, 'postgres', 'postmaster.pid'))).toBe(false); // the database stopped with it
+  }, 120_000);
+
   it('Ctrl-C in a terminal (SIGINT to the whole process group) shuts down cleanly, postgres last', async () => {
     const g = await start({}, { detached: true }); // its own process group, like a terminal job
     const pgPid = postmasterPid();

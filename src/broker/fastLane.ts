@@ -23,7 +23,7 @@ export interface FastPublish {
 export interface LaneTaker<M> {
   memo(client: Client, topic: string): M;
   take(client: Client, packet: FastPublish, memo: M): number | false;
-  /** after a read taken whole: true to stop reading the socket until `resume` is called (what `take` feeds is full) */
+  /** after each decrypted record of the socket (taken or passed to Aedes): true to stop reading it until `resume` is called (what `take` feeds is full) */
   hold?(resume: () => void): boolean;
 }
 

@@ -62,7 +62,7 @@ export class IngestBuffer {
   }
 
   /**
-   * Backpressure for the device sockets, asked after each read the fast lane took whole: true when
+   * Backpressure for the device sockets, asked by the fast lane after each decrypted record: true when
    * the batch being filled holds twice `batchBytes`, because the previous batch is still being
    * written (the database is slower than the devices). The reader then stops reading its socket
    * (TCP holds the device back) and `resume` is called once a flush has taken the batch. Without

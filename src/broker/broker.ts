@@ -255,6 +255,8 @@ export class Broker {
 
   /** What `authorizePublish` (the payload check), Aedes' publish and the 'publish' event do, for a publish the lane takes. */
   private takePublish(hooks: BrokerHooks, client: Client, packet: FastPublish, kind: TopicKind): number {
+    // the lane's payload is a view of a reused buffer: `ingest` copies what it keeps; `published` may keep the packet
+    if (!hooks.ingest) packet.payload = Buffer.from(packet.payload);
     const publish = packet as unknown as PublishPacket;
     const problem = hooks.ingest ? hooks.ingest(publish, client, kind) : hooks.refusePayload?.(publish, client);
     if (problem) {

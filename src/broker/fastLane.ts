@@ -1,3 +1,4 @@
+import { Duplex } from 'node:stream';
 import type { TLSSocket } from 'node:tls';
 import type { Client } from 'aedes';
 
@@ -18,7 +19,8 @@ export interface FastPublish {
  * know of the topic, kept by the lane with it and passed to every `take` of the same topic (may be
  * changed there). `take` takes one decoded device publish: `false` leaves it to Aedes (nothing may
  * have been done yet), otherwise it was taken and the number is the PUBACK reason code for QoS 1
- * (0 = success).
+ * (0 = success). The packet's payload is a view of a buffer that is reused once `take` returns
+ * (readIntoShared): whatever is kept must be copied.
  */
 export interface LaneTaker<M> {
   memo(client: Client, topic: string): M;
@@ -49,10 +51,11 @@ interface LaneClient {
  * unchanged, in order: the fast lane stops at the first packet it does not take and passes the
  * rest on.
  *
- * Two entry points: the socket's `push` (each decrypted TLS record, before Node's stream buffers
- * it, emits 'readable' on the next tick and Aedes reads it back), taken only while nothing is
- * buffered or in Aedes' hands (so order holds); and mqtt-packet's `parse` (what Aedes reads
- * otherwise). Why: for a small publish, Node's stream plumbing, mqtt-packet's BufferList parse
+ * Two entry points: each decrypted TLS record, read into a buffer all connections share
+ * (readIntoShared; where Node's internals do not allow it, the socket's `push`), before Node's
+ * stream would buffer it, emit 'readable' on the next tick and have Aedes read it back; taken only
+ * while nothing is buffered or in Aedes' hands (so order holds); and mqtt-packet's `parse` (what
+ * Aedes reads otherwise). Why: for a small publish, Node's stream plumbing, mqtt-packet's BufferList parse
  * and Aedes' generic pipeline (handler series, aedes-packet copy, emitter, a setImmediate per
  * PUBACK) cost more than the TLS record itself; docs/benchmarks.md has the before and after.
  */
@@ -71,10 +74,9 @@ export function attachFastLane<M>(socket: TLSSocket, client: Client, taker: Lane
   /** the sweep generation in which this connection's activity was last noted */
   let swept = 0;
 
-  /** Takes the plain publishes at the start of `buf`; returns how many bytes they used. */
-  const consume = (buf: Buffer): number => {
+  /** Takes the plain publishes at the start of `buf` (its first `end` bytes); returns how many bytes they used. */
+  const consume = (buf: Buffer, end: number): number => {
     const v5 = c.version === 5;
-    const end = buf.length;
     let pos = 0;
     while (pos < end) {
       const first = buf[pos];
@@ -171,7 +173,7 @@ export function attachFastLane<M>(socket: TLSSocket, client: Client, taker: Lane
   };
 
   parser.parse = function fastParse(buf: Buffer): number {
-    const used = idle() ? consume(buf) : 0;
+    const used = idle() ? consume(buf, buf.length) : 0;
     if (used === buf.length) return 0;
     // what Aedes answers comes after the lane's PUBACKs
     flushAcks();
@@ -195,19 +197,34 @@ export function attachFastLane<M>(socket: TLSSocket, client: Client, taker: Lane
     if (!held && taker.hold?.(resume) === true) held = true;
     return !held;
   };
+  /**
+   * One decrypted record (the first `end` bytes of `buf`): the lane takes the publishes it can, the
+   * rest goes to Aedes through the stream, in order; false to stop reading the socket. `shared`:
+   * `buf` is reused once this returns, so what goes to the stream is a copy.
+   */
   const push = socket.push;
-  socket.push = function fastPush(chunk: unknown, encoding?: BufferEncoding): boolean {
-    if (!Buffer.isBuffer(chunk) || socket.readableLength !== 0 || c._parsingBatch !== 0 || !idle()) {
-      flushAcks();
-      const more = push.call(socket, chunk, encoding);
-      return (chunk === null || readOn()) && more;
-    }
-    const used = consume(chunk);
-    if (used === chunk.length) return readOn();
+  const onRecord = (buf: Buffer, end: number, shared: boolean): boolean => {
+    const used = socket.readableLength === 0 && c._parsingBatch === 0 && idle() ? consume(buf, end) : 0;
+    if (used === end) return readOn();
     flushAcks();
-    const more = push.call(socket, used === 0 ? chunk : chunk.subarray(used));
+    const rest = shared ? copyOut(buf, used, end) : used === 0 ? buf : buf.subarray(used, end);
+    const more = push.call(socket, rest);
     return readOn() && more;
   };
+  socket.push = function fastPush(chunk: unknown, encoding?: BufferEncoding): boolean {
+    if (Buffer.isBuffer(chunk)) return onRecord(chunk, chunk.length, false);
+    // the end of the stream (null), or anything else Node pushes
+    flushAcks();
+    const more = push.call(socket, chunk, encoding);
+    return (chunk === null || readOn()) && more;
+  };
+  if (readIntoShared(socket, (nread, buf) => onRecord(buf, nread, true))) {
+    // in this mode `read` starts the socket's reads itself (not through `_read`): not while held
+    const streamRead = socket.read;
+    socket.read = function heldStreamRead(this: TLSSocket, size?: number) {
+      return held ? Duplex.prototype.read.call(this, size) : streamRead.call(this, size);
+    } as TLSSocket['read'];
+  }
   // a connection closed in order (linger.ts: end after Aedes' destroy) still sends them
   const end = socket.end;
   socket.end = function endAfterAcks(this: TLSSocket, ...args: Parameters<TLSSocket['end']>) {
@@ -250,6 +267,39 @@ function noUpdate(): void {}
 
 /** Node's own symbol of a socket's timeout slot (net.js kTimeout), found on the first socket */
 let timeoutSlot: symbol | null | undefined;
+
+/** the buffer every connection's decrypted records are read into (Node decrypts at most 16 KiB per read) */
+const sharedRecords = Buffer.alloc(16 * 1024);
+/** net.js's symbols of a socket's `onread` buffer and callback, found on the first socket */
+let onreadSlots: { buffer: symbol; callback: symbol } | null | undefined;
+
+/**
+ * Node's `onread` mode (the `onread` option of net.Socket and tls.connect, which a server's sockets
+ * cannot be given) for a connected TLS socket: each decrypted record is copied into one buffer that
+ * every connection shares and passed to `onRead(bytes, buffer)`, instead of into a new Buffer
+ * (an ArrayBuffer with its own memory, which V8 tracks as external memory and collects: with small
+ * records at tens of thousands per second, a large share of the broker's garbage collection). The
+ * bytes are valid until `onRead` returns: the next record of any connection overwrites them, and
+ * records only come from the event loop (a TLS socket reads synchronously only on an empty write,
+ * which nothing the lane calls makes). Returning false stops the socket's reads, as a full stream
+ * does. Returns false (nothing changed) when Node's internals are not the expected ones
+ * (net.js kBuffer/kBufferCb, the handle's useUserBuffer; Node 20).
+ */
+function readIntoShared(socket: TLSSocket, onRead: (bytes: number, buffer: Buffer) => boolean): boolean {
+  if (onreadSlots === undefined) {
+    const symbols = Object.getOwnPropertySymbols(socket);
+    const buffer = symbols.find((s) => s.description === 'kBuffer');
+    const callback = symbols.find((s) => s.description === 'kBufferCb');
+    onreadSlots = buffer && callback ? { buffer, callback } : null;
+  }
+  const s = socket as unknown as Record<symbol, unknown> & { _handle?: { useUserBuffer?: (b: Buffer) => void } | null };
+  const handle = s._handle;
+  if (onreadSlots === null || s[onreadSlots.buffer] !== null || typeof handle?.useUserBuffer !== 'function') return false;
+  s[onreadSlots.buffer] = sharedRecords;
+  s[onreadSlots.callback] = onRead;
+  handle.useUserBuffer(sharedRecords);
+  return true;
+}
 
 /** lanes with PUBACKs to write at the end of this event-loop turn */
 let ackQueue: (() => void)[] = [];
@@ -312,6 +362,13 @@ function sweepKeepalive(): void {
   }
   noted = [];
   for (const c of clients) if (c._keepaliveInterval > 0) c._keepaliveTimer?.refresh();
+}
+
+/** `buf[start, end)` in a Buffer of its own (from Node's pool when small: no ArrayBuffer of its own). */
+function copyOut(buf: Buffer, start: number, end: number): Buffer {
+  const out = Buffer.allocUnsafe(end - start);
+  buf.copy(out, 0, start, end);
+  return out;
 }
 
 /** Whether `buf` holds `bytes` at `at` (from the end: a device's topics differ in their last level). */

@@ -100,6 +100,43 @@ describe('fast lane (device publishes decoded in front of Aedes)', () => {
     socket.destroy();
   });
 
+  it('reads every connection\'s records into one shared buffer, and copies what it leaves to Aedes before the next record overwrites it', async () => {
+    const [a, b] = devices;
+    const A = await rawDevice(a);
+    const B = await rawDevice(b);
+    const clients = (gw.services.brokerHost.broker!.aedes as unknown as { clients: Record<string, { conn: tls.TLSSocket }> }).clients;
+    const onreadBuffer = (conn: tls.TLSSocket) => {
+      const slot = Object.getOwnPropertySymbols(conn).find((s) => s.description === 'kBuffer')!;
+      return (conn as unknown as Record<symbol, unknown>)[slot];
+    };
+    const shared = onreadBuffer(clients[a.thingId].conn);
+    expect(Buffer.isBuffer(shared)).toBe(true);
+    expect(onreadBuffer(clients[b.thingId].conn)).toBe(shared);
+
+    // A: a lane publish and the first bytes of one with a property (Aedes' path) in one record
+    const topicA = `devices/${a.thingId}/telemetry`;
+    const withProperty = encode({ cmd: 'publish', topic: topicA, payload: '{"a":2,"pad":"aaaaaaaaaaaaaaaa"}', qos: 1, messageId: 2, properties: { contentType: 'application/json' } });
+    A.socket.write(Buffer.concat([encode({ cmd: 'publish', topic: topicA, payload: '{"a":1}', qos: 1, messageId: 1 }), withProperty.subarray(0, 20)]));
+    await nextTick();
+    // B's records go through the same buffer meanwhile
+    const topicB = `devices/${b.thingId}/telemetry`;
+    for (let i = 1; i <= 20; i++) B.socket.write(encode({ cmd: 'publish', topic: topicB, payload: JSON.stringify({ b: i, pad: 'z'.repeat(40) }), qos: 1, messageId: i }));
+    await waitFor(() => B.packets.filter((p) => p.cmd === 'puback').length === 20, 10_000, "B's PUBACKs");
+    A.socket.write(withProperty.subarray(20));
+    await waitFor(() => A.packets.filter((p) => p.cmd === 'puback').length === 2, 10_000, "A's PUBACKs");
+    expect(A.packets.filter((p): p is mqttPacket.IPubackPacket => p.cmd === 'puback').map((p) => [p.messageId, p.reasonCode ?? 0])).toEqual([[1, 0], [2, 0]]);
+
+    const latest = async (thingId: string) => {
+      await gw.services.devices.telemetry(thingId); // flushes the batch
+      const [row] = await gw.db.sql<{ telemetry: Record<string, unknown> }[]>`select telemetry from device_telemetry_latest where thing_id = ${thingId}`;
+      return row?.telemetry;
+    };
+    expect(await latest(a.thingId)).toMatchObject({ a: 2, pad: 'aaaaaaaaaaaaaaaa' });
+    expect(await latest(b.thingId)).toMatchObject({ b: 20 });
+    A.socket.destroy();
+    B.socket.destroy();
+  });
+
   it('tells a device\'s topics apart within one record: telemetry, reported state, heartbeat, and an own topic of the same length', async () => {
     const d = devices[0];
     const { socket, packets } = await rawDevice(d);

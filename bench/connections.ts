@@ -14,6 +14,7 @@
  *   npm run bench:connections
  *   CONNECTIONS=2000 npm run bench:connections -- --no-write
  *   CONNECTIONS=2000 BASELINE_ROOT=/tmp/base npm run bench:connections -- --no-write
+ *   CLIENT_CHAIN=leaf npm run bench:connections -- --no-write   (clients present their own certificate only)
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -37,7 +38,10 @@ interface WorkerResult { connected: number; failed: number; resumed: number; p50
 async function worker(): Promise<void> {
   const [count, certsDir] = process.argv.slice(3);
   const creds = await issueDevices(certsDir, Number(count));
-  const ca = fs.readFileSync(path.join(certsDir, 'ca-bundle.pem'), 'utf8');
+  const bundle = fs.readFileSync(path.join(certsDir, 'ca-bundle.pem'), 'utf8');
+  // CLIENT_CHAIN=leaf: the clients trust the root alone, so they present their own certificate
+  // without the device CA and the root (Node chains the client certificate from `ca`)
+  const ca = process.env.CLIENT_CHAIN === 'leaf' ? bundle.slice(bundle.lastIndexOf('-----BEGIN CERTIFICATE-----')) : bundle;
   const contexts = creds.map((c) => tls.createSecureContext({ key: c.key, cert: c.cert, ca }));
   /** per broker port, per client: the last ticket the broker sent in the last `go` */
   const sessions = new Map<string, (Buffer | undefined)[]>();

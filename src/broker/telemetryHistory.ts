@@ -131,7 +131,8 @@ export class HistoryCopy {
 
   /** Appends `src[start, end)`, a point, after a comma unless it is the row's first; true: await `send()` before the next. */
   point(src: Uint8Array, start: number, end: number, first: boolean): boolean {
-    if (end - start >= this.buf.length - this.length) throw new Error('history point larger than the copy buffer');
+    // (room for its comma, the row's `]` and the COPY's trailer too; never short for a point the gateway took)
+    if (end - start + 4 > this.buf.length - this.length) throw new Error('history point larger than the copy buffer');
     if (!first) this.buf[this.length++] = 0x2c; // ,
     this.buf.set(src.subarray(start, end), this.length);
     this.length += end - start;

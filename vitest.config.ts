@@ -7,7 +7,7 @@ export default defineConfig({
     pool: 'forks',
     // three files at a time on the 2-core CI machine: most of a file's time is waiting (HTTP, Postgres,
     // MQTT, timers); two took 231 s instead of about 450 s with one, and on a slower machine three
-    // take 565 s instead of 618 with two (docs/decisions.md, "Test suite")
+    // take 565 to 605 s instead of 618 with two (docs/decisions.md, "Test suite")
     maxWorkers: 3,
     testTimeout: 60_000,
     hookTimeout: 120_000,

@@ -236,7 +236,10 @@ async function connectFleet(target: Target, ca: string, devices: DeviceFiles[], 
       const ended = procs.filter((p) => p.exitCode !== null || p.signalCode !== null);
       // how they ended (a publisher that exits without a word still has an exit code or a signal)
       const how = new Map<string, number>();
-      for (const p of ended) how.set(p.signalCode ?? `exit ${p.exitCode}`, (how.get(p.signalCode ?? `exit ${p.exitCode}`) ?? 0) + 1);
+      for (const p of ended) {
+        const end = p.signalCode ?? `exit ${p.exitCode}`;
+        how.set(end, (how.get(end) ?? 0) + 1);
+      }
       throw new Error(`${target.name}: ${n} of ${devices.length} devices connected, ${ended.length} publishers exited (${[...how].map(([k, v]) => `${v} ${k}`).join(', ')}; ${errors.slice(0, 3).join('; ')})`);
     }
     await sleep(500);

@@ -1,3 +1,7 @@
+import { execFileSync, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { scanJsonObject } from '../../src/broker/jsonScan.js';
@@ -168,5 +172,17 @@ describe('scanJsonObject (the telemetry check: no parse)', () => {
     const signatures = new Set([keys({}), keys({ a: 1 }), keys({ b: 1 }), keys({ a: 1, b: 1 }), keys({ b: 1, a: 1 }), keys({ ab: 1 }), keys({ a: 1, bc: 1 }), keys({ ab: 1, c: 1 }), keys({ 'a"': 1 })]);
     expect(signatures.size).toBe(9);
     expect(scanJsonObject(Buffer.from('{"\\u00e9":1}'))).not.toEqual(scanJsonObject(Buffer.from('{"é":1}')));
+  });
+});
+
+describe('the telemetry check module (src/broker/wasm/jsonScan.wasm)', () => {
+  const clang = spawnSync('clang-14', ['--version']).status === 0;
+  if (!clang) console.warn('skipped: the committed jsonScan.wasm is not rebuilt here (no clang-14: apt-get install clang-14 lld-14)');
+  it.skipIf(!clang)('is the build of wasm/jsonScan.c by `npm run build:wasm` (not a stale binary)', () => {
+    const script = (JSON.parse(fs.readFileSync('package.json', 'utf8')) as { scripts: Record<string, string> }).scripts['build:wasm'];
+    const out = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'wasm-')), 'jsonScan.wasm');
+    expect(script).toContain('-o src/broker/wasm/jsonScan.wasm');
+    execFileSync('sh', ['-c', script.replace('-o src/broker/wasm/jsonScan.wasm', `-o ${out}`)]);
+    expect(fs.readFileSync(out).equals(fs.readFileSync('src/broker/wasm/jsonScan.wasm'))).toBe(true);
   });
 });

@@ -25,4 +25,16 @@ describe('patched dependencies', () => {
     expect(copyIn).toContain('socket.write(chunk, callback)');
     expect(copyIn).not.toContain('raw(chunk)');
   });
+
+  it('aedes drains a client\'s queues without stream.pipeline (no AbortController per connect)', () => {
+    const aedesMain = require.resolve('aedes');
+    const aedesDir = aedesMain.slice(0, aedesMain.lastIndexOf(`${path.sep}node_modules${path.sep}aedes${path.sep}`)) + `${path.sep}node_modules${path.sep}aedes`;
+    const { version } = JSON.parse(fs.readFileSync(path.join(aedesDir, 'package.json'), 'utf8')) as { version: string };
+    expect(fs.existsSync(path.join(process.cwd(), 'patches', `aedes+${version}.patch`))).toBe(true);
+    for (const file of ['lib/client.js', 'lib/handlers/connect.js']) {
+      const source = fs.readFileSync(path.join(aedesDir, file), 'utf8');
+      expect(source, file).toContain('forEachItem(');
+      expect(source, file).not.toContain('pipeline(');
+    }
+  });
 });

@@ -272,4 +272,30 @@ describe('offline commands (ttlSeconds)', () => {
     expect((await status(device.thingId, d2.id)).status).toBe('delivered');
     await third.endAsync();
   });
+
+  it('a clean start drops what the previous session held unacknowledged: not sent again, then or later', async () => {
+    const device = await ownedDevice();
+    const topic = `devices/${device.thingId}/commands`;
+    let unacked: IPublishPacket | undefined;
+    const crashing = await connectDevice(port, device, { clean: false, properties: { sessionExpiryInterval: 300 }, customHandleAcks: (_t, _m, packet) => { unacked = packet; } });
+    await crashing.subscribeAsync(topic, { qos: 1 });
+    const c = (await send(device.thingId, { name: 'dropped', ttlSeconds: 600 })).body;
+    await waitFor(() => unacked, 10_000, 'command received');
+    await crashing.endAsync(true);
+    // Clean Start with a session expiry: a new persistent session, the old one's queue dropped as it is read
+    const fresh = await connectDevice(port, device, { clean: true, properties: { sessionExpiryInterval: 300 } });
+    const seen: string[] = [];
+    fresh.on('message', (_t, payload) => seen.push(JSON.parse(payload.toString()).id));
+    await fresh.subscribeAsync(topic, { qos: 1 });
+    const marker = (await send(device.thingId, { name: 'marker', ttlSeconds: 60 })).body.id;
+    await waitFor(() => seen.includes(marker), 10_000, 'marker received');
+    await fresh.endAsync();
+    const resumed = await connectDevice(port, device, { clean: false, properties: { sessionExpiryInterval: 300 } });
+    resumed.on('message', (_t, payload) => seen.push(JSON.parse(payload.toString()).id));
+    const marker2 = (await send(device.thingId, { name: 'marker', ttlSeconds: 60 })).body.id;
+    await waitFor(() => seen.includes(marker2), 10_000, 'second marker received by the resumed session');
+    expect(seen).toEqual([marker, marker2]);
+    expect(seen).not.toContain(c.id);
+    await resumed.endAsync();
+  });
 });

@@ -14,7 +14,7 @@
  * the same machine; a round starts when the broker is idle and ends at its last busy CPU sample
  * once it has counted every message (gateway: /metrics, Mosquitto: $SYS).
  *
- *   npm run bench:mqtt                     (SHAPES=50,300,1000 ROUNDS=3 WARMUP=10000 MSGS_QOS0=400000 MSGS_QOS1=150000)
+ *   npm run bench:mqtt                     (SHAPES=50,300,1000 ROUNDS=3 WARMUP=40000 MSGS_QOS0=400000 MSGS_QOS1=150000)
  *   SHAPES=300 QOS=0 PAYLOADS=small ROUNDS=5 npm run bench:mqtt -- --no-write
  *
  * Also: MSGS_QOS0 / MSGS_QOS1 (messages per round, spread over the devices), INFLIGHT (QoS 1 window
@@ -51,8 +51,14 @@ const MSGS = { 0: Number(process.env.MSGS_QOS0 ?? 400_000), 1: Number(process.en
 const INFLIGHT = Number(process.env.INFLIGHT ?? 20);
 const QOS = list('QOS', '0,1').map(Number) as (0 | 1)[];
 const ROUNDS = Number(process.env.ROUNDS ?? 3);
-/** messages of the unmeasured warm-up round per broker, payload and QoS (0: none) */
-const WARMUP = Number(process.env.WARMUP ?? 10_000);
+/**
+ * messages of the unmeasured warm-up round per broker, payload and QoS (0: none): two of the gateway's
+ * full ingest batches (20,000 messages, or 16 MiB of 1 KiB ones), so that the first measured round
+ * does not pay for the first full-size batch (its arena growing to size, the page faults of new
+ * memory); after 10,000 1 KiB messages the first round measured a third more than the next ones
+ * (docs/benchmarks.md, seventh pass)
+ */
+const WARMUP = Number(process.env.WARMUP ?? 40_000);
 const COMPARE_ROOT = process.env.COMPARE_ROOT;
 const WORKERS = Number(process.env.WORKERS ?? 0);
 const ONLY = list('ONLY', `gateway,ingest-off,mosquitto${COMPARE_ROOT ? ',before' : ''}${WORKERS > 1 ? ',workers' : ''}`);

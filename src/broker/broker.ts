@@ -54,24 +54,9 @@ const certificates = new WeakMap<Client, ClientCertificate>();
 /** The serial (hex) and notBefore of the client certificate this MQTT session authenticated with. */
 export const clientCertificate = (client: Client): ClientCertificate | undefined => certificates.get(client);
 
-/**
- * The client certificate of the connection, as an X509Certificate: its fields are read on demand.
- * (`getPeerCertificate` builds an object of every field and three fingerprints, SHA-1, SHA-256 and
- * SHA-512 over the certificate: about five times the CPU, once per connect; docs/benchmarks.md.)
- */
-function peerCertificate(client: Client): crypto.X509Certificate | undefined {
+function peerCertificate(client: Client): tls.PeerCertificate | undefined {
   const conn = client.conn as unknown as tls.TLSSocket;
-  return typeof conn.getPeerX509Certificate === 'function' ? conn.getPeerX509Certificate() : undefined;
-}
-
-/**
- * The first CN of a subject as X509Certificate gives it: one `name=value` per line, values escaped
- * as RFC 2253 says (a CN holding a comma, quote, control character and so on reads escaped, so it
- * cannot equal a client id holding the same characters: such a certificate is refused; the CA
- * issues thing ids).
- */
-export function commonName(subject: string): string | undefined {
-  return /^CN=(.*)$/m.exec(subject)?.[1];
+  return typeof conn.getPeerCertificate === 'function' ? conn.getPeerCertificate() : undefined;
 }
 
 /** Certificate serials compare as lower-case hex without leading zeros. */
@@ -201,7 +186,7 @@ export class Broker {
     const aedes = await Aedes.createBroker({
       authenticate: (client, username, _password, done) => {
         const cert = peerCertificate(client);
-        const cn = cert && commonName(cert.subject);
+        const cn = Array.isArray(cert?.subject?.CN) ? cert.subject.CN[0] : cert?.subject?.CN;
         const refuse = (message: string) => {
           if (self) self.stats.connectsRefused += 1;
           done(notAuthorized(message), false);
@@ -209,7 +194,7 @@ export class Broker {
         if (!cn || cn !== client.id || username !== cn) return refuse('certificate CN must equal client id and username');
         const serial = cert?.serialNumber;
         if (!serial || self?.revokedSerials.has(normalizeSerial(serial))) return refuse('certificate revoked');
-        certificates.set(client, { serial, notBefore: new Date(cert.validFrom) });
+        certificates.set(client, { serial, notBefore: new Date(cert.valid_from) });
         done(null, true);
       },
       authorizePublish: (client, packet, cb) => {

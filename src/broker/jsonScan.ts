@@ -18,8 +18,9 @@ import { MAX_JSON_BYTES, parseJsonPayload, type PayloadProblem } from './payload
  * The scan itself is WebAssembly with 128-bit SIMD (wasm/jsonScan.c, built by `npm run build:wasm`
  * into wasm/jsonScan.wasm, which is committed): strings, keys, numbers and digits are read 16
  * bytes per step. It replaced a JavaScript scan of the same grammar reading 4 bytes per step (one
- * DataView read and bit arithmetic), which it matches on small payloads and beats by about a
- * quarter on 1 KiB ones (bench:telemetry-check; docs/benchmarks.md, issue 19, seventh pass).
+ * DataView read and bit arithmetic): even with it on 48-byte payloads and on one 1 KiB payload
+ * scanned again and again, 1.4 times as fast on 1 KiB payloads whose values change, 2 to 4 times on
+ * strings (bench:telemetry-check; docs/benchmarks.md, issue 19, seventh pass).
  * UTF-8 is checked natively (isUtf8) only when the payload holds a byte >= 0x80 or is refused
  * (where invalid UTF-8 is the reason given first); otherwise every byte was ASCII.
  */

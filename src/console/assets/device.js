@@ -187,6 +187,9 @@ async function sendCommand(e) {
     const r = await api('POST', `${base}/commands`, body);
     if (body.ttlSeconds === undefined) {
       showCommand('completed', 'completed', r.response);
+    } else if (FINAL.has(r.status)) {
+      // the device answered before the 202 was sent: its reply is read with the stored command, at once
+      await followCommand(r.id, 0);
     } else {
       showCommand(r.status, `${r.status} (expires ${fmtTime(r.expiresAt)})`);
       await followCommand(r.id);
@@ -207,10 +210,11 @@ function showCommand(status, text, response) {
   $('c-result').textContent = response === undefined ? '' : json(response);
 }
 
-/** Polls a command sent with a time to live until it succeeded, failed or expired. */
-async function followCommand(id) {
+/** Polls a command sent with a time to live until it succeeded, failed or expired (the first read after `wait` ms). */
+async function followCommand(id, wait = 1000) {
   for (;;) {
-    await new Promise((r) => setTimeout(r, 1000));
+    await new Promise((r) => setTimeout(r, wait));
+    wait = 1000;
     const c = await api('GET', `${base}/commands/${encodeURIComponent(id)}`);
     const final = FINAL.has(c.status);
     showCommand(c.status, `${c.status}${c.deliveredAt ? ` · delivered ${fmtTime(c.deliveredAt)}` : ''}${final ? '' : ` · expires ${fmtTime(c.expiresAt)}`}`, final && c.status !== 'expired' ? c.response : undefined);

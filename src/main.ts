@@ -1,8 +1,10 @@
 import cluster from 'node:cluster';
 import os from 'node:os';
+import path from 'node:path';
 import { ConfigError, loadConfig, type Config } from './config.js';
 import { createLogger } from './log.js';
 import { startGateway } from './server.js';
+import { INTERNAL_SECRET_FILE } from './pki/internalSecret.js';
 import { isLoopback } from './http/trustedProxies.js';
 import { isNodeWorker, reportWorkerReady, startNodePrimary } from './multicore.js';
 
@@ -74,6 +76,7 @@ const lines = [
   `  MQTT (TLS)    mqtts://${config.MQTT_PUBLIC_HOST}:${running.mqttPort ?? config.MQTT_PORT}  (client certificates required)`,
   `  database      ${config.embeddedDatabase ? `embedded PostgreSQL, data in ${config.DATA_DIR}/postgres` : 'DATABASE_URL'}`,
   `  PKI           ${config.CERTS_DIR}`,
+  `  internal API  send X-Internal-Secret: ${config.INTERNAL_API_SECRET ? 'the value of INTERNAL_API_SECRET' : `the contents of ${path.join(config.CERTS_DIR, INTERNAL_SECRET_FILE)}`}  (broker hook POST /ddi/v1/authn/emqx)`,
   `  health        ${base}/healthz  ${base}/readyz  ${base}/metrics`,
 ];
 if (config.DEV_ISSUER) {

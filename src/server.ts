@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net';
 import type { Config } from './config.js';
 import { createLogger, type Logger } from './log.js';
 import { createSql } from './db/client.js';
+import { ensureInternalSecret } from './pki/internalSecret.js';
 import { ensureDatabase, startEmbeddedPostgres, type EmbeddedDatabase } from './db/embedded.js';
 import { migrate } from './db/migrate.js';
 import { waitForDatabase } from './db/connect.js';
@@ -102,7 +103,9 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
       rootCrlUrl: `${config.PUBLIC_BASE_URL}/api/v1/certificates/root-crl`,
     });
     const devIssuer = config.DEV_ISSUER ? await DevIssuer.load(sql, config.PUBLIC_BASE_URL) : undefined;
-    const auth = new Auth(new JwtVerifier(config.OIDC_ISSUERS, devIssuer, config.OIDC_AUDIENCE), { internalSecret: config.INTERNAL_API_SECRET });
+    // INTERNAL_API_SECRET, else the one generated in CERTS_DIR (shared by the nodes that share the folder)
+    const internalSecret = config.INTERNAL_API_SECRET ?? ensureInternalSecret(config.CERTS_DIR).secret;
+    const auth = new Auth(new JwtVerifier(config.OIDC_ISSUERS, devIssuer, config.OIDC_AUDIENCE), { internalSecret });
     const jobs = new Jobs(databaseUrl, log.child({ component: 'jobs' }));
     const gw: Gateway = { config, log, sql, databaseUrl, cluster, bus, actors, clock: options.clock ?? systemClock, faults: options.faults, jobs, pki, auth, devIssuer, metrics: createMetrics() };
 

@@ -191,7 +191,8 @@ export class Broker {
           if (self) self.stats.connectsRefused += 1;
           done(notAuthorized(message), false);
         };
-        if (!cn || cn !== client.id || username !== cn) return refuse('certificate CN must equal client id and username');
+        // no username: the certificate's CN stands in (EMQX's peer_cert_as_username); one that is sent must be the CN
+        if (!cn || cn !== client.id || (username ?? cn) !== cn) return refuse('certificate CN must equal client id and username (when one is sent)');
         const serial = cert?.serialNumber;
         if (!serial || self?.revokedSerials.has(normalizeSerial(serial))) return refuse('certificate revoked');
         certificates.set(client, { serial, notBefore: new Date(cert.valid_from) });

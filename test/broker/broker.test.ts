@@ -43,6 +43,24 @@ describe('authentication', () => {
     expect(gw.services.brokerHost.broker!.stats.connectsRefused - before).toBe(2);
   });
 
+  it('takes a CONNECT without a username as the certificate CN (MQTT 5 and 3.1.1), as the ACL then sees it', async () => {
+    const device = await ownedDevice();
+    for (const protocolVersion of [5, 4] as const) {
+      const client = await connectDevice(port, device, { username: undefined, protocolVersion });
+      expect(client.connected).toBe(true);
+      const topic = `devices/${device.thingId}/commands/${protocolVersion}`;
+      await client.subscribeAsync(topic, { qos: 1 });
+      const own = nextMessage(client, topic);
+      // the gateway publishes on the device's own topic: the subscription was let through the ACL
+      await gw.services.brokerHost.broker!.publish({ topic, payload: Buffer.from('{"x":1}'), qos: 1 });
+      expect((await own).payload.toString()).toBe('{"x":1}');
+      await client.endAsync();
+    }
+    // without a username the client id must still be the CN
+    const otherId = (await issueDevice(gw)).thingId;
+    expect((await connectError(port, device, { clientId: otherId, username: undefined })).code).toBe(0x87);
+  });
+
   it('refuses a client id other than the CN', async () => {
     const device = await ownedDevice();
     const otherId = (await issueDevice(gw)).thingId;

@@ -7,6 +7,7 @@ import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { inject } from 'vitest';
 import { freePort } from '../../src/db/embedded.js';
+import { INTERNAL_SECRET_FILE } from '../../src/pki/internalSecret.js';
 import { HttpClient } from '../helpers/gateway.js';
 import { waitFor } from '../helpers/wait.js';
 
@@ -142,8 +143,19 @@ describe('crash restart with the embedded PostgreSQL', () => {
   it('the first start on a new data directory (initdb) keeps its signal handlers: SIGTERM shuts it down cleanly', async () => {
     // runs first: dataDir is still empty, so this start runs initdb
     expect(fs.readdirSync(dataDir)).toEqual([]);
-    const g = await start();
+    // a certificates folder without an internal secret (the run's PKI copied, so no RSA generation)
+    const certs = path.join(dataDir, 'certs');
+    fs.cpSync(inject('certsDir'), certs, { recursive: true, filter: (src) => !src.endsWith(INTERNAL_SECRET_FILE) });
+    const g = await start({ CERTS_DIR: certs });
     expect(fs.existsSync(path.join(dataDir, 'postgres', 'PG_VERSION'))).toBe(true); // initialised by this start
+    // issue 32: the broker hook answers on the embedded default with the secret this start generated
+    const secretFile = path.join(certs, INTERNAL_SECRET_FILE);
+    expect(fs.statSync(secretFile).mode & 0o777).toBe(0o600);
+    expect(g.output()).toContain(`X-Internal-Secret: the contents of ${secretFile}`);
+    const secret = fs.readFileSync(secretFile, 'utf8').trim();
+    const ids = { clientid: 'c', username: 'c', cert_cn: 'c' };
+    expect((await http.post('/ddi/v1/authn/emqx', ids, { headers: { 'x-internal-secret': secret } })).body).toEqual({ result: 'deny' });
+    expect((await http.post('/ddi/v1/authn/emqx', ids)).status).toBe(401);
     g.proc.kill('SIGTERM');
     expect(await g.exited, g.output()).toBe(0);
     expect(g.output()).toContain('shutdown complete');

@@ -51,6 +51,11 @@ describe('docker-compose.yml', () => {
     expect(gateways[0].environment.NODE_ID).not.toBe(gateways[1].environment.NODE_ID);
   });
 
+  it('passes one internal secret to every node, required from the environment (issue 32)', () => {
+    for (const g of gateways) expect(g.environment.INTERNAL_API_SECRET).toMatch(/^\$\{INTERNAL_API_SECRET:\?.+\}$/);
+    expect(gateways[0].environment.INTERNAL_API_SECRET).toBe(gateways[1].environment.INTERNAL_API_SECRET);
+  });
+
   it('mounts docs/haproxy.cfg into the LB, whose default addresses are the compose services and ports', () => {
     expect(compose.services.lb.volumes).toEqual(['./docs/haproxy.cfg:/usr/local/etc/haproxy/haproxy.cfg:ro']);
     expect(compose.services.lb.ports).toEqual(['8080:8080', '8883:8883']);

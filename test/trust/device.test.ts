@@ -1,6 +1,9 @@
 import https from 'node:https';
+import fs from 'node:fs';
+import path from 'node:path';
 import { decodeJwt } from 'jose';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { INTERNAL_SECRET_FILE } from '../../src/pki/internalSecret.js';
 import { startTestGateway, expectProblem, type TestGateway } from '../helpers/gateway.js';
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { enrollDevice, revokeDevice, type EnrolledDevice } from '../helpers/devices.js';
@@ -177,12 +180,17 @@ describe('internal endpoints: the shared secret, not the caller\'s address', () 
     expectProblem(await gw.http.post('/ddi/v1/authn/emqx', ids, targetToken(d.enrollmentToken!)), 401);
   });
 
-  it('without INTERNAL_API_SECRET they answer only the gateway\'s own calls, and say how to open them', async () => {
-    const res = expectProblem(await proxied.http.post('/ddi/v1/authn/emqx', ids), 403);
-    expect(res.detail).toMatch(/INTERNAL_API_SECRET is not set/);
-    expectProblem(await proxied.http.post('/ddi/v1/authn/emqx', ids, { headers: { 'x-internal-secret': SECRET } }), 403);
-    // the default notification authorization calls its own node with that node's secret
-    const own = await proxied.http.post('/internal/notifications/authorize', authz, { headers: { 'x-internal-secret': proxied.gw.auth.internalSecret } });
+  it('without INTERNAL_API_SECRET they open with the secret the first start wrote to CERTS_DIR (0600)', async () => {
+    const file = path.join(inject('certsDir'), INTERNAL_SECRET_FILE);
+    expect(fs.statSync(file).mode & 0o777).toBe(0o600);
+    const generated = fs.readFileSync(file, 'utf8').trim();
+    expect(generated.length).toBeGreaterThanOrEqual(32);
+    expect(proxied.gw.auth.internalSecret).toBe(generated);
+    expect(expectProblem(await proxied.http.post('/ddi/v1/authn/emqx', ids), 401).detail).toMatch(/X-Internal-Secret/);
+    expectProblem(await proxied.http.post('/ddi/v1/authn/emqx', ids, { headers: { 'x-internal-secret': SECRET } }), 401);
+    expect((await proxied.http.post('/ddi/v1/authn/emqx', ids, { headers: { 'x-internal-secret': generated } })).body).toEqual({ result: 'deny' });
+    // the default notification authorization calls its own node with that secret
+    const own = await proxied.http.post('/internal/notifications/authorize', authz, { headers: { 'x-internal-secret': generated } });
     expect(own.body).toEqual({ allow: true });
   });
 });

@@ -73,28 +73,27 @@ export class Auth {
   private readonly layers: AuthzLayer[] = [];
   private readonly authenticators = new Map<string, RequestAuthenticator>();
   /**
-   * What internal endpoints expect in `X-Internal-Secret`: INTERNAL_API_SECRET, or without it a
-   * random secret of this process, so only the gateway's own calls (the default notification
-   * authorization) get through.
+   * What internal endpoints expect in `X-Internal-Secret`: INTERNAL_API_SECRET, or the secret the
+   * first start generated in CERTS_DIR (src/pki/internalSecret.ts); a random one of this process
+   * when none is given (route tests).
    */
   readonly internalSecret: string;
   private readonly internalSecretHash: Buffer;
   private readonly headerSchemes: HeaderScheme[] = [];
+  /** the actions routes declare (collected as they are added) */
+  private readonly routeActions = new Set<string>();
 
   constructor(private readonly jwt: JwtVerifier, options: { internalSecret?: string } = {}) {
     this.registerScheme('bearer', (token) => this.jwt.verify(token));
     this.internalSecret = options.internalSecret ?? crypto.randomBytes(32).toString('base64url');
     this.internalSecretHash = sha256(this.internalSecret);
-    const configured = options.internalSecret !== undefined;
     this.registerAuthenticator('internal', {
-      describe: 'X-Internal-Secret: <INTERNAL_API_SECRET>',
-      openapi: { type: 'apiKey', in: 'header', name: 'X-Internal-Secret', description: 'INTERNAL_API_SECRET (internal callers: the broker, the notification authorization call)' },
+      describe: 'X-Internal-Secret: <INTERNAL_API_SECRET, or the contents of internal-api.secret in CERTS_DIR>',
+      openapi: { type: 'apiKey', in: 'header', name: 'X-Internal-Secret', description: 'INTERNAL_API_SECRET, or the secret generated at first start in CERTS_DIR/internal-api.secret (internal callers: the broker, the notification authorization call)' },
       authenticate: async (request) => {
         const presented = request.headers['x-internal-secret'];
-        const ok = typeof presented === 'string' && hashMatches(presented, this.internalSecretHash);
-        if (ok) return { via: 'internal', sub: 'internal', realm: 'internal', realmKind: 'internal', roles: [] };
-        if (!configured) throw forbidden('internal endpoints are closed: INTERNAL_API_SECRET is not set; set it on every node and send it as X-Internal-Secret');
-        if (presented !== undefined) throw unauthorized('X-Internal-Secret does not match INTERNAL_API_SECRET');
+        if (typeof presented === 'string' && hashMatches(presented, this.internalSecretHash)) return { via: 'internal', sub: 'internal', realm: 'internal', realmKind: 'internal', roles: [] };
+        if (presented !== undefined) throw unauthorized('X-Internal-Secret does not match INTERNAL_API_SECRET (or CERTS_DIR/internal-api.secret)', { guess: { scheme: 'internal', kind: 'wrong-secret' } });
         return undefined;
       },
     });
@@ -132,13 +131,16 @@ export class Auth {
     this.layers.push(layer);
   }
 
-  /** The caller, or undefined when the request carries no Authorization header (nor a WebSocket bearer subprotocol). */
+  /**
+   * The caller, or undefined when the request carries no credential. A request with signature
+   * headers is judged by its signature alone: a bad one is a 401 even beside a valid bearer token
+   * (an Authorization header must not rescue it), and a good one is the service.
+   */
   async authenticate(request: FastifyRequest): Promise<Principal | undefined> {
+    const signed = this.headerSchemeOf(request);
+    if (signed) return this.resolve(await signed.handler(request), request);
     const header = request.headers.authorization ?? webSocketBearer(request);
-    if (!header) {
-      const signed = this.headerSchemeOf(request);
-      return signed ? this.resolve(await signed.handler(request), request) : undefined;
-    }
+    if (!header) return undefined;
     const space = header.indexOf(' ');
     const scheme = (space > 0 ? header.slice(0, space) : header).toLowerCase();
     const credentials = space > 0 ? header.slice(space + 1).trim() : '';
@@ -153,21 +155,45 @@ export class Auth {
     return principal;
   }
 
-  /** The header scheme a request without an Authorization header uses, if any. */
+  /** The header scheme whose headers the request carries (whatever else it carries), if any. */
   private headerSchemeOf(request: FastifyRequest): HeaderScheme | undefined {
-    if (request.headers.authorization) return undefined;
     return this.headerSchemes.find((s) => s.detect(request));
   }
 
-  /** Role first (403 insufficient role), then each layer in the order added (SCP, capability). */
+  /** Whether some route declares this action (a factory-service policy names only such actions). */
+  declares(action: string): boolean {
+    return this.routeActions.has(action);
+  }
+
+  /**
+   * A factory service by its policy, everyone else by role first (403 insufficient role); then
+   * each layer in the order added (SCP, capability).
+   */
   async authorize(principal: Principal, route: RouteAuth, request: FastifyRequest): Promise<void> {
+    if (principal.via === 'factory-service') this.byPolicy(principal, route);
+    else this.byRole(principal, route);
+    for (const layer of this.layers) await layer.check(principal, route, request);
+  }
+
+  /** A factory service may call the actions its policy lists (route roles do not apply to it). */
+  private byPolicy(principal: Principal, route: RouteAuth): void {
+    const service = principal.factoryService;
+    if (service?.allow.includes(route.action)) return;
+    const id = service?.id ?? principal.sub;
+    const which = service?.policy === 'custom' ? 'the policy an account admin set' : `the default policy of the ${service?.role} role`;
+    throw forbidden(
+      `insufficient permission: factory service ${id}'s policy does not allow ${route.action} (${which}); an account admin may grant it with PUT /api/v1/factory-services/${id}/policy, unless it is a platform operator's action`,
+      { type: 'insufficient-permission', extra: { action: route.action, factory_service_id: id } },
+    );
+  }
+
+  private byRole(principal: Principal, route: RouteAuth): void {
     if (principal.roles.length === 0) {
       throw forbidden(`insufficient role: you hold no roles, and a user with no roles has no access (${route.action} needs one of ${route.roles.join(', ')})`, { type: 'insufficient-role' });
     }
     if (!route.roles.some((r) => principal.roles.includes(r))) {
       throw forbidden(`insufficient role: ${route.action} needs one of ${route.roles.join(', ')}; you hold ${principal.roles.join(', ')}`, { type: 'insufficient-role' });
     }
-    for (const layer of this.layers) await layer.check(principal, route, request);
   }
 
   /** Installs the hook and the check that every route declares its access. */
@@ -177,6 +203,7 @@ export class Auth {
       if (url.startsWith('/docs')) return;
       const access = route.config?.auth;
       if (!access) throw new Error(`route ${route.method} ${url} declares no config.auth (RouteAuth, { schemes } or 'public')`);
+      if (typeof access === 'object' && 'action' in access) this.routeActions.add(access.action);
       const unknown = typeof access === 'object' && 'schemes' in access ? access.schemes.filter((s) => !this.authenticators.has(s)) : [];
       if (unknown.length) throw new Error(`route ${route.method} ${url} names unregistered authentication schemes: ${unknown.join(', ')}`);
       // the OpenAPI document shows these routes' own credentials instead of the default bearer/SVC

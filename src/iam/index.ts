@@ -45,7 +45,7 @@ export const iamDomain = defineDomain({
     // live for acknowledged invalidations before the HTTP server accepts requests
     await cache.register();
     const lastUsed = new LastUsed(gw.sql, gw.log);
-    const roles = new PrincipalRoles(gw.sql, cache);
+    const roles = new PrincipalRoles(gw.sql, cache, gw.log);
     const assignments = new Assignments(gw.sql, cache, accounts);
     const iam: IamServices = {
       cache,

@@ -122,6 +122,31 @@ export async function recordPrincipalRoles(db: Db, accountId: string, principalI
   return res.count > 0;
 }
 
+// --- roles an account admin assigned to a tenant IAM user (for its static keys) ---------------
+
+export interface AssignedRolesRow { roles: string[]; updated_at: Date; assigned_by: string }
+
+export async function assignedRoles(db: Db, accountId: string, principalId: string): Promise<AssignedRolesRow | undefined> {
+  const [row] = await db<AssignedRolesRow[]>`
+    select roles, updated_at, assigned_by from iam_assigned_roles where account_id = ${accountId} and principal_id = ${principalId}`;
+  return row;
+}
+
+/** Sets the assigned roles (non-empty) and answers the row. */
+export async function putAssignedRoles(db: Db, a: { accountId: string; principalId: string; roles: string[]; by: string }): Promise<AssignedRolesRow> {
+  const [row] = await db<AssignedRolesRow[]>`
+    insert into iam_assigned_roles (account_id, principal_id, roles, assigned_by)
+    values (${a.accountId}, ${a.principalId}, ${a.roles}::text[], ${a.by})
+    on conflict (account_id, principal_id) do update set roles = excluded.roles, updated_at = now(), assigned_by = excluded.assigned_by
+    returning roles, updated_at, assigned_by`;
+  return row;
+}
+
+export async function deleteAssignedRoles(db: Db, accountId: string, principalId: string): Promise<boolean> {
+  const res = await db`delete from iam_assigned_roles where account_id = ${accountId} and principal_id = ${principalId}`;
+  return res.count > 0;
+}
+
 // --- identity-center assignments ------------------------------------------------------------
 
 export interface AssignmentRow {

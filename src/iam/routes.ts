@@ -67,6 +67,29 @@ export async function iamRoutes(app: ZodApp, gw: Gateway, iam: IamServices): Pro
     return reply.code(204).send(null);
   });
 
+  // --- roles of tenant IAM users' static keys (account admins; issue 32) -------------------------
+  app.get('/iam/v1/accounts/:accountId/users/:principalId/roles', {
+    config: { auth: { action: 'iam:UserRoles:Read', roles: ADMIN } },
+    schema: {
+      tags: ['iam'], summary: "Roles assigned to an IAM user, the identity provider's last asserted ones, and what the user's static keys carry",
+      params: s.userRolesParams, response: { 200: s.userRolesSchema },
+    },
+  }, async (request) => {
+    ownAccount(request, request.params.accountId);
+    return iam.roles.describe(request.params.accountId, request.params.principalId);
+  });
+
+  app.put('/iam/v1/accounts/:accountId/users/:principalId/roles', {
+    config: { auth: { action: 'iam:UserRoles:Assign', roles: ADMIN } },
+    schema: {
+      tags: ['iam'], summary: "Assign the roles an IAM user's static keys carry (replaces; [] removes; only account roles the caller holds)",
+      params: s.userRolesParams, body: s.userRolesBody, response: { 200: s.userRolesSchema, 400: problem, 403: problem },
+    },
+  }, async (request) => {
+    const p = ownAccount(request, request.params.accountId);
+    return iam.roles.assign(request.params.accountId, request.params.principalId, request.body.roles, p);
+  });
+
   // --- STS: the route scheme admits idc-* bearer JWTs only (others 400) before the body is parsed;
   // the handlers authorize against the account named in the call (roles of its assignment).
   const sts = { auth: { schemes: [s.STS_SCHEME] } };

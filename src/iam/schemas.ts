@@ -72,6 +72,26 @@ export const revokeSessionBody = z.strictObject({ access_key_id: z.string().rege
 export const revokeAllBody = z.strictObject({ account_id: z.uuid() });
 export const accountIdHeader = z.object({ 'x-account-id': z.string().optional().describe('the account acted on (UUID)') });
 
+// --- roles assigned to tenant IAM users (their static keys carry them) ---------------------------
+
+export const userRolesParams = z.object({
+  accountId: z.uuid(),
+  principalId: z.string().trim().min(1).max(255).describe('identity-provider user id (sub) of a tenant IAM user of the account'),
+});
+export const userRolesBody = z.strictObject({
+  roles: z.array(z.string().min(1).max(100)).max(20)
+    .describe('account roles (admin, operator, viewer) the user\'s static keys carry; [] removes the assignment (keys fall back to the roles the identity provider last asserted)'),
+});
+export const userRolesSchema = z.object({
+  account_id: z.uuid(),
+  principal_id: z.string(),
+  roles: z.array(z.string()).describe('assigned by an account admin ([] when none)'),
+  idp_roles: z.array(z.string()).describe('last asserted by the identity provider ([] when the user never signed in)'),
+  key_roles: z.array(z.string()).describe("what the user's static keys carry: roles when any are assigned, else idp_roles"),
+  updated_at: z.string().nullable(),
+  assigned_by: z.string().nullable(),
+});
+
 // --- assignments ------------------------------------------------------------------------------
 
 export const assignmentParams = z.object({

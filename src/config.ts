@@ -43,7 +43,9 @@ export const configSchema = z.object({
     .default([])
     .refine((list) => list.every(isAddressOrCidr), 'each entry must be an IP address or a CIDR (10.0.0.5, 10.0.0.0/8, fd00::/8)')
     .describe('reverse proxies whose X-Forwarded-* headers are believed'),
-  AUTH_FAILURE_LIMIT: positiveInt.default(10).describe('failed authentications per source address or key within the window'),
+  AUTH_FAILURE_LIMIT: positiveInt.default(10).describe('wrong secrets of one credential identifier from one source address within the window'),
+  AUTH_FAILURE_IDENTIFIER_LIMIT: positiveInt.default(100).describe('wrong secrets of one credential identifier from all sources within the window (then sources that failed it wait; others still verify)'),
+  AUTH_FAILURE_SOURCE_LIMIT: positiveInt.default(30).describe('wrong secrets and unknown identifiers from one source address within the window (then its refusals are answered 429; credentials that verify are still served)'),
   AUTH_FAILURE_WINDOW_SECONDS: positiveInt.default(60),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   LOG_PRETTY: bool.optional(),

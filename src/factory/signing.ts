@@ -2,7 +2,7 @@ import type { Cluster } from '../actors/cluster.js';
 import type { Sql } from '../db/client.js';
 import type { Clock } from '../lib/clock.js';
 import { sha256, safeEqual } from '../lib/encoding.js';
-import { unauthenticated } from '../lib/errors.js';
+import { unauthenticated, type Guess } from '../lib/errors.js';
 import { FACTORY_SERVICE_ROLE, type Principal } from '../http/auth/principal.js';
 import { ALGORITHM, HEADER_KEY_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP, TIMESTAMP, sign } from '../clients/svcSigner.js';
 import * as repo from './repo.js';
@@ -68,7 +68,8 @@ export interface SignedRequest {
   body: Buffer | undefined;
 }
 
-const fail = (detail: string, type: string) => unauthenticated(detail, { type, title: 'Signed request refused' });
+const fail = (detail: string, type: string, guess?: Guess['kind']) =>
+  unauthenticated(detail, { type, title: 'Signed request refused', ...(guess ? { guess: { scheme: 'svc-hmac', kind: guess } } : {}) });
 
 /**
  * Remembers accepted signatures in Postgres (shared by every node). Concurrent requests are
@@ -141,7 +142,7 @@ export class SignedRequests {
     }
 
     const identity = await this.d.identities.get(accessKeyId);
-    if (!identity) throw fail(`unknown access key id ${JSON.stringify(accessKeyId.slice(0, 32))}: no active factory service holds it`, 'signature-unknown-key');
+    if (!identity) throw fail(`unknown access key id ${JSON.stringify(accessKeyId.slice(0, 32))}: no active factory service holds it`, 'signature-unknown-key', 'unknown-identifier');
 
     const presented = SIGNATURE.test(signature) ? Buffer.from(signature, 'hex') : Buffer.alloc(0);
     const input = { method: req.method, target: req.target, host: req.host, accessKeyId, timestamp, body: req.body };
@@ -152,7 +153,7 @@ export class SignedRequests {
       if (safeEqual(Buffer.from(sign(this.d.sealer.open(sealed), input), 'hex'), presented)) matched = true;
     }
     if (!matched) {
-      throw fail('signature does not match: the canonical request (method, path, query, host, X-SVC-* headers, body bytes) signed with the secret of this access key gives another signature', 'signature-mismatch');
+      throw fail('signature does not match: the canonical request (method, path, query, host, X-SVC-* headers, body bytes) signed with the secret of this access key gives another signature', 'signature-mismatch', 'wrong-secret');
     }
 
     const fresh = await this.d.replays.remember(sha256(signature), new Date(signedAt + MAX_SKEW_MS));

@@ -105,8 +105,11 @@ export async function buildHttp(gw: Gateway, domains: DomainModule[], services: 
   // One WebSocket server for every domain (telemetry stream, notification stream).
   await app.register(websocket, { options: { maxPayload: 64 * 1024 } });
 
-  // before the auth hook: a blocked source or key is refused before its credentials are checked
-  AuthFailures.create({ limit: config.AUTH_FAILURE_LIMIT, windowSeconds: config.AUTH_FAILURE_WINDOW_SECONDS, redisUrl: config.REDIS_URL, cluster: gw.cluster, log: gw.log }).install(app);
+  // before the auth hook: an identifier blocked for this source is refused before its credentials are checked
+  AuthFailures.create({
+    limit: config.AUTH_FAILURE_LIMIT, identifierLimit: config.AUTH_FAILURE_IDENTIFIER_LIMIT, sourceLimit: config.AUTH_FAILURE_SOURCE_LIMIT,
+    windowSeconds: config.AUTH_FAILURE_WINDOW_SECONDS, redisUrl: config.REDIS_URL, cluster: gw.cluster, log: gw.log, metrics: gw.metrics,
+  }).install(app);
   gw.auth.install(app);
   installHttpMetrics(app, gw.metrics, gw.config);
   installEdge(app);

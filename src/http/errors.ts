@@ -107,6 +107,8 @@ function handleError(baseUrl: string, bodyLimit: number, err: unknown, request: 
     request.log.error({ err: mapErr }, 'error mapping failed');
     p = new Problem(500, 'internal error; quote the trace_id when reporting it');
   }
+  // a refused credential guess: the authentication-failure limits count it, and answer 429 instead when its source is blocked
+  if (p.options.guess) p = request.server.authFailures?.refused(request, p) ?? p;
   // 503 is a state the caller is told about (not ready yet, shutting down), not a fault of ours
   if (p.status === 503) request.log.warn({ detail: p.detail }, 'service unavailable');
   else if (p.status >= 500) request.log.error({ err }, 'request failed');

@@ -1,3 +1,5 @@
+import type { Guess } from '../lib/errors.js';
+
 /**
  * RFC 9457 problem details. Services throw `Problem`s; the one error handler in http/errors.ts
  * renders them as application/problem+json with `instance` and `trace_id`.
@@ -11,6 +13,8 @@ export interface ProblemOptions {
   /** extra members merged into the body */
   extra?: Record<string, unknown>;
   headers?: Record<string, string>;
+  /** a refused credential guess (src/lib/errors.ts); never part of the body */
+  guess?: Guess;
 }
 
 const TITLES: Record<number, string> = {

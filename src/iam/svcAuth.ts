@@ -43,8 +43,8 @@ export class SvcAuthenticator {
   async authenticate(credentials: string, sessionToken: string | undefined): Promise<Principal> {
     const { accessKeyId, secret } = parseSvc(credentials);
     const c = this.cache.peek<CachedCredential>('cred', accessKeyId) ?? (await this.cache.get('cred', accessKeyId, () => this.load(accessKeyId)));
-    if (!c) throw unauthenticated(`credential not found: no access key ${accessKeyId}`, { type: 'credential-not-found' });
-    if (!hashMatches(secret, c.secretHash)) throw unauthenticated(`secret key invalid for access key ${accessKeyId}`, { type: 'secret-invalid' });
+    if (!c) throw unauthenticated(`credential not found: no access key ${accessKeyId}`, { type: 'credential-not-found', guess: { scheme: 'svc', kind: 'unknown-identifier' } });
+    if (!hashMatches(secret, c.secretHash)) throw unauthenticated(`secret key invalid for access key ${accessKeyId}`, { type: 'secret-invalid', guess: { scheme: 'svc', kind: 'wrong-secret' } });
     if (c.status === 'REVOKED') throw unauthenticated(`temporary credential ${accessKeyId} has been revoked`, { type: 'credential-revoked' });
     if (c.status === 'INACTIVE') throw unauthenticated(`credential inactive: access key ${accessKeyId} is INACTIVE (an account admin can set it ACTIVE)`, { type: 'credential-inactive' });
     const now = this.clock.now();
@@ -53,7 +53,7 @@ export class SvcAuthenticator {
     if (c.temporary) {
       if (sessionToken === undefined || sessionToken === '') throw unauthenticated(`session token missing: access key ${accessKeyId} is temporary (ASIA); send X-Session-Token`, { type: 'session-token-missing' });
       if (!SESSION_TOKEN.test(sessionToken) || !hashMatches(sessionToken, c.tokenHash!)) {
-        throw unauthenticated(`session token invalid for access key ${accessKeyId}`, { type: 'session-token-invalid' });
+        throw unauthenticated(`session token invalid for access key ${accessKeyId}`, { type: 'session-token-invalid', guess: { scheme: 'svc', kind: 'wrong-secret' } });
       }
       roles = (this.assignments.peek(c.realm, c.principalId, c.accountId) ?? (await this.assignments.roles(c.realm, c.principalId, c.accountId))) ?? [];
     } else {

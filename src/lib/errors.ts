@@ -17,6 +17,19 @@ export type ErrorKind =
   | 'timeout' // a device or service did not answer in time (504)
   | 'internal'; // a fault of ours (500)
 
+/**
+ * A refused credential that may be someone guessing: the authentication-failure limits
+ * (src/http/authFailures.ts) count it, and only it. Set where the refusal is thrown, never
+ * inferred from a status: a cap reached, a revoked or expired credential, a malformed one, a bad
+ * bearer signature or a role refusal carry no guess and are never counted.
+ */
+export interface Guess {
+  /** how the credential was presented: tells the limits where its identifier is */
+  scheme: 'svc' | 'svc-hmac' | 'internal' | 'enrollment-token' | 'claim-secret' | 'symmetric-key';
+  /** unknown-identifier: nothing is known by that name; wrong-secret: the name is known, the secret is not its own */
+  kind: 'unknown-identifier' | 'wrong-secret';
+}
+
 export interface ErrorOptions {
   /** spec error code (THM-60110, ...) */
   code?: string;
@@ -27,6 +40,8 @@ export interface ErrorOptions {
   extra?: Record<string, unknown>;
   /** for `too_many` and `unavailable`: when to try again */
   retryAfterSeconds?: number;
+  /** a refused credential guess (counted by the authentication-failure limits) */
+  guess?: Guess;
 }
 
 export class DomainError extends Error {

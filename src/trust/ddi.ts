@@ -46,7 +46,7 @@ export class DdiService {
   /** The thing an enrollment token authenticates (valid until the token's expiry, used or not). */
   async thingOfToken(token: string): Promise<string> {
     const thing = await repo.thingByToken(this.gw.sql, sha256(token));
-    if (!thing) throw unauthenticated('enrollment token is not valid');
+    if (!thing) throw unauthenticated('enrollment token is not valid', { guess: { scheme: 'enrollment-token', kind: 'unknown-identifier' } });
     if (!thing.enrollment_token_expires_at || thing.enrollment_token_expires_at.getTime() <= this.gw.clock.now().getTime()) {
       throw unauthenticated('enrollment token has expired; use mutual TLS');
     }

@@ -107,7 +107,7 @@ export class EnrollmentService {
    */
   private async byToken(token: string, csr?: string): Promise<EnrollmentResponse> {
     const thing = await repo.thingByToken(this.gw.sql, sha256(token));
-    if (!thing) throw unauthenticated('unknown enrollment token');
+    if (!thing) throw unauthenticated('unknown enrollment token', { guess: { scheme: 'enrollment-token', kind: 'unknown-identifier' } });
     if (thing.revoked_at) throw refused('this thing was revoked');
     await this.blacklist.refuseListed(thing.model, thing.serial);
     const at = isoNow(this.gw.clock);
@@ -142,7 +142,7 @@ export class EnrollmentService {
 
   private async byClaim(body: EnrollBody, group: ClaimContextRow, tuple: Omit<Identity, 'accountId'>): Promise<EnrollmentResponse> {
     const hash = sha256(body.claimSecret!);
-    if (!group.id || !group.account_id || !group.secret_hash || !safeEqual(group.secret_hash, hash)) throw refused('claim secret is not valid');
+    if (!group.id || !group.account_id || !group.secret_hash || !safeEqual(group.secret_hash, hash)) throw refused('claim secret is not valid', { guess: { scheme: 'claim-secret', kind: 'wrong-secret' } });
     if (group.model_account_id && group.model_account_id !== group.account_id) throw refused('claim secret is not valid for this model');
     // The group's projected state is its machine's last decision. A new claim goes to the batch,
     // where the machine decides TTL and cap; a repeat, or a claim on a capped group, asks the
@@ -243,7 +243,7 @@ export class EnrollmentService {
         const registrationId = body.registrationId ?? device.serial;
         const groupKey = Buffer.from(this.models.secretOf(model), 'base64');
         const expected = crypto.createHmac('sha256', groupKey).update(registrationId, 'utf8').digest();
-        if (!safeEqual(expected, Buffer.from(body.derivedKey, 'base64'))) throw refused('derivedKey does not match the registrationId');
+        if (!safeEqual(expected, Buffer.from(body.derivedKey, 'base64'))) throw refused('derivedKey does not match the registrationId', { guess: { scheme: 'symmetric-key', kind: 'wrong-secret' } });
         return;
       }
       case 'certificate':

@@ -35,8 +35,10 @@ export async function startTestGateway(env: Record<string, string> = {}, opts: {
     DATA_DIR: dataDir,
     LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? 'silent',
     PUBLIC_BASE_URL: `http://127.0.0.1:${httpPort}`,
-    // tests refuse credentials on purpose; test/http/authFailures.test.ts sets its own limit
+    // tests refuse credentials on purpose; test/http/authFailures.test.ts and authLimits.test.ts set their own limits
     AUTH_FAILURE_LIMIT: '100000',
+    AUTH_FAILURE_IDENTIFIER_LIMIT: '100000',
+    AUTH_FAILURE_SOURCE_LIMIT: '100000',
     ...env,
     HTTP_PORT: httpPort,
     DATABASE_URL: db.url,

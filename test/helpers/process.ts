@@ -34,8 +34,10 @@ export async function spawnGateway(env: Record<string, string> & { DATABASE_URL:
       PUBLIC_BASE_URL: `http://127.0.0.1:${env.HTTP_PORT}`,
       LOG_LEVEL: 'warn',
       LOG_PRETTY: 'false',
-      // tests refuse credentials on purpose; test/http/authFailures.test.ts sets its own limit
+      // tests refuse credentials on purpose; test/http/authFailures.test.ts and authLimits.test.ts set their own limits
       AUTH_FAILURE_LIMIT: '100000',
+      AUTH_FAILURE_IDENTIFIER_LIMIT: '100000',
+      AUTH_FAILURE_SOURCE_LIMIT: '100000',
       ...env,
     },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -11,11 +11,11 @@ import { addBody, addedSchema, checkQuery, deltasQuery, deltasSchema, entryParam
 /**
  * Who may call what (docs/decisions.md): reading the global list (list, check, deltas, signed
  * snapshot) is open to every user of an account, to factory services (SVC-HMAC-SHA256 signed
- * requests, role `factory-service` of src/factory/signing.ts) and to platform operators; adding
+ * requests, by their policy: src/factory/policy.ts) and to platform operators; adding
  * and removing entries needs a platform operator or an admin of the account that owns the model
  * (the service checks the ownership).
  */
-const READ = ['admin', 'operator', 'viewer', 'factory-service', 'platform-admin', 'platform-operator'];
+const READ = ['admin', 'operator', 'viewer', 'platform-admin', 'platform-operator'];
 const MANAGE = ['admin', 'platform-admin', 'platform-operator'];
 
 const auth = (verb: string, roles: string[]) => ({ auth: { action: `factory:IdentityBlacklist:${verb}`, roles } });

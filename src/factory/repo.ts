@@ -19,6 +19,8 @@ export interface FactoryServiceRow {
   last_health_check_http_status: number | null;
   last_health_check_latency_ms: number | null;
   last_health_check_error: string | null;
+  /** the actions an account admin allowed; null: the role's default (src/factory/policy.ts) */
+  policy_allow: string[] | null;
   created_at: Date;
   updated_at: Date;
 }
@@ -33,11 +35,12 @@ export interface SigningRow {
   access_key_id: string;
   secret_sealed: Buffer;
   pending_secret_sealed: Buffer | null;
+  policy_allow: string[] | null;
 }
 
 const COLUMNS = `id, account_id, role, model_id, registrar_id, endpoint_url, access_key_id, state, rotation_pending,
   deleted_at, drained_at, last_health_check_at, last_health_check_status, last_health_check_http_status,
-  last_health_check_latency_ms, last_health_check_error, created_at, updated_at`;
+  last_health_check_latency_ms, last_health_check_error, policy_allow, created_at, updated_at`;
 
 export async function modelOfAccount(db: Db, accountId: string, modelId: string): Promise<boolean> {
   const rows = await db`select 1 from models where id = ${modelId} and account_id = ${accountId}`;
@@ -83,6 +86,11 @@ export async function list(db: Db, accountId: string, f: ListFilter): Promise<Fa
 
 export async function setEndpoint(db: Db, id: string, endpointUrl: string, at: Date): Promise<void> {
   await db`update factory_services set endpoint_url = ${endpointUrl}, updated_at = ${at} where id = ${id}`;
+}
+
+/** The service's policy (null: back to its role's default). */
+export async function setPolicy(db: Db, id: string, allow: string[] | null, at: Date): Promise<void> {
+  await db`update factory_services set policy_allow = ${allow === null ? null : db.array(allow)}::text[], updated_at = ${at} where id = ${id}`;
 }
 
 export async function setPendingSecret(db: Db, id: string, sealed: Buffer, at: Date): Promise<void> {
@@ -134,7 +142,7 @@ export async function drainDue(db: Db, before: Date): Promise<string[]> {
 /** The signing identity of an access key id, while its service is ACTIVE. */
 export async function signingIdentity(db: Db, accessKeyId: string): Promise<SigningRow | undefined> {
   const [row] = await db<SigningRow[]>`
-    select id, account_id, role, model_id, registrar_id, access_key_id, secret_sealed, pending_secret_sealed
+    select id, account_id, role, model_id, registrar_id, access_key_id, secret_sealed, pending_secret_sealed, policy_allow
     from factory_services where access_key_id = ${accessKeyId} and state = 'ACTIVE'`;
   return row;
 }

@@ -4,20 +4,20 @@ import type { ZodApp } from '../gateway.js';
 import { accountOf, modelScopeOf, principalOf } from '../http/auth/plugin.js';
 import type { ProvisioningSaga, SagaCaller } from './provisioning.js';
 import type { Caller, FactoryServices } from './service.js';
-import { FACTORY_SERVICE_ROLE } from './signing.js';
 import {
-  createBody, factoryServiceSchema, idParams, legReportBody, listQuery, pageSchema, patchBody, provisionBody, runListQuery, runPageSchema, runSchema, thingParams, withSecretSchema,
+  createBody, factoryServiceSchema, idParams, legReportBody, listQuery, pageSchema, patchBody, policyBody, policySchema, provisionBody, runListQuery, runPageSchema, runSchema, thingParams, withSecretSchema,
 } from './schemas.js';
 
 /**
- * Who may call what (recorded in docs/decisions.md): a factory service (signed request) reads its
- * account's services, health-checks them and rotates its own credentials; registering, changing,
- * deleting and draining a backend need a human admin of the account.
+ * Which users may call what (docs/decisions.md): registering, changing, deleting and draining a
+ * backend and setting its policy need a human admin of the account. Factory services (signed
+ * requests) are judged by their policy instead of these roles (src/factory/policy.ts: by default
+ * they read the account's services, health-check themselves and rotate their own credentials).
  */
-const READ = ['admin', 'operator', 'viewer', FACTORY_SERVICE_ROLE];
+const READ = ['admin', 'operator', 'viewer'];
 const ADMIN = ['admin'];
-const ROTATE = ['admin', FACTORY_SERVICE_ROLE];
-const CHECK = ['admin', 'operator', FACTORY_SERVICE_ROLE];
+const ROTATE = ['admin'];
+const CHECK = ['admin', 'operator'];
 
 const auth = (verb: string, roles: string[]) => ({ auth: { action: `factory:FactoryService:${verb}`, roles } });
 const tags = ['factory-services'];
@@ -80,6 +80,27 @@ export async function factoryRoutes(app: ZodApp, services: FactoryServices): Pro
     },
   }, async (request) => services.healthCheck(callerOf(request), request.params.id));
 
+  app.get('/api/v1/factory-services/:id/policy', {
+    config: auth('GetPolicy', READ),
+    schema: {
+      tags, summary: "The service's policy: the factory:<Resource>:<Verb> actions its signed requests may call (default: true while it is its role's default)",
+      params: idParams, response: { 200: policySchema },
+    },
+  }, async (request) => services.policy(callerOf(request), request.params.id));
+
+  app.put('/api/v1/factory-services/:id/policy', {
+    config: auth('PutPolicy', ADMIN),
+    schema: {
+      tags, summary: "Replace the service's policy with `allow` (400 naming an unknown action or one never granted to a service; 409 once soft-deleted); every node applies it at once",
+      params: idParams, body: policyBody, response: { 200: policySchema },
+    },
+  }, async (request) => services.setPolicy(callerOf(request), request.params.id, request.body.allow));
+
+  app.delete('/api/v1/factory-services/:id/policy', {
+    config: auth('PutPolicy', ADMIN),
+    schema: { tags, summary: "Back to the role's default policy (200 with it)", params: idParams, response: { 200: policySchema } },
+  }, async (request) => services.setPolicy(callerOf(request), request.params.id, null));
+
   app.post('/api/v1/factory-services/:id/expedite-drain', {
     config: auth('Drain', ADMIN),
     schema: { tags, summary: 'Hard-delete a soft-deleted service now (409 while active saga legs reference it)', params: idParams, response: { 204: z.null().describe('hard-deleted') } },
@@ -89,10 +110,10 @@ export async function factoryRoutes(app: ZodApp, services: FactoryServices): Pro
   });
 }
 
-const RUN_READ = ['admin', 'operator', 'viewer', FACTORY_SERVICE_ROLE];
-const PROVISION = ['admin', 'operator', FACTORY_SERVICE_ROLE];
-/** the backend reports legs; an admin may report for a factory without a backend of its own */
-const REPORT = [FACTORY_SERVICE_ROLE, 'admin'];
+const RUN_READ = ['admin', 'operator', 'viewer'];
+const PROVISION = ['admin', 'operator'];
+/** the backend reports legs (by its policy); an admin may report for a factory without a backend of its own */
+const REPORT = ['admin'];
 
 function sagaCallerOf(request: FastifyRequest): SagaCaller {
   const p = principalOf(request);

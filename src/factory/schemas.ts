@@ -60,6 +60,20 @@ export const withSecretSchema = factoryServiceSchema.extend({
 
 export const pageSchema = z.object({ items: z.array(factoryServiceSchema), next_cursor: z.string().nullable() });
 
+// --- policies (issue 32)
+const actionName = z.string().min(1).max(100).describe('factory:<Resource>:<Verb>');
+
+export const policyBody = z.strictObject({
+  allow: z.array(actionName).max(200).describe("the actions the service's signed requests may call; replaces the role's default (duplicates are dropped; an unknown action, or one never granted to a service, is a 400 naming it)"),
+});
+
+export const policySchema = z.object({
+  factory_service_id: z.uuid(),
+  role,
+  default: z.boolean().describe("true: the role's documented default (it follows the gateway's default); false: set by an account admin"),
+  allow: z.array(z.string()).describe('the actions allowed, sorted'),
+});
+
 // --- the PROVISION saga
 const legName = z.enum(['identify', 'provision']);
 const detailText = z.string().trim().min(1).max(2000).regex(/^[^\u0000]*$/, 'no NUL characters');

@@ -11,6 +11,7 @@ import { factoryServiceMachine } from '../../machines/factoryService.js';
 import * as repo from './repo.js';
 import type { Sealer } from '../pki/sealer.js';
 import { probe } from './targets.js';
+import { defaultPolicy, normalizePolicy } from './policy.js';
 
 export const factoryServiceKind: ActorKind<typeof factoryServiceMachine> = {
   type: 'factoryService',
@@ -68,6 +69,15 @@ export function view(r: repo.FactoryServiceRow): FactoryServiceView {
   };
 }
 
+/** A service's policy: the actions its signed requests may call. */
+export interface PolicyView {
+  factory_service_id: string;
+  role: 'identify' | 'provision';
+  /** true: the role's default (it follows the documented default); false: set by an account admin */
+  default: boolean;
+  allow: string[];
+}
+
 /** `AKSV` + 16 upper-case hex (DESIGN.md section 7), and a 256-bit secret. */
 const newAccessKeyId = () => `AKSV${crypto.randomBytes(8).toString('hex').toUpperCase()}`;
 const newSecretAccessKey = () => crypto.randomBytes(32).toString('base64url');
@@ -91,6 +101,8 @@ export class FactoryServices {
     signingChanged(accessKeyId: string): Promise<void>;
     /** which registrars an account may name (the registry domain's) */
     registrars: Services['registrarDirectory'];
+    /** whether some route declares an action (a policy naming another is a 400 "unknown action") */
+    declaredAction(action: string): boolean;
   }) {}
 
   async create(caller: Caller, input: CreateInput): Promise<FactoryServiceView & { secret_access_key: string }> {
@@ -147,7 +159,7 @@ export class FactoryServices {
 
   /** A new secret, returned once; the old one keeps working until the rotation is confirmed. */
   async rotate(caller: Caller, id: string): Promise<FactoryServiceView & { secret_access_key: string }> {
-    this.ownOnly(caller, id, 'rotate');
+    this.ownOnly(caller, id, 'rotate only its own credentials');
     const current = await this.get(caller, id);
     const secret = newSecretAccessKey();
     await this.d.actors.run(async (uow) => {
@@ -160,7 +172,7 @@ export class FactoryServices {
   }
 
   async confirmRotation(caller: Caller, id: string): Promise<FactoryServiceView> {
-    this.ownOnly(caller, id, 'confirm the rotation of');
+    this.ownOnly(caller, id, 'confirm the rotation of only its own credentials');
     const current = await this.get(caller, id);
     await this.d.actors.run(async (uow) => {
       const r = await uow.trySend(factoryServiceKind, id, { type: 'CONFIRM_ROTATION', at: this.d.clock.now().toISOString(), by: caller.sub });
@@ -171,8 +183,9 @@ export class FactoryServices {
     return this.get(caller, id);
   }
 
-  /** Probes `endpoint_url` + `/healthz` now and records the outcome. */
+  /** Probes `endpoint_url` + `/healthz` now and records the outcome (a factory service: its own only). */
   async healthCheck(caller: Caller, id: string): Promise<FactoryServiceView> {
+    this.ownOnly(caller, id, 'health-check only itself');
     const row = await this.get(caller, id);
     const result = await probe(row.endpoint_url, HEALTH_CHECK_TIMEOUT_MS, this.d.allowPrivateTargets);
     await repo.recordHealthCheck(this.d.sql, id, { at: this.d.clock.now(), ...result });
@@ -233,9 +246,34 @@ export class FactoryServices {
     for (const id of await repo.uncollected(this.d.sql)) await this.collect(id);
   }
 
+  /** The service's policy: the list an admin set, or its role's default. */
+  async policy(caller: Caller, id: string): Promise<PolicyView> {
+    const row = await repo.find(this.d.sql, caller.accountId, id);
+    if (!row) throw notFound(`factory service ${id} not found`);
+    return { factory_service_id: row.id, role: row.role, default: row.policy_allow === null, allow: [...(row.policy_allow ?? defaultPolicy(row.role))] };
+  }
+
+  /**
+   * Replaces the service's policy (null: back to the role's default); a 400 names the first
+   * entry no policy may hold. Every node drops the cached signing identity, so the next signed
+   * request anywhere is judged by the new list.
+   */
+  async setPolicy(caller: Caller, id: string, allow: readonly string[] | null): Promise<PolicyView> {
+    const stored = allow === null ? null : normalizePolicy(allow, this.d.declaredAction);
+    const current = await this.get(caller, id);
+    await this.d.actors.run(async (uow) => {
+      // the machine decides whether the service may still change (409 once soft-deleted)
+      await uow.send(factoryServiceKind, id, { type: 'UPDATE', at: this.d.clock.now().toISOString(), by: caller.sub });
+      await repo.setPolicy(uow.sql, id, stored, this.d.clock.now());
+    });
+    await this.d.signingChanged(current.access_key_id);
+    this.d.log.info({ factoryServiceId: id, by: caller.sub, allow: stored ?? 'default' }, 'factory service policy set');
+    return this.policy(caller, id);
+  }
+
   private ownOnly(caller: Caller, id: string, what: string): void {
     if (caller.factoryServiceId && caller.factoryServiceId !== id) {
-      throw refused(`a factory service may ${what} only its own credentials (it is ${caller.factoryServiceId}); an account admin manages the others`);
+      throw refused(`a factory service may ${what} (it is ${caller.factoryServiceId}); an account admin manages the others`);
     }
   }
 }

@@ -6,6 +6,7 @@ import { unauthenticated, type Guess } from '../lib/errors.js';
 import { FACTORY_SERVICE_ROLE, type Principal } from '../http/auth/principal.js';
 import { ALGORITHM, HEADER_KEY_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP, TIMESTAMP, sign } from '../clients/svcSigner.js';
 import * as repo from './repo.js';
+import { effectivePolicy } from './policy.js';
 import type { Sealer } from '../pki/sealer.js';
 
 /** Allowed distance between the signing timestamp and the gateway's clock (DESIGN.md section 7). */
@@ -19,10 +20,11 @@ const CACHE_TTL_MS = 30_000;
 const CACHE_MAX = 10_000;
 
 /**
- * Signing identities by access key id, cached per node: a signed request then costs one database
- * round trip (the replay insert). Rotation, confirmation and delete broadcast the key, and every
- * node drops it; a lookup that raced with a change is not cached (generation check). Unknown
- * keys are never cached, so a new key works at once everywhere.
+ * Signing identities by access key id, with the service's policy, cached per node: a signed
+ * request then costs one database round trip (the replay insert). Rotation, confirmation, delete
+ * and a policy change broadcast the key, and every node drops it; a lookup that raced with a
+ * change is not cached (generation check). Unknown keys are never cached, so a new key works at
+ * once everywhere.
  */
 export class SigningIdentities {
   private readonly cache = new Map<string, { row: repo.SigningRow; at: number }>();
@@ -46,7 +48,7 @@ export class SigningIdentities {
     return row;
   }
 
-  /** After a committed change of the key's secrets or state: this node and then every other. */
+  /** After a committed change of the key's secrets, state or policy: this node and then every other. */
   changed(accessKeyId: string): Promise<void> {
     return this.cluster.broadcast(SIGNING_CHANGED_TOPIC, { accessKeyId });
   }
@@ -166,7 +168,10 @@ export class SignedRequests {
       realmKind: 'service',
       accountId: identity.account_id,
       roles: [FACTORY_SERVICE_ROLE],
-      factoryService: { id: identity.id, accessKeyId: identity.access_key_id, role: identity.role, modelId: identity.model_id, registrarId: identity.registrar_id },
+      factoryService: {
+        id: identity.id, accessKeyId: identity.access_key_id, role: identity.role, modelId: identity.model_id, registrarId: identity.registrar_id,
+        allow: effectivePolicy(identity.role, identity.policy_allow), policy: identity.policy_allow === null ? 'default' : 'custom',
+      },
     };
   }
 }

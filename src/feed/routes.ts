@@ -11,12 +11,12 @@ import {
 
 /**
  * The /provisioning/v1 edge: the state-change feed, the full sync of things and state-change
- * subscriptions. Factory services call with signed requests (their registrar, if any, scopes
- * what they see); users of the account with bearer tokens or SVC credentials.
+ * subscriptions. Factory services call with signed requests, judged by their policy
+ * (src/factory/policy.ts; their registrar, if any, scopes what they see); users of the account
+ * with bearer tokens or SVC credentials, by these roles.
  */
-const FACTORY_SERVICE = 'factory-service'; // the role signed requests carry (src/factory/signing.ts)
-const READ = ['admin', 'operator', 'viewer', FACTORY_SERVICE];
-const WRITE = ['admin', 'operator', FACTORY_SERVICE];
+const READ = ['admin', 'operator', 'viewer'];
+const WRITE = ['admin', 'operator'];
 const tags = ['state-changes'];
 
 const auth = (action: string, roles: string[]) => ({ auth: { action: `factory:${action}`, roles } });

@@ -1,7 +1,7 @@
 import type { FastifyRequest } from 'fastify';
 import type { ZodApp } from '../gateway.js';
 import { accountOf, principalOf } from '../http/auth/plugin.js';
-import { FACTORY_SERVICE_ROLE, PLATFORM_ROLES } from '../http/auth/principal.js';
+import { PLATFORM_ROLES } from '../http/auth/principal.js';
 import { accountOfCaller, type Caller } from './caller.js';
 import type { RegistryServices } from './index.js';
 import * as s from './schemas.js';
@@ -9,8 +9,8 @@ import * as s from './schemas.js';
 /**
  * Who may call what (docs/decisions.md): account users read (viewer and up); operators and
  * admins create; admins delete and decide what other accounts get. Platform staff approve
- * registrars and factory registrations. A factory service (signed request) may read its
- * account's vendor, models and registrars.
+ * registrars and factory registrations. Factory services (signed requests) are judged by their
+ * policy instead of these roles (src/factory/policy.ts; by default they read).
  */
 const READ = ['admin', 'operator', 'viewer'];
 const WRITE = ['admin', 'operator'];
@@ -35,7 +35,7 @@ export async function registryRoutes(app: ZodApp, r: RegistryServices): Promise<
     return reply.code(201).send((await r.vendors.assign(accountOfCaller(c), c.sub)).vendor);
   });
   app.get('/api/v1/vendors', {
-    config: auth('Vendor:Read', [...READ, FACTORY_SERVICE_ROLE]),
+    config: auth('Vendor:Read', READ),
     schema: { tags: ['vendors'], summary: "The account's VID namespace (404 before assignment)", response: { 200: s.vendorSchema } },
   }, async (request) => r.vendors.get(accountOfCaller(callerOf(request))));
 
@@ -46,11 +46,11 @@ export async function registryRoutes(app: ZodApp, r: RegistryServices): Promise<
     schema: { tags: rt, summary: 'Create a registrar, PENDING until a platform operator decides (403 without an approved factory registration)', body: s.registrarCreateBody, response: { 201: s.registrarSchema } },
   }, async (request, reply) => reply.code(201).send(await r.registrars.create(callerOf(request), request.body)));
   app.get('/api/v1/registrars', {
-    config: auth('Registrar:List', [...READ, FACTORY_SERVICE_ROLE, ...PLATFORM]),
+    config: auth('Registrar:List', [...READ, ...PLATFORM]),
     schema: { tags: rt, summary: "The account's registrars; every account's for platform staff (keyset pages by id; filter state)", querystring: s.registrarListQuery, response: { 200: s.registrarPage } },
   }, async (request) => r.registrars.list(callerOf(request), request.query));
   app.get('/api/v1/registrars/:id', {
-    config: auth('Registrar:Read', [...READ, FACTORY_SERVICE_ROLE, ...PLATFORM]),
+    config: auth('Registrar:Read', [...READ, ...PLATFORM]),
     schema: { tags: rt, summary: 'Read a registrar', params: s.idParams, response: { 200: s.registrarSchema } },
   }, async (request) => r.registrars.get(callerOf(request), request.params.id));
   app.patch('/api/v1/registrars/:id', {
@@ -117,7 +117,7 @@ export async function registryRoutes(app: ZodApp, r: RegistryServices): Promise<
     return reply.code(created ? 201 : 200).send(registration);
   });
   app.get('/api/v1/factory-registrations/me', {
-    config: auth('FactoryRegistration:Read', [...READ, FACTORY_SERVICE_ROLE]),
+    config: auth('FactoryRegistration:Read', READ),
     schema: { tags: ft, summary: "The account's factory registration (404 before a request)", response: { 200: s.registrationSchema } },
   }, async (request) => r.factoryRegistrations.me(callerOf(request)));
   app.get('/api/v1/factory-registrations/pending', {

@@ -1,18 +1,43 @@
 import { z } from 'zod';
 import type { ZodApp } from '../gateway.js';
-import { accountOf, principalOf } from '../http/auth/plugin.js';
-import { FACTORY_SERVICE_ROLE, PLATFORM_ROLES } from '../http/auth/principal.js';
+import type { FastifyRequest } from 'fastify';
+import { accountOf, modelScopeOf, principalOf } from '../http/auth/plugin.js';
+import { notFound } from '../lib/errors.js';
+import { PLATFORM_ROLES } from '../http/auth/principal.js';
 import type { Clock } from '../lib/clock.js';
 import type { ModelService } from './models.js';
 import { internalModelCreateSchema, modelImportBody, modelPatchSchema, modelShareBody, modelShareSchema, softwareSchema } from './modelSchemas.js';
 import { modelCreatedSchema, modelSchema } from './schemas.js';
 
-const READ = ['admin', 'operator', 'viewer', FACTORY_SERVICE_ROLE];
+const READ = ['admin', 'operator', 'viewer'];
 const WRITE = ['admin', 'operator'];
 const ADMIN = ['admin'];
 const tags = ['models'];
 const idParams = z.object({ id: z.uuid() });
 const auth = (verb: string, roles: readonly string[]) => ({ auth: { action: `factory:Model:${verb}`, roles } });
+
+/**
+ * A factory service reaches its own model only (docs/decisions.md, "Factory-service policies"):
+ * any other reads as absent, as another account's does. Users of the account are not narrowed.
+ */
+export function modelInScope(request: FastifyRequest, id: string): void {
+  const scope = modelScopeOf(request);
+  if (scope !== undefined && scope !== id.toLowerCase()) throw notFound(`model ${id} not found`);
+}
+
+/** GET /api/v1/models: the account's models; a factory service's own model only. */
+export async function listModels(models: ModelService, request: FastifyRequest, limit: number, after?: string): Promise<Awaited<ReturnType<ModelService['list']>>> {
+  const scope = modelScopeOf(request);
+  if (scope === undefined) return models.list(accountOf(request), limit, after);
+  if (after !== undefined && after.toLowerCase() >= scope) return { items: [], next_cursor: null };
+  return { items: [await models.get(accountOf(request), scope)], next_cursor: null };
+}
+
+/** GET /api/v1/models/{id}, within the caller's scope. */
+export function readModel(models: ModelService, request: FastifyRequest, id: string): ReturnType<ModelService['get']> {
+  modelInScope(request, id);
+  return models.get(accountOf(request), id);
+}
 
 /**
  * The model routes of the factory surface, part 2 (create, list and read stay in routes.ts):
@@ -22,12 +47,16 @@ export async function modelRoutes(app: ZodApp, models: ModelService, clock: Cloc
   app.patch('/api/v1/models/:id', {
     config: auth('Update', WRITE),
     schema: { tags, summary: 'Change name, description, licenseApproval or the software/driver bundles (the vid:pid descriptor and the provisioning method are fixed)', params: idParams, body: modelPatchSchema, response: { 200: modelSchema } },
-  }, async (request) => models.update(accountOf(request), request.params.id, request.body));
+  }, async (request) => {
+    modelInScope(request, request.params.id);
+    return models.update(accountOf(request), request.params.id, request.body);
+  });
 
   app.delete('/api/v1/models/:id', {
     config: auth('Delete', ADMIN),
     schema: { tags, summary: 'Delete a model (409 while things, factory services, provisioning runs or registrars use it)', params: idParams, response: { 204: z.null().describe('deleted') } },
   }, async (request, reply) => {
+    modelInScope(request, request.params.id);
     await models.delete(accountOf(request), request.params.id);
     return reply.code(204).send(null);
   });
@@ -35,7 +64,10 @@ export async function modelRoutes(app: ZodApp, models: ModelService, clock: Cloc
   app.post('/api/v1/models/:id/share', {
     config: auth('Share', WRITE),
     schema: { tags, summary: 'A share deeplink to the public descriptor only (token shown once)', params: idParams, body: modelShareBody, response: { 201: modelShareSchema } },
-  }, async (request, reply) => reply.code(201).send(await models.share(accountOf(request), request.params.id, principalOf(request).sub, request.body?.expires_in_seconds, clock.now())));
+  }, async (request, reply) => {
+    modelInScope(request, request.params.id);
+    return reply.code(201).send(await models.share(accountOf(request), request.params.id, principalOf(request).sub, request.body?.expires_in_seconds, clock.now()));
+  });
 
   app.post('/api/v1/models/import', {
     config: auth('Import', WRITE),
@@ -48,7 +80,10 @@ export async function modelRoutes(app: ZodApp, models: ModelService, clock: Cloc
   app.get('/api/v1/models/:id/software', {
     config: auth('Read', READ),
     schema: { tags, summary: 'Software and driver bundles of the descriptor (owner and importers)', params: idParams, response: { 200: softwareSchema } },
-  }, async (request) => models.software(accountOf(request), request.params.id));
+  }, async (request) => {
+    modelInScope(request, request.params.id);
+    return models.software(accountOf(request), request.params.id);
+  });
 
   app.post('/api/v1/internal/models', {
     config: auth('CreateInternal', PLATFORM_ROLES),

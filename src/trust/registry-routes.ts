@@ -2,12 +2,10 @@ import { z } from 'zod';
 import type { FastifyRequest } from 'fastify';
 import type { Gateway, ZodApp } from '../gateway.js';
 import { accountOf, modelScopeOf } from '../http/auth/plugin.js';
-import { FACTORY_SERVICE_ROLE } from '../http/auth/principal.js';
 import type { ThingScope } from './lifecycle.js';
 import { MAX_TAGS_PER_THING, RegistryService, SORTS } from './registry.js';
 import { claimGroupSchema, thingStateSchema } from './schemas.js';
 
-const READ_OR_FACTORY = ['admin', 'operator', 'viewer', FACTORY_SERVICE_ROLE] as const;
 const READ = ['admin', 'operator', 'viewer'] as const;
 const WRITE = ['admin', 'operator'] as const;
 const tags = ['things'];
@@ -66,7 +64,7 @@ export async function registryRoutes(app: ZodApp, gw: Gateway): Promise<void> {
   const registry = new RegistryService(gw.sql);
 
   app.get('/api/v1/things', {
-    config: { auth: { action: 'factory:Thing:List', roles: READ_OR_FACTORY } },
+    config: { auth: { action: 'factory:Thing:List', roles: READ } },
     schema: {
       tags, summary: "The account's things: filters, sort by created_at or last_seen, keyset pages (no gap or repeat while things are added)",
       querystring: listQuery, response: { 200: z.object({ items: z.array(thingItemSchema), next_cursor: z.string().nullable() }) },
@@ -83,7 +81,7 @@ export async function registryRoutes(app: ZodApp, gw: Gateway): Promise<void> {
   }, async (request) => registry.claimGroups(accountOf(request), request.query));
 
   app.get('/api/v1/things/:thingId', {
-    config: { auth: { action: 'factory:Thing:Read', roles: READ_OR_FACTORY } },
+    config: { auth: { action: 'factory:Thing:Read', roles: READ } },
     schema: {
       tags, summary: 'One thing: identity, model, state, certificate, connectivity, twin versions, latest telemetry',
       params: thingParams, response: { 200: thingDetailSchema },

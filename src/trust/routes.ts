@@ -3,11 +3,12 @@ import { z } from 'zod';
 import type { FastifyRequest } from 'fastify';
 import type { Gateway, ZodApp } from '../gateway.js';
 import { accountOf, modelScopeOf, principalOf, type RequestAuthenticator } from '../http/auth/plugin.js';
-import { FACTORY_SERVICE_ROLE, devicePrincipal } from '../http/auth/principal.js';
+import { devicePrincipal } from '../http/auth/principal.js';
 import type { ThingScope } from './lifecycle.js';
 import { isTrustedProxy } from '../http/trustedProxies.js';
 import { notFound, refused, unauthenticated } from '../lib/errors.js';
 import type { DdiService } from './ddi.js';
+import { listModels, readModel } from './model-routes.js';
 import type { TrustServices } from './index.js';
 import {
   accessCodeSchema, claimGroupCreateSchema, claimGroupCreatedSchema, claimGroupSchema, deviceStatusSchema, emqxAuthnSchema,
@@ -18,9 +19,7 @@ import {
 const WRITE = ['admin', 'operator'] as const;
 const READ = ['admin', 'operator', 'viewer'] as const;
 const ADMIN = ['admin'] as const;
-/** What a factory service may call besides the account's users (docs/decisions.md: "Who may call what") */
-const READ_OR_FACTORY = [...READ, FACTORY_SERVICE_ROLE] as const;
-const WRITE_OR_FACTORY = [...WRITE, FACTORY_SERVICE_ROLE] as const;
+/** Factory services (signed requests) are judged by their policy instead of roles (src/factory/policy.ts). */
 
 /** The caller's things: its account's; a factory service's, those of its model only. */
 function scopeOf(request: FastifyRequest): ThingScope {
@@ -100,11 +99,11 @@ export async function trustRoutes(app: ZodApp, gw: Gateway, s: TrustServices): P
       querystring: z.strictObject({ limit: z.coerce.number().int().min(1).max(100).default(20), after: z.uuid().optional() }),
       response: { 200: z.object({ items: z.array(modelSchema), next_cursor: z.string().nullable() }) },
     },
-  }, async (request) => s.models.list(accountOf(request), request.query.limit, request.query.after));
+  }, async (request) => listModels(s.models, request, request.query.limit, request.query.after));
   app.get('/api/v1/models/:id', {
     config: { auth: { action: 'factory:Model:Read', roles: READ } },
     schema: { tags: ['models'], summary: 'Read a model', params: idParams, response: { 200: modelSchema } },
-  }, async (request) => s.models.get(accountOf(request), request.params.id));
+  }, async (request) => readModel(s.models, request, request.params.id));
 
   // --- things (tenant plane)
   app.post('/api/v1/things', {
@@ -126,19 +125,19 @@ export async function trustRoutes(app: ZodApp, gw: Gateway, s: TrustServices): P
 
   // --- thing lifecycle (the saga's PROVISION and FACTORY_DONE are not routes of their own here)
   app.get('/api/v1/things/resolve', {
-    config: { auth: { action: 'factory:Thing:List', roles: READ_OR_FACTORY } },
+    config: { auth: { action: 'factory:Thing:List', roles: READ } },
     schema: { tags: ['things'], summary: 'Find the caller\'s thing by model and serial (manufacturer when several match)', querystring: thingResolveQuery, response: { 200: thingResolvedSchema } },
   }, async (request) => s.lifecycle.resolve(scopeOf(request), request.query));
   app.get('/api/v1/things/:thingId/state', {
-    config: { auth: { action: 'factory:Thing:ReadState', roles: READ_OR_FACTORY } },
+    config: { auth: { action: 'factory:Thing:ReadState', roles: READ } },
     schema: { tags: ['things'], summary: 'The thing\'s lifecycle state and when it last changed', params: thingIdParams, response: { 200: thingStateSchema } },
   }, async (request) => s.lifecycle.state(scopeOf(request), request.params.thingId));
   app.get('/api/v1/things/:thingId/factory-eligibility', {
-    config: { auth: { action: 'factory:Thing:ReadFactoryEligibility', roles: READ_OR_FACTORY } },
+    config: { auth: { action: 'factory:Thing:ReadFactoryEligibility', roles: READ } },
     schema: { tags: ['things'], summary: 'Whether the factory may still deliver to the thing (ROLLEDOFF to IN_FACTORY; factory-handover closes it)', params: thingIdParams, response: { 200: factoryEligibilitySchema } },
   }, async (request) => s.lifecycle.factoryEligibility(scopeOf(request), request.params.thingId));
   const steps = [
-    ['factory-handover', 'FACTORY_HANDOVER', 'Handover', 'IN_FACTORY to HANDOVER_PENDING (closes new factory delivery eligibility)', WRITE_OR_FACTORY],
+    ['factory-handover', 'FACTORY_HANDOVER', 'Handover', 'IN_FACTORY to HANDOVER_PENDING (closes new factory delivery eligibility)', WRITE],
     ['activate', 'ACTIVATE', 'Activate', 'HANDOVER_PENDING or DEACTIVATED to ACTIVATED', WRITE],
     ['deactivate', 'DEACTIVATE', 'Deactivate', 'ACTIVATED to DEACTIVATED', WRITE],
   ] as const;
@@ -155,7 +154,7 @@ export async function trustRoutes(app: ZodApp, gw: Gateway, s: TrustServices): P
 
   // --- enrollments (the factory-side way in)
   app.post('/api/v1/enrollments', {
-    config: { auth: { action: 'factory:Enrollment:Create', roles: WRITE_OR_FACTORY } },
+    config: { auth: { action: 'factory:Enrollment:Create', roles: WRITE } },
     schema: {
       tags: ['enrollments'], summary: 'Enroll a device from the factory: 201 births a thing in ROLLEDOFF with its certificate; 200 when the (model, serial) exists (its certificate)',
       body: enrollmentCreateSchema, response: { 200: enrollmentCreatedSchema, 201: enrollmentCreatedSchema },
@@ -165,11 +164,11 @@ export async function trustRoutes(app: ZodApp, gw: Gateway, s: TrustServices): P
     return reply.code(created ? 201 : 200).send(view);
   });
   app.get('/api/v1/enrollments', {
-    config: { auth: { action: 'factory:Enrollment:List', roles: READ_OR_FACTORY } },
+    config: { auth: { action: 'factory:Enrollment:List', roles: READ } },
     schema: { tags: ['enrollments'], summary: "The account's enrollments (keyset pages by id; filters model_id, method)", querystring: enrollmentListQuery, response: { 200: enrollmentPageSchema } },
   }, async (request) => s.enrollments.list(scopeOf(request), request.query));
   app.get('/api/v1/enrollments/:id', {
-    config: { auth: { action: 'factory:Enrollment:Read', roles: READ_OR_FACTORY } },
+    config: { auth: { action: 'factory:Enrollment:Read', roles: READ } },
     schema: { tags: ['enrollments'], summary: 'One enrollment (its id is the thing id)', params: idParams, response: { 200: enrollmentSchema } },
   }, async (request) => s.enrollments.get(scopeOf(request), request.params.id));
 

@@ -203,7 +203,7 @@ describe('GET /api/v1/identity-blacklist/check', () => {
     const list = await signed('GET', `${BASE}?limit=1`);
     expect(list.status).toBe(200);
     const denied = await signed('POST', BASE, JSON.stringify({ model: m.descriptor, sn: sn(), reason: 'x' }));
-    expect(expectProblem(denied, 403).detail).toContain('insufficient role');
+    expect(expectProblem(denied, 403).detail).toContain('policy does not allow factory:IdentityBlacklist:Add');
   });
 });
 

@@ -23,8 +23,14 @@ export interface Principal {
   credential?: { id: string; accessKeyId: string; temporary: boolean };
   /** set when a device authenticated (`via: 'device'`): the thing it is, and how it proved it */
   device?: { thingId: string; credential: 'enrollment-token' | 'client-certificate' };
-  /** set for signed requests: the factory service that signed */
-  factoryService?: { id: string; accessKeyId: string; role: string; modelId: string; registrarId: string | null };
+  /**
+   * set for signed requests: the factory service that signed, and its policy (the actions it may
+   * call; `policy` says whether that is its role's default or the list an account admin set)
+   */
+  factoryService?: {
+    id: string; accessKeyId: string; role: string; modelId: string; registrarId: string | null;
+    allow: readonly string[]; policy: 'default' | 'custom';
+  };
   /** the raw verified JWT claims (jwt only) */
   claims?: Record<string, unknown>;
 }

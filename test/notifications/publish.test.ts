@@ -263,7 +263,7 @@ describe('publish with the default authorization service and the development mai
     expect(fs.readFileSync(path.join(dir, files[0]), 'utf8')).toMatch(/To: ops@example.com/);
     // the internal authorization endpoint serves callers with the internal secret only (the gateway's own calls above had it)
     const authzBody = { action: 'notifications:Send', publisher: { sub: 'x', realm: 'platform', realmKind: 'platform', accountId: null, roles: [] }, scope: 'user', subscriberId: 'u', template: 't/t', categoryId: 'general', severity: 'info', channel: ['in_app'] };
-    expect(expectProblem(await gw.http.post('/internal/notifications/authorize', authzBody), 403).detail).toMatch(/INTERNAL_API_SECRET/);
+    expect(expectProblem(await gw.http.post('/internal/notifications/authorize', authzBody), 401).detail).toMatch(/X-Internal-Secret/);
     const direct = await gw.http.post('/internal/notifications/authorize', authzBody, { headers: { 'x-internal-secret': gw.gw.auth.internalSecret } });
     expect(direct.body).toEqual({ allow: false, reason: 'publisher lacks the notification-publisher role' });
   });

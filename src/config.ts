@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import path from 'node:path';
 import { isAddressOrCidr } from './http/trustedProxies.js';
+import { originOf } from './http/wsOrigin.js';
 
 const bool = z
   .enum(['true', 'false', '1', '0', 'yes', 'no', 'on', 'off'])
@@ -35,6 +36,10 @@ export const configSchema = z.object({
   BROKER_WORKERS: positiveInt.max(64).default(1).describe('processes of this node (node:cluster workers sharing the HTTP and MQTT listeners, each a gateway node of its own); 1 = one process'),
   PUBLIC_BASE_URL: url.optional(),
   CONSOLE_BASE_URL: url.optional(),
+  WS_ALLOWED_ORIGINS: csv
+    .default([])
+    .refine((list) => list.every((o) => originOf(o) === o.replace(/\/$/, '').toLowerCase()), 'each entry must be an origin: scheme, host and port only (https://console.example, http://localhost:3000)')
+    .describe('browser origins, besides the console\'s own (PUBLIC_BASE_URL, CONSOLE_BASE_URL), whose pages may open WebSocket streams'),
   OIDC_ISSUERS: csv.default([]),
   OIDC_AUDIENCE: z.string().optional(),
   DEV_ISSUER: bool.optional(),

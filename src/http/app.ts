@@ -19,6 +19,7 @@ import { AuthFailures } from './authFailures.js';
 import { isTrustedProxy } from './trustedProxies.js';
 import { installEdge } from './edge.js';
 import { openapiTransform, openapiTransformObject } from './openapi.js';
+import { allowedWebSocketOrigins, installWebSocketOriginCheck } from './wsOrigin.js';
 
 /**
  * Errors Node raises before a request reaches Fastify (request timeout, malformed HTTP): answered
@@ -104,6 +105,9 @@ export async function buildHttp(gw: Gateway, domains: DomainModule[], services: 
   await app.register(swaggerUi, { routePrefix: '/docs' });
   // One WebSocket server for every domain (telemetry stream, notification stream).
   await app.register(websocket, { options: { maxPayload: 64 * 1024 } });
+  // after the plugin (its onRequest hook marks upgrades, so that a refused one's socket is closed)
+  // and before authentication: a foreign page's upgrade is refused whatever cookie it carries
+  installWebSocketOriginCheck(app, allowedWebSocketOrigins(config.PUBLIC_BASE_URL, config.CONSOLE_BASE_URL, config.WS_ALLOWED_ORIGINS));
 
   // before the auth hook: an identifier blocked for this source is refused before its credentials are checked
   AuthFailures.create({

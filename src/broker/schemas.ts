@@ -25,7 +25,8 @@ export const desiredSchema = twinSide;
 
 export const desiredBody = z.strictObject({
   desired: z.record(z.string(), z.unknown()).describe('the whole desired state (replaces the previous one)'),
-  ifVersion: z.number().int().min(0).optional().describe('only apply when the current desired version is this one (409 otherwise)'),
+  // desired_version is an int4 column: a larger value would fail in PostgreSQL (500), not compare
+  ifVersion: z.number().int().min(0).max(2 ** 31 - 1).optional().describe('only apply when the current desired version is this one (409 otherwise)'),
 });
 
 export const commandBody = z.strictObject({

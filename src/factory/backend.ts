@@ -4,7 +4,7 @@ import https from 'node:https';
 import tls from 'node:tls';
 import { signedHeaders, signingTimestamp, type Credentials } from '../clients/svcSigner.js';
 import { DomainError } from '../lib/errors.js';
-import { resolveTarget } from './targets.js';
+import { callError, resolveTarget } from './targets.js';
 
 /** Why a call to a factory backend failed; `permanent` when retrying cannot help. */
 export class BackendCallError extends Error {
@@ -70,7 +70,7 @@ export class FactoryBackends {
         reject(new BackendCallError(`POST ${url.origin}${url.pathname} answered ${status}`, permanent));
       });
       req.on('timeout', () => req.destroy(new Error(`no answer within ${call.timeoutMs} ms`)));
-      req.on('error', (err: NodeJS.ErrnoException) => reject(new BackendCallError(`POST ${url.origin}${url.pathname} failed: ${err.code ? `${err.code}: ` : ''}${err.message}`.slice(0, 300), false)));
+      req.on('error', (err: NodeJS.ErrnoException) => reject(new BackendCallError(`POST ${url.origin}${url.pathname} failed: ${callError(err, url, target)}`, false)));
       req.end(body);
     });
   }

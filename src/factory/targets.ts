@@ -1,9 +1,9 @@
 import http from 'node:http';
 import https from 'node:https';
-import { resolveTarget } from '../lib/targets.js';
+import { callError, resolveTarget } from '../lib/targets.js';
 
 // the target rule moved to src/lib/targets.ts (webhook deliveries use it too)
-export { nonPublic, resolveTarget } from '../lib/targets.js';
+export { callError, nonPublic, resolveTarget } from '../lib/targets.js';
 
 /** Outbound probes of factory-service endpoints (targets checked by src/lib/targets.ts). */
 export interface ProbeResult {
@@ -37,7 +37,7 @@ export async function probe(endpointUrl: string, timeoutMs: number, allowPrivate
     });
     req.on('timeout', () => req.destroy(new Error(`no answer within ${timeoutMs} ms`)));
     req.on('error', (err: NodeJS.ErrnoException) => {
-      resolve({ status: 'UNHEALTHY', httpStatus: null, latencyMs: null, error: `${err.code ? `${err.code}: ` : ''}${err.message}`.slice(0, 300) });
+      resolve({ status: 'UNHEALTHY', httpStatus: null, latencyMs: null, error: callError(err, url, target) });
     });
   });
 }

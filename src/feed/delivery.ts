@@ -4,7 +4,7 @@ import tls from 'node:tls';
 import { Counter, type Registry } from 'prom-client';
 import type { Sql } from '../db/client.js';
 import type { Logger } from '../log.js';
-import { resolveTarget } from '../lib/targets.js';
+import { callError, resolveTarget } from '../lib/targets.js';
 import type { Sealer } from '../pki/sealer.js';
 import * as repo from './repo.js';
 import { signWebhook } from './signature.js';
@@ -229,7 +229,8 @@ export class DeliveryWorker {
           res.on('error', reject);
         });
         req.on('timeout', () => req.destroy(new Error(`no answer within ${s.timeoutMs} ms`)));
-        req.on('error', reject);
+        // the error names the target's host, never the address it resolved to
+        req.on('error', (err: NodeJS.ErrnoException) => reject(new Error(callError(err, url, target))));
         req.end(row.body);
       });
       return { status };

@@ -203,9 +203,12 @@ describe('credential rotation', () => {
 describe('health check (private targets refused by default)', () => {
   it('400 for http://127.0.0.1 and for a name resolving to loopback; nothing recorded; 404 unknown and cross-account', async () => {
     const r = await register(a, { endpoint_url: 'http://127.0.0.1:9' });
-    expect(expectProblem(await gw.http.post(`${PATH}/${r.id}/health-check`, undefined, { token: a.operator }), 400).detail).toMatch(/127\.0\.0\.1, a loopback address/);
+    expect(expectProblem(await gw.http.post(`${PATH}/${r.id}/health-check`, undefined, { token: a.operator }), 400).detail).toMatch(/refused target: 127\.0\.0\.1 is a loopback address/);
     await gw.http.patch(`${PATH}/${r.id}`, { endpoint_url: 'http://localhost:9' }, { token: a.admin });
-    expect(expectProblem(await gw.http.post(`${PATH}/${r.id}/health-check`, undefined, { token: a.operator }), 400).detail).toMatch(/resolves to .*loopback/);
+    const byName = expectProblem(await gw.http.post(`${PATH}/${r.id}/health-check`, undefined, { token: a.operator }), 400).detail;
+    // a name is refused without the address it resolved to (nor its kind): no mapping internal DNS names
+    expect(byName).toMatch(/http:\/\/localhost:9 is a refused target: the host name resolves to an address that is not public/);
+    expect(byName).not.toMatch(/127\.0\.0\.1|::1|loopback address/);
     await gw.http.patch(`${PATH}/${r.id}`, { endpoint_url: 'http://169.254.169.254' }, { token: a.admin });
     expect(expectProblem(await signed(r.creds, 'POST', `${PATH}/${r.id}/health-check`), 400).detail).toMatch(/link-local/);
     await gw.http.patch(`${PATH}/${r.id}`, { endpoint_url: 'http://[::ffff:10.1.2.3]' }, { token: a.admin });
@@ -214,6 +217,30 @@ describe('health check (private targets refused by default)', () => {
     expectProblem(await gw.http.post(`${PATH}/${crypto.randomUUID()}/health-check`, undefined, { token: a.admin }), 404);
     expectProblem(await gw.http.post(`${PATH}/${r.id}/health-check`, undefined, { token: b.admin }), 404);
     expectProblem(await gw.http.post(`${PATH}/${r.id}/health-check`, undefined, { token: a.viewer }), 403);
+  });
+
+  it('400 "refused target" for every IPv6 spelling of a refused IPv4 address (NAT64, IPv4-compatible, IPv4-mapped, 6to4, Teredo); nothing probed', async () => {
+    // a listener on the loopback port the spellings point at: a probe that got through would reach it
+    let reached = 0;
+    const trap = http.createServer((_req, res) => {
+      reached++;
+      res.end();
+    });
+    await new Promise<void>((resolve) => trap.listen(0, '127.0.0.1', resolve));
+    const port = (trap.address() as AddressInfo).port;
+    try {
+      const r = await register(a, { endpoint_url: `http://127.0.0.1:${port}` });
+      for (const literal of ['[64:ff9b::7f00:1]', '[64:ff9b::127.0.0.1]', '[::127.0.0.1]', '[::ffff:127.0.0.1]', '[::ffff:0:127.0.0.1]', '[2002:7f00:1::]', '[64:ff9b::a9fe:a9fe]', '[2002:a00:1::]', '[2001:0:4136:e378:8000:63bf:3fff:fdd2]', '[64:ff9b:1::a00:1]']) {
+        expect((await gw.http.patch(`${PATH}/${r.id}`, { endpoint_url: `http://${literal}:${port}` }, { token: a.admin })).status).toBe(200);
+        const p = expectProblem(await gw.http.post(`${PATH}/${r.id}/health-check`, undefined, { token: a.operator }), 400);
+        expect(p.detail, literal).toMatch(/is a refused target: .* is a (loopback|link-local|private or reserved) address/);
+        expect(p.type).toMatch(/\/target-refused$/);
+      }
+      expect(reached).toBe(0);
+      expect((await gw.http.get(`${PATH}/${r.id}`, { token: a.viewer })).body.last_health_check_at).toBeNull();
+    } finally {
+      await new Promise((resolve) => trap.close(resolve));
+    }
   });
 });
 
@@ -440,6 +467,11 @@ describe('with ALLOW_PRIVATE_TARGETS and a low authentication-failure limit', ()
 
     const down = await register2('http://127.0.0.1:9');
     expect((await gw2.http.post(`${PATH}/${down.id}/health-check`, undefined, { token: c.admin })).body).toMatchObject({ last_health_check_status: 'UNHEALTHY', last_health_check_http_status: null, last_health_check_error: expect.stringMatching(/ECONNREFUSED/) });
+    // by name: the error names the host, never the address it resolved to
+    const downByName = await register2('http://localhost:9');
+    const error = (await gw2.http.post(`${PATH}/${downByName.id}/health-check`, undefined, { token: c.admin })).body.last_health_check_error as string;
+    expect(error).toMatch(/ECONNREFUSED.*localhost:9/);
+    expect(error).not.toMatch(/127\.0\.0\.1|::1/);
   });
 
   it('signature failures count toward the authentication-failure limit of the access key', async () => {

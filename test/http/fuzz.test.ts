@@ -1,8 +1,8 @@
 /**
  * Fuzzes every operation of the gateway's own OpenAPI document over real HTTP, with a fixed
  * seed: valid-shaped requests generated from the schemas, then mutated (NUL, lone surrogates,
- * raw invalid UTF-8, oversize strings, wrong types, deep nesting, unicode edge cases, bad path
- * params and query values, malformed bodies and media types). No response may be a 5xx, every
+ * raw invalid UTF-8, oversize strings, wrong types, integer edges, deep nesting, unicode edge
+ * cases, bad path params and query values, malformed bodies and media types). No response may be a 5xx, every
  * error must be problem+json, and what the input guard must refuse is a 400 naming the field.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -115,6 +115,39 @@ function setAt(v: unknown, at: string[], value: unknown): unknown {
 
 const fieldPath = (at: string[]) => ['body', ...at].join('.');
 
+/**
+ * Integers at the edges of what columns hold (int4 2^31-1, bigint and JavaScript's 2^53): a schema
+ * that lets one through to a column too small for it answers 500 (integer out of range).
+ */
+const INT_EDGES = [2 ** 31, 2 ** 31 - 1, -(2 ** 31) - 1, 2 ** 53];
+const isInteger = (s: Schema | undefined) => !!s && (s.type === 'integer' || (Array.isArray(s.type) && s.type.includes('integer')));
+
+/** Every integer in a JSON Schema, optional ones too: its path and the schema of each container on the way. */
+function integerPaths(schema: Schema | undefined, at: string[] = [], containers: Schema[] = []): { at: string[]; containers: Schema[] }[] {
+  if (!schema || typeof schema !== 'object') return [];
+  const options = (schema.anyOf ?? schema.oneOf) as Schema[] | undefined;
+  if (options) return options.flatMap((o) => integerPaths(o, at, containers));
+  if (isInteger(schema)) return [{ at, containers }];
+  if (schema.properties) return Object.entries<Schema>(schema.properties).flatMap(([k, p]) => integerPaths(p, [...at, k], [...containers, schema]));
+  if (schema.items && typeof schema.items === 'object') return integerPaths(schema.items, [...at, '0'], [...containers, schema]);
+  return [];
+}
+
+/** `body` with `value` at `at`, building the containers on the way that the valid-shaped body left out. */
+function setAlong(body: unknown, gen: ValueGen, at: string[], containers: Schema[], value: number): unknown {
+  const fits = (v: unknown, s: Schema) => v !== null && typeof v === 'object' && Array.isArray(v) === (s.type === 'array' || !!s.items);
+  const root = fits(body, containers[0]) ? structuredClone(body) : gen.value(containers[0]);
+  let node = root as any;
+  at.forEach((k, i) => {
+    if (i === at.length - 1) node[k] = value;
+    else {
+      if (!fits(node[k], containers[i + 1])) node[k] = gen.value(containers[i + 1]);
+      node = node[k];
+    }
+  });
+  return root;
+}
+
 /** The requests generated for one operation. `guarded`: the input guard is reached for bodies. */
 function casesFor(op: Op, gen: ValueGen, params: Record<string, string>, query: string, body: unknown, guarded: boolean): Case[] {
   const cases: Case[] = [];
@@ -150,6 +183,9 @@ function casesFor(op: Op, gen: ValueGen, params: Record<string, string>, query: 
       [`${q.name}=1&${q.name}=2`, undefined],
     );
   }
+  for (const q of op.query.filter((p) => isInteger(p.schema))) {
+    for (const n of INT_EDGES) queries.push([`${q.name}=${n}`, undefined]);
+  }
   for (const [q, expectation] of queries) {
     cases.push({ what: `query ${q.slice(0, 30)}`, url: urlOf(op, params, query ? `${query}&${q}` : q), expect: expectation });
   }
@@ -176,6 +212,9 @@ function casesFor(op: Op, gen: ValueGen, params: Record<string, string>, query: 
   for (const at of leaves.slice(0, 6)) {
     const wrong = gen.pick([42, -1, 1.5, null, true, [], {}, 'x']);
     add(`${fieldPath(at)} wrong type ${JSON.stringify(wrong)}`, json(setAt(body, at, wrong)));
+  }
+  for (const { at, containers } of integerPaths(op.body).slice(0, 8)) {
+    for (const n of INT_EDGES) add(`${fieldPath(at)} integer edge ${n}`, json(setAlong(body, gen, at, containers, n)));
   }
   for (const at of objects.slice(0, 4)) {
     const f = fieldPath(at);
@@ -230,6 +269,18 @@ async function pool<T>(items: T[], n: number, run: (item: T) => Promise<void>): 
 }
 
 describe('OpenAPI-driven fuzz', () => {
+  it('integers are bounded by their columns: ifVersion (int4) 2^31-1 compares (409), 2^31 and 2^53 are a 400 naming the field', async () => {
+    const url = `/api/v1/things/${known.thingId}/twin/desired`;
+    const put = (ifVersion: number) => send('PUT', url, tokens[0], json({ desired: { fan: 'on' }, ifVersion }));
+    expect((await put(2 ** 31 - 1)).status).toBe(409);
+    for (const v of [2 ** 31, 2 ** 53]) {
+      const res = await put(v);
+      expect(res.status, res.text).toBe(400);
+      expect(res.contentType).toMatch(/^application\/problem\+json/);
+      expect(JSON.parse(res.text).detail).toMatch(/^body\.ifVersion: /);
+    }
+  });
+
   it('no 5xx, every error is problem+json, the input guard refuses what it must', async () => {
     const doc = (await gw.http.get('/docs/json')).body;
     // operations that end the known thing's life (revoke, annihilate) go last: the device routes

@@ -2,10 +2,13 @@ import { assign, emit, setup } from 'xstate';
 
 /**
  * One group of an OTA rollout: SCHEDULED -> START -> RUNNING -> TALLY (the counts of its actions)
- * -> FINISHED once `succeeded` reaches the success threshold (percent of the group's targets), or
- * ERROR once `failed` passes the error threshold, or when every action ended without reaching the
- * success threshold. CANCEL ends a SCHEDULED or RUNNING group. The error threshold is checked
- * first. A TALLY with the same counts is refused (nothing to write). Pure: time comes as `at`.
+ * -> FINISHED once `succeeded` reaches the success threshold, or ERROR once `failed` passes the
+ * error threshold, or when every action ended without reaching the success threshold. Both
+ * thresholds are percentages of the targets that can still answer: the group's targets less the
+ * `skipped` ones (revoked during the rollout), so revoked things never hold a group back; a group
+ * whose targets were all skipped is FINISHED. CANCEL ends a SCHEDULED or RUNNING group. The error
+ * threshold is checked first. A TALLY with the same counts is refused (nothing to write). Pure:
+ * time comes as `at`.
  */
 export interface RolloutGroupInput {
   id: string;
@@ -24,7 +27,9 @@ export interface RolloutGroupInput {
 export interface RolloutGroupContext extends RolloutGroupInput {
   succeeded: number;
   failed: number;
-  /** actions that ended (succeeded, failed or cancelled) */
+  /** actions skipped because their thing was revoked (absent from snapshots older than issue 37: 0) */
+  skipped?: number;
+  /** actions that ended (succeeded, failed, skipped or cancelled) */
   finished: number;
   startedAt: string | null;
   endedAt: string | null;
@@ -32,7 +37,7 @@ export interface RolloutGroupContext extends RolloutGroupInput {
 
 export type RolloutGroupEvent =
   | { type: 'START'; at: string }
-  | { type: 'TALLY'; at: string; succeeded: number; failed: number; finished: number }
+  | { type: 'TALLY'; at: string; succeeded: number; failed: number; skipped: number; finished: number }
   | { type: 'CANCEL'; at: string };
 
 export const ROLLOUT_GROUP_STATES = ['SCHEDULED', 'RUNNING', 'FINISHED', 'ERROR', 'CANCELLED'] as const;
@@ -42,6 +47,8 @@ type Emitted = { type: 'ota.group.ended'; rolloutId: string; groupId: string; in
 type Tally = Extract<RolloutGroupEvent, { type: 'TALLY' }>;
 
 const tally = (event: RolloutGroupEvent) => event as Tally;
+/** the targets the thresholds are percentages of: those not skipped */
+const answerable = (context: RolloutGroupContext, event: RolloutGroupEvent) => context.total - tally(event).skipped;
 
 export const rolloutGroupMachine = setup({
   types: {
@@ -51,18 +58,18 @@ export const rolloutGroupMachine = setup({
     emitted: {} as Emitted,
   },
   guards: {
-    errorPassed: ({ context, event }) => tally(event).failed * 100 > context.errorThreshold * context.total,
-    successReached: ({ context, event }) => tally(event).succeeded * 100 >= context.successThreshold * context.total,
+    errorPassed: ({ context, event }) => tally(event).failed * 100 > context.errorThreshold * answerable(context, event),
+    successReached: ({ context, event }) => tally(event).succeeded * 100 >= context.successThreshold * answerable(context, event),
     allEnded: ({ context, event }) => tally(event).finished >= context.total,
     changed: ({ context, event }) => {
       const t = tally(event);
-      return t.succeeded !== context.succeeded || t.failed !== context.failed || t.finished !== context.finished;
+      return t.succeeded !== context.succeeded || t.failed !== context.failed || t.skipped !== (context.skipped ?? 0) || t.finished !== context.finished;
     },
   },
   actions: {
     count: assign(({ event }) => {
       const t = tally(event);
-      return { succeeded: t.succeeded, failed: t.failed, finished: t.finished };
+      return { succeeded: t.succeeded, failed: t.failed, skipped: t.skipped, finished: t.finished };
     }),
     end: assign({ endedAt: ({ event }) => event.at }),
     announce: emit(({ context }, params: { state: 'FINISHED' | 'ERROR' }) => ({
@@ -71,7 +78,7 @@ export const rolloutGroupMachine = setup({
   },
 }).createMachine({
   id: 'rolloutGroup',
-  context: ({ input }) => ({ ...input, succeeded: 0, failed: 0, finished: 0, startedAt: null, endedAt: null }),
+  context: ({ input }) => ({ ...input, succeeded: 0, failed: 0, skipped: 0, finished: 0, startedAt: null, endedAt: null }),
   initial: 'SCHEDULED',
   states: {
     SCHEDULED: {

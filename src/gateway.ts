@@ -53,6 +53,10 @@ export interface ThingQuery {
   tags?: string[];
   last_seen_before?: string;
   last_seen_after?: string;
+  /** revoked things only (true) or none of them (false) */
+  revoked?: boolean;
+  /** things with an MQTT session now (true) or without one (false) */
+  connected?: boolean;
 }
 
 export interface ThingSummary {

@@ -17,9 +17,9 @@ const duplicateName = (name: string) => (err: { code?: string }) => {
 };
 
 /**
- * Target filters: named queries over an account's things (model, state, tags, last seen), run by
- * the fleet registry's filters (the `thingSearch` service), so a preview lists exactly what the
- * registry's list would.
+ * Target filters: named queries over an account's things (model, state, tags, last seen, revoked,
+ * connected), run by the fleet registry's filters (the `thingSearch` service), so a preview lists
+ * exactly what the registry's list would.
  */
 export class TargetFilters {
   constructor(private readonly sql: Sql, private readonly things: ThingSearch, private readonly now: () => Date) {}

@@ -1,4 +1,5 @@
 import { defineDomain, type Gateway } from '../gateway.js';
+import type { StoredEvent } from '../actors/store.js';
 import { OtaDelivery } from './delivery.js';
 import { TargetFilters } from './filters.js';
 import { rolloutGroupKind, rolloutKind } from './kinds.js';
@@ -8,7 +9,7 @@ import { otaRoutes } from './routes.js';
 /** scheduled sweep: tallies the running groups (an evaluation lost with a crash) and re-sends pending actions */
 export const OTA_SWEEP_JOB = 'ota.sweep';
 
-interface OtaParts { filters: TargetFilters; rollouts: Rollouts; delivery: OtaDelivery }
+interface OtaParts { filters: TargetFilters; rollouts: Rollouts; delivery: OtaDelivery; unsubscribe?: () => void }
 const parts = new WeakMap<Gateway, OtaParts>();
 
 /** The OTA parts of a gateway (tests and the benchmark drain its report buffer). */
@@ -37,7 +38,18 @@ export const otaDomain = defineDomain({
     const p = parts.get(gw)!;
     await otaRoutes(app, p.filters, p.rollouts);
   },
+  async start(gw) {
+    const p = parts.get(gw)!;
+    // every node hears every revocation; skipping is idempotent and the sweep's evaluations catch a lost one
+    const handler = (ev: StoredEvent) => {
+      void p.rollouts.revoked(ev.actorId).catch((err) => gw.log.error({ err, thingId: ev.actorId }, 'OTA actions of a revoked thing not skipped (the sweep retries)'));
+    };
+    gw.bus.on('thing.revoked', handler);
+    p.unsubscribe = () => gw.bus.off('thing.revoked', handler);
+  },
   async stop(gw) {
-    await parts.get(gw)?.delivery.drain();
+    const p = parts.get(gw);
+    p?.unsubscribe?.();
+    await p?.delivery.drain();
   },
 });

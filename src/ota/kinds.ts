@@ -19,7 +19,9 @@ export const rolloutGroupKind: ActorKind<typeof rolloutGroupMachine> = {
   accountOf: (c) => c.accountId,
   projection: {
     table: 'ota_rollout_groups',
-    columns: ['state', 'succeeded', 'failed', 'started_at', 'ended_at'],
-    project: (s, state) => ({ state, succeeded: s.context.succeeded, failed: s.context.failed, started_at: s.context.startedAt, ended_at: s.context.endedAt }),
+    columns: ['state', 'succeeded', 'failed', 'skipped', 'started_at', 'ended_at'],
+    project: (s, state) => ({
+      state, succeeded: s.context.succeeded, failed: s.context.failed, skipped: s.context.skipped ?? 0, started_at: s.context.startedAt, ended_at: s.context.endedAt,
+    }),
   },
 };

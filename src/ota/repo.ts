@@ -2,7 +2,7 @@ import type { Db } from '../db/client.js';
 import type { ThingQuery } from '../gateway.js';
 
 import {
-  ACTION_STATUSES, CANCEL, FINAL_STATUSES, OPEN_STATUSES, RELEASE, type ActionStatus, type ReportedStatus,
+  ACTION_STATUSES, CANCEL, FINAL_STATUSES, OPEN_STATUSES, RELEASE, SKIP, type ActionStatus, type ReportedStatus,
 } from '../../machines/otaAction.js';
 
 export { ACTION_STATUSES, type ActionStatus, type ReportedStatus };
@@ -11,6 +11,7 @@ export { ACTION_STATUSES, type ActionStatus, type ReportedStatus };
 // statements apply them, they decide nothing of their own.
 const open = OPEN_STATUSES as readonly string[] as string[];
 const cancelFrom = CANCEL.from as readonly string[] as string[];
+const skipFrom = SKIP.from as readonly string[] as string[];
 const final = FINAL_STATUSES as readonly string[] as string[];
 const order = ACTION_STATUSES as readonly string[] as string[];
 
@@ -23,7 +24,7 @@ export interface RolloutRow {
 }
 
 export interface GroupRow {
-  id: string; rollout_id: string; index: number; total: number; state: string; succeeded: number; failed: number;
+  id: string; rollout_id: string; index: number; total: number; state: string; succeeded: number; failed: number; skipped: number;
   started_at: Date | null; ended_at: Date | null;
 }
 
@@ -73,11 +74,33 @@ export const otaRepo = {
     return r.count;
   },
 
+  /**
+   * Skips the actions not ended whose thing is revoked (`things.revoked_at`, the thing actor's
+   * projection, read as the fleet registry reads it), of one group, rollout or thing; returns the
+   * groups that had any.
+   */
+  async skipRevoked(db: Db, of: { groupId: string } | { rolloutId: string } | { thingId: string }, at: Date): Promise<string[]> {
+    const scope = 'groupId' in of ? db`a.group_id = ${of.groupId}` : 'rolloutId' in of ? db`a.rollout_id = ${of.rolloutId}` : db`a.thing_id = ${of.thingId}`;
+    const rows = await db<{ group_id: string }[]>`
+      update ota_actions set status = ${SKIP.to}, reason = ${SKIP.reason}, updated_at = ${at}
+      where id in (
+        select a.id from ota_actions a join things t on t.id = a.thing_id
+        where ${scope} and a.status = any(${skipFrom}::text[]) and t.revoked_at is not null
+        order by a.id for update of a)
+      returning group_id`;
+    return [...new Set(rows.map((r) => r.group_id))];
+  },
+
+  async hasSkipped(db: Db, groupId: string): Promise<boolean> {
+    const [row] = await db<{ found: boolean }[]>`select exists (select 1 from ota_actions where group_id = ${groupId} and status = ${SKIP.to}) as found`;
+    return row.found;
+  },
+
   /** The counts a group's TALLY carries. */
-  async tally(db: Db, groupId: string): Promise<{ succeeded: number; failed: number; finished: number }> {
-    const [row] = await db<{ succeeded: number; failed: number; finished: number }[]>`
+  async tally(db: Db, groupId: string): Promise<{ succeeded: number; failed: number; skipped: number; finished: number }> {
+    const [row] = await db<{ succeeded: number; failed: number; skipped: number; finished: number }[]>`
       select count(*) filter (where status = 'succeeded')::int as succeeded, count(*) filter (where status = 'failed')::int as failed,
-        count(*) filter (where status = any(${final}::text[]))::int as finished
+        count(*) filter (where status = ${SKIP.to})::int as skipped, count(*) filter (where status = any(${final}::text[]))::int as finished
       from ota_actions where group_id = ${groupId}`;
     return row;
   },

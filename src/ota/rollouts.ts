@@ -24,6 +24,8 @@ export interface RolloutInput {
 }
 
 type Control = 'START' | 'PAUSE' | 'RESUME' | 'CANCEL';
+/** what a committed decision leaves to do: groups whose pending actions to publish, groups to evaluate then */
+interface Settled { fanout: string[]; evaluate: string[] }
 
 /** The group sizes for `total` targets: equal (the first groups take the remainder) or by percent (the last takes the rounding). */
 export function groupSizes(total: number, groups: number | number[]): number[] {
@@ -41,7 +43,7 @@ const rolloutView = (r: RolloutRow, counts: Record<ActionStatus, number>) => ({
   created_at: iso(r.created_at), started_at: iso(r.started_at), ended_at: iso(r.ended_at), actions: counts,
 });
 const groupView = (g: GroupRow) => ({
-  id: g.id, index: g.index, total: g.total, state: g.state as RolloutGroupState, succeeded: g.succeeded, failed: g.failed, started_at: iso(g.started_at), ended_at: iso(g.ended_at),
+  id: g.id, index: g.index, total: g.total, state: g.state as RolloutGroupState, succeeded: g.succeeded, failed: g.failed, skipped: g.skipped, started_at: iso(g.started_at), ended_at: iso(g.ended_at),
 });
 const actionView = (a: ActionRow & { index: number }) => ({
   id: a.id, thing_id: a.thing_id, group: a.index, status: a.status, progress: a.progress, reason: a.reason, updated_at: iso(a.updated_at),
@@ -93,6 +95,8 @@ export class Rollouts {
           insert into ota_actions (id, rollout_id, group_id, thing_id, updated_at)
           select gen_random_uuid(), ${id}, ${groupId}, t, ${at} from unnest(${members}::uuid[]) as t`;
       }
+      // targets revoked since the filter matched them (a filter without revoked:false takes revoked things too)
+      await otaRepo.skipRevoked(uow.sql, { rolloutId: id }, at);
     });
     return this.get(accountId, id);
   }
@@ -145,30 +149,54 @@ export class Rollouts {
       if (!(await otaRepo.rollout(uow.sql, accountId, id))) throw notFound(`rollout ${id} not found`);
       return this.settle(uow, await uow.send(rolloutKind, id, { type, at: this.gw.clock.now().toISOString() }));
     });
-    await this.fanout(toSend);
+    await this.started(toSend);
     return this.get(accountId, id);
   }
 
   /**
+   * A thing was revoked (on any node: idempotent): its actions not ended are skipped and their
+   * groups evaluated, since a group may now reach its threshold over the targets that can answer.
+   */
+  async revoked(thingId: string): Promise<void> {
+    const groupIds = await otaRepo.skipRevoked(this.gw.sql, { thingId }, this.gw.clock.now());
+    for (const groupId of groupIds) await this.evaluate(groupId);
+  }
+
+  /**
    * Counts a group's actions and lets its machine decide (TALLY); a group that ends tells the
-   * rollout, which may start the next group, finish, or stop. Idempotent: the same counts change
-   * nothing. Called after device reports and by the sweep.
+   * rollout, which may start the next group, finish, or stop. Actions of targets revoked meanwhile
+   * are skipped first (a revocation whose event was lost is caught here, by the sweep).
+   * Idempotent: the same counts change nothing. Called after device reports, revocations, a
+   * group's start and by the sweep.
    */
   async evaluate(groupId: string): Promise<void> {
     const toSend = await this.gw.actors.run(async (uow) => {
       const [group] = await uow.sql<{ rollout_id: string; index: number }[]>`select rollout_id, index from ota_rollout_groups where id = ${groupId}`;
-      if (!group) return [];
+      if (!group) return { fanout: [], evaluate: [] };
       // the rollout's lock first, as in `control`
       await uow.load(rolloutKind, group.rollout_id);
+      const now = this.gw.clock.now();
+      await otaRepo.skipRevoked(uow.sql, { groupId }, now);
       const counts = await otaRepo.tally(uow.sql, groupId);
-      const at = this.gw.clock.now().toISOString();
+      const at = now.toISOString();
       const tallied = await uow.trySend(rolloutGroupKind, groupId, { type: 'TALLY', at, ...counts });
-      if ('refused' in tallied || !tallied.events.some((e) => e.type === 'ota.group.ended')) return [];
+      if ('refused' in tallied || !tallied.events.some((e) => e.type === 'ota.group.ended')) return { fanout: [], evaluate: [] };
       const type = tallied.state === 'FINISHED' ? 'GROUP_SUCCEEDED' : 'GROUP_FAILED';
       const rollout = await uow.trySend(rolloutKind, group.rollout_id, { type, at, index: group.index });
-      return 'refused' in rollout ? [] : this.settle(uow, rollout);
+      return 'refused' in rollout ? { fanout: [], evaluate: [] } : this.settle(uow, rollout);
     });
-    await this.fanout(toSend);
+    await this.started(toSend);
+  }
+
+  /**
+   * After the commit that started (or resumed) groups: publishes their pending actions, then
+   * evaluates the started groups that hold skipped targets, so a group that can already end (all
+   * its targets revoked) does not wait for a report that will not come (each group ends once:
+   * this recursion is bounded by the groups).
+   */
+  private async started(settled: Settled): Promise<void> {
+    await this.fanout(settled.fanout);
+    for (const groupId of settled.evaluate) await this.evaluate(groupId);
   }
 
   /** The running groups (of rollouts not over): the sweep tallies them in case a report's evaluation was lost. */
@@ -188,20 +216,22 @@ export class Rollouts {
    * starts its current group (a no-op when it runs) and returns it for the fan-out; STOPPED and
    * CANCELLED cancel the groups and the actions not yet taken up by a device.
    */
-  private async settle(uow: UnitOfWork, rollout: ActorResult<typeof rolloutMachine>): Promise<string[]> {
+  private async settle(uow: UnitOfWork, rollout: ActorResult<typeof rolloutMachine>): Promise<Settled> {
     const { id, current } = rollout.snapshot.context;
     const at = this.gw.clock.now();
     const groups = await otaRepo.groups(uow.sql, id);
     if (rollout.state === 'RUNNING') {
       const group = groups[current];
       const started = await uow.trySend(rolloutGroupKind, group.id, { type: 'START', at: at.toISOString() });
-      if (!('refused' in started)) await otaRepo.releaseGroup(uow.sql, group.id, at);
-      return [group.id];
+      if ('refused' in started) return { fanout: [group.id], evaluate: [] };
+      await otaRepo.releaseGroup(uow.sql, group.id, at);
+      // targets revoked before the group started were skipped then: it may end without any report
+      return { fanout: [group.id], evaluate: (await otaRepo.hasSkipped(uow.sql, group.id)) ? [group.id] : [] };
     }
     if (rollout.state === 'STOPPED' || rollout.state === 'CANCELLED') {
       for (const g of groups) await uow.trySend(rolloutGroupKind, g.id, { type: 'CANCEL', at: at.toISOString() });
       await otaRepo.cancelOpen(uow.sql, id, at);
     }
-    return [];
+    return { fanout: [], evaluate: [] };
   }
 }

@@ -14,6 +14,8 @@ export const thingQuery = z.strictObject({
     .describe('things carrying every one of them'),
   last_seen_before: z.iso.datetime({ offset: true }).optional(),
   last_seen_after: z.iso.datetime({ offset: true }).optional(),
+  revoked: z.boolean().optional().describe('false: only things not revoked; true: only revoked ones (a rollout skips revoked targets anyway)'),
+  connected: z.boolean().optional().describe('true: only things with an MQTT session now; false: only things without one'),
 });
 
 /** a query as stored and answered */
@@ -66,7 +68,8 @@ export const rolloutSchema = z.object({
 
 export const groupSchema = z.object({
   id: z.uuid(), index: z.number().int(), total: z.number().int(), state: z.enum(ROLLOUT_GROUP_STATES),
-  succeeded: z.number().int(), failed: z.number().int(), started_at: z.string().nullable(), ended_at: z.string().nullable(),
+  succeeded: z.number().int(), failed: z.number().int(),
+  skipped: z.number().int().describe('targets revoked during the rollout: the thresholds are percentages of total - skipped'), started_at: z.string().nullable(), ended_at: z.string().nullable(),
 });
 
 export const actionStatus = z.enum(ACTION_STATUSES);

@@ -75,7 +75,7 @@ export async function control(gw: TestGateway, account: TestAccount, rolloutId: 
 }
 
 export const rolloutOf = async (gw: TestGateway, account: TestAccount, id: string) => (await gw.http.get(`/api/v1/ota/rollouts/${id}`, { token: account.viewer })).body;
-export const groupsOf = async (gw: TestGateway, account: TestAccount, id: string) => (await gw.http.get(`/api/v1/ota/rollouts/${id}/groups`, { token: account.viewer })).body.items as { index: number; state: string; succeeded: number; failed: number; total: number }[];
+export const groupsOf = async (gw: TestGateway, account: TestAccount, id: string) => (await gw.http.get(`/api/v1/ota/rollouts/${id}/groups`, { token: account.viewer })).body.items as { index: number; state: string; succeeded: number; failed: number; skipped: number; total: number }[];
 
 /** Every action of a rollout (all pages). */
 export async function actionsOf(gw: TestGateway, account: TestAccount, id: string, query = ''): Promise<{ id: string; thing_id: string; group: number; status: string; progress: number | null; reason: string | null }[]> {

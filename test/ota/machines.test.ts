@@ -3,7 +3,7 @@ import { createActor } from 'xstate';
 import { rolloutMachine, type RolloutEvent } from '../../machines/rollout.js';
 import { rolloutGroupMachine, type RolloutGroupEvent } from '../../machines/rolloutGroup.js';
 import { groupSizes } from '../../src/ota/rollouts.js';
-import { ACTION_STATUSES, FINAL_STATUSES, NOT_TAKEN_UP, furtherThan, reportApplies } from '../../machines/otaAction.js';
+import { ACTION_STATUSES, FINAL_STATUSES, NOT_TAKEN_UP, SKIP, furtherThan, reportApplies } from '../../machines/otaAction.js';
 
 const AT = '2026-01-01T00:00:00.000Z';
 
@@ -79,7 +79,9 @@ function group(total: number, success: number, error: number, ...events: Rollout
   return { snapshot: actor.getSnapshot(), emitted };
 }
 const start: RolloutGroupEvent = { type: 'START', at: AT };
-const tally = (succeeded: number, failed: number, finished = succeeded + failed): RolloutGroupEvent => ({ type: 'TALLY', at: AT, succeeded, failed, finished });
+const tally = (succeeded: number, failed: number, finished = succeeded + failed, skipped = 0): RolloutGroupEvent => ({ type: 'TALLY', at: AT, succeeded, failed, skipped, finished });
+/** a tally with `skipped` targets (revoked during the rollout), counted among the finished ones */
+const withSkipped = (succeeded: number, failed: number, skipped: number): RolloutGroupEvent => tally(succeeded, failed, succeeded + failed + skipped, skipped);
 
 describe('rollout group machine', () => {
   it('FINISHES when succeeded reaches the success threshold (percent of its targets)', () => {
@@ -106,6 +108,30 @@ describe('rollout group machine', () => {
     expect(done.snapshot.value).toBe('FINISHED');
     expect(done.snapshot.context).toMatchObject({ succeeded: 9, failed: 1 });
     expect(done.emitted).toHaveLength(1);
+  });
+
+  it('thresholds are percentages of the targets not skipped: 15 of 20 with 5 revoked reach 80 %', () => {
+    // without the skipped ones counted out: 15 of 20 = 75 %, held below 80 % for ever (issue 37)
+    expect(group(20, 80, 20, start, tally(15, 0)).snapshot.value).toBe('RUNNING');
+    const done = group(20, 80, 20, start, withSkipped(15, 0, 5));
+    expect(done.snapshot.value).toBe('FINISHED');
+    expect(done.snapshot.context).toMatchObject({ succeeded: 15, failed: 0, skipped: 5, finished: 20 });
+    expect(done.emitted.map((e) => e.state)).toEqual(['FINISHED']);
+    // 12 of the 15 that can answer is 80 %, reached while 3 are still open
+    expect(group(20, 80, 20, start, tally(12, 0, 17, 5)).snapshot.value).toBe('FINISHED');
+    expect(group(20, 80, 20, start, tally(11, 0, 16, 5)).snapshot.value).toBe('RUNNING');
+    // the error threshold too: 3 failed of 10 answerable passes 20 %, though 3 of 20 would not
+    expect(group(20, 80, 20, start, tally(0, 3, 13, 10)).snapshot.value).toBe('ERROR');
+    expect(group(20, 80, 20, start, tally(0, 2, 12, 10)).snapshot.value).toBe('RUNNING');
+  });
+
+  it('a group whose targets were all skipped FINISHES; a new skipped count is a change', () => {
+    expect(group(5, 100, 0, start, withSkipped(0, 0, 5)).snapshot.value).toBe('FINISHED');
+    const r = group(10, 80, 20, start, tally(1, 0));
+    expect(r.snapshot.can(tally(1, 0, 2, 1))).toBe(true);
+    expect(group(10, 80, 20, start, tally(1, 0, 2, 1)).snapshot.can(tally(1, 0, 2, 1))).toBe(false);
+    // below the threshold once every target ended (skipped ones included): ERROR
+    expect(group(10, 90, 50, start, withSkipped(7, 1, 2)).snapshot.value).toBe('ERROR');
   });
 
   it('a SCHEDULED group takes no TALLY; CANCEL ends SCHEDULED and RUNNING groups', () => {
@@ -145,5 +171,12 @@ describe('OTA action rules (machines/otaAction.ts)', () => {
 
   it('what a stopped rollout cancels is what no device took up, all before the device statuses', () => {
     expect([...NOT_TAKEN_UP]).toEqual(ACTION_STATUSES.slice(0, 2));
+  });
+
+  it('a revoked target skips every action not ended; skipped is final: no report moves it', () => {
+    expect([...SKIP.from]).toEqual(ACTION_STATUSES.filter((s) => !(FINAL_STATUSES as readonly string[]).includes(s)));
+    expect(SKIP.to).toBe('skipped');
+    expect(FINAL_STATUSES).toContain('skipped');
+    for (const r of ['delivered', 'downloading', 'installing', 'succeeded', 'failed'] as const) expect(reportApplies('skipped', r)).toBe(false);
   });
 });

@@ -37,9 +37,10 @@ export interface RunningGateway {
 }
 
 /**
- * Stops accepting and lets in-flight requests finish for `graceMs`; then closes the connections
- * still open (a stalled upload, a slow client) so that the shutdown goes on with the broker and
- * the database instead of waiting for them.
+ * Stops accepting and lets in-flight requests that make progress finish for `graceMs`; then
+ * closes the connections still open (a slow client) so that the shutdown goes on with the broker
+ * and the database instead of waiting for them. A request stalled in its body is not waited for:
+ * app.close() starts the cutoff of src/http/stalledUploads.ts, which answers it 503 at once.
  */
 async function closeHttp(app: ZodApp, graceMs: number, log: Logger): Promise<void> {
   const closed = app.close();

@@ -36,6 +36,24 @@ async function enrollOverHttp(g: GatewayProcess) {
   return { thingId: res.body.twinTopicPrefix.slice('devices/'.length) as string, certPem: res.body.certificate as string, keyPem: res.body.privateKey as string, caPem: res.body.caBundlePem as string };
 }
 
+/**
+ * A raw upload of a 500-byte body that sends its headers and the first bytes; `trickle` then sends
+ * one more byte every 200 ms (a slow client making progress) until `stop()`. Records what the
+ * gateway answers and when the gateway closes the socket.
+ */
+function upload(port: number, trickle: boolean) {
+  const socket = net.connect(port, '127.0.0.1', () => socket.write('POST /dev/token HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n{"rea'));
+  const u = { socket, text: '', answeredAt: 0, closed: new Promise<void>((resolve) => socket.on('close', () => resolve())), stop: () => clearInterval(timer) };
+  const timer = trickle ? setInterval(() => socket.writable && socket.write(' '), 200) : undefined;
+  socket.on('data', (d) => {
+    u.answeredAt ||= Date.now();
+    u.text += d;
+  });
+  socket.on('error', () => {});
+  socket.on('close', u.stop);
+  return u;
+}
+
 describe('graceful shutdown', () => {
   it('on SIGTERM finishes the in-flight request, then exits 0', async () => {
     const port = await freePort();
@@ -66,7 +84,44 @@ describe('graceful shutdown', () => {
     await expect(fetch(`http://127.0.0.1:${port}/healthz`)).rejects.toThrow();
   });
 
-  it('on SIGTERM with a stalled upload closes it after the grace period, stops the broker and exits 0', async () => {
+  it('a request stalled in its body is answered 503 at SIGTERM, one that stalls later 2 s after its last byte, well before the grace period; exits 0', async () => {
+    const port = await freePort();
+    gateway = await spawnGateway({ DATABASE_URL: db.url, HTTP_PORT: String(port), LOG_LEVEL: 'info', SHUTDOWN_TIMEOUT_MS: '60000', HTTP_REQUEST_TIMEOUT_MS: '120000' });
+    const stalled = upload(port, false);
+    const slow = upload(port, true); // still making progress when the signal comes
+    await new Promise((r) => setTimeout(r, 2600)); // the first has sent nothing for longer than 2 s
+    const signalled = Date.now();
+    gateway.proc.kill('SIGTERM');
+
+    await stalled.closed; // closed by the gateway, not by us
+    const took = stalled.answeredAt - signalled;
+    expect(stalled.text).toMatch(/^HTTP\/1\.1 503 /);
+    expect(stalled.text).toMatch(/\r\ncontent-type: application\/problem\+json/i);
+    expect(stalled.text).toMatch(/\r\nconnection: close/i);
+    const problem = JSON.parse(stalled.text.slice(stalled.text.indexOf('\r\n\r\n') + 4));
+    expect(problem).toMatchObject({ status: 503, instance: '/dev/token', detail: expect.stringContaining("body stopped arriving") });
+    expect(took, 'answered at once').toBeLessThan(1500);
+
+    // the slow one keeps its socket while it makes progress, then stalls: answered 2 s after its last byte
+    expect(slow.answeredAt).toBe(0);
+    await new Promise((r) => setTimeout(r, 1000));
+    expect(slow.answeredAt, 'served while it made progress').toBe(0);
+    slow.stop();
+    const stoppedAt = Date.now();
+    await slow.closed;
+    expect(slow.text).toMatch(/^HTTP\/1\.1 503 /);
+    expect(slow.answeredAt - stoppedAt).toBeGreaterThan(1500);
+    expect(slow.answeredAt - stoppedAt).toBeLessThan(4500);
+
+    expect(await gateway.exited).toBe(0);
+    const output = gateway.output();
+    expect(output).toContain('a stalled request body answered 503');
+    expect(output).toContain('shutdown complete');
+    expect(output).not.toContain('shutdown grace period over');
+    expect(output).not.toMatch(/Reply was already sent|"level":50/);
+  });
+
+  it('on SIGTERM with an upload still making progress at the end of the grace period closes it, stops the broker and exits 0', async () => {
     const port = await freePort();
     const mqttPort = await freePort();
     const nodeId = `shutdown-${crypto.randomUUID().slice(0, 8)}`;
@@ -86,17 +141,15 @@ describe('graceful shutdown', () => {
     await waitFor(async () => (await db.sql`select connected from device_connectivity where thing_id = ${device.thingId}`)[0]?.connected === true, 20_000, 'device connected');
     expect((await db.sql`select 1 from broker_nodes where node_id = ${nodeId}`).length).toBe(1);
 
-    // an upload that stops after its headers and a few bytes
-    const stalled = net.connect(port, '127.0.0.1', () => stalled.write('POST /ddi/v1/enroll HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n{"provisi'));
-    stalled.on('error', () => {});
-    const stalledClosed = new Promise<void>((resolve) => stalled.on('close', () => resolve()));
-    await new Promise<void>((resolve) => stalled.once('connect', () => setTimeout(resolve, 300)));
+    // an upload that keeps sending a byte now and then, never finishing within the grace period
+    const slow = upload(port, true);
+    await new Promise((r) => setTimeout(r, 300));
 
     gateway.proc.kill('SIGTERM');
     const code = await gateway.exited;
     const output = gateway.output();
     expect(code, output).toBe(0);
-    await stalledClosed; // closed by the gateway, not by us
+    await slow.closed; // closed by the gateway, not by us
     expect(output).toContain('shutdown grace period over');
     expect(output).toContain('shutdown complete');
     expect(output).not.toContain('shutdown did not finish');
@@ -114,18 +167,17 @@ describe('graceful shutdown', () => {
 
   it('a second signal during a long grace period exits at once', async () => {
     const port = await freePort();
-    gateway = await spawnGateway({ DATABASE_URL: db.url, HTTP_PORT: String(port), LOG_LEVEL: 'info', SHUTDOWN_TIMEOUT_MS: '600000' });
-    const stalled = net.connect(port, '127.0.0.1', () => stalled.write('POST /dev/token HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n{'));
-    stalled.on('error', () => {});
-    await new Promise<void>((resolve) => stalled.once('connect', () => setTimeout(resolve, 300)));
+    gateway = await spawnGateway({ DATABASE_URL: db.url, HTTP_PORT: String(port), LOG_LEVEL: 'info', SHUTDOWN_TIMEOUT_MS: '600000', HTTP_REQUEST_TIMEOUT_MS: '600000' });
+    const slow = upload(port, true); // making progress: the grace period waits for it
+    await new Promise((r) => setTimeout(r, 300));
     gateway.proc.kill('SIGTERM');
     await waitFor(() => gateway!.output().includes('shutting down'), 20_000, 'shutdown started');
     // one key press can be relayed twice (npm, tsx): repeats within a second are ignored
     await new Promise((r) => setTimeout(r, 1200));
-    expect(gateway.proc.exitCode).toBe(null); // still waiting for the stalled upload
+    expect(gateway.proc.exitCode).toBe(null); // still waiting for the slow upload
     gateway.proc.kill('SIGTERM');
     expect(await gateway.exited).toBe(128 + 15);
     expect(gateway.output()).toContain('second signal: exiting without finishing the shutdown');
-    stalled.destroy();
+    slow.socket.destroy();
   });
 });

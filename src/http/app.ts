@@ -20,6 +20,7 @@ import { isTrustedProxy } from './trustedProxies.js';
 import { installEdge } from './edge.js';
 import { openapiTransform, openapiTransformObject } from './openapi.js';
 import { allowedWebSocketOrigins, installWebSocketOriginCheck } from './wsOrigin.js';
+import { installStalledUploadCutoff } from './stalledUploads.js';
 
 /**
  * Errors Node raises before a request reaches Fastify (request timeout, malformed HTTP): answered
@@ -77,6 +78,8 @@ export async function buildHttp(gw: Gateway, domains: DomainModule[], services: 
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
   registerErrorHandling(app, config.PUBLIC_BASE_URL, config.BODY_LIMIT_BYTES);
+  // at shutdown a request stalled in its body is answered 503 at once; the grace period is for the others
+  installStalledUploadCutoff(app, config.PUBLIC_BASE_URL);
   installInputGuard(app);
   app.addHook('onSend', async (request, reply, payload) => {
     reply.header('traceparent', traceparentFor(request.id));

@@ -26,9 +26,10 @@ describe('patched dependencies', () => {
     expect(copyIn).not.toContain('raw(chunk)');
   });
 
+  const aedesMain = require.resolve('aedes');
+  const aedesDir = aedesMain.slice(0, aedesMain.lastIndexOf(`${path.sep}node_modules${path.sep}aedes${path.sep}`)) + `${path.sep}node_modules${path.sep}aedes`;
+
   it('aedes drains a client\'s queues without stream.pipeline (no AbortController per connect)', () => {
-    const aedesMain = require.resolve('aedes');
-    const aedesDir = aedesMain.slice(0, aedesMain.lastIndexOf(`${path.sep}node_modules${path.sep}aedes${path.sep}`)) + `${path.sep}node_modules${path.sep}aedes`;
     const { version } = JSON.parse(fs.readFileSync(path.join(aedesDir, 'package.json'), 'utf8')) as { version: string };
     expect(fs.existsSync(path.join(process.cwd(), 'patches', `aedes+${version}.patch`))).toBe(true);
     for (const file of ['lib/client.js', 'lib/handlers/connect.js']) {
@@ -36,5 +37,16 @@ describe('patched dependencies', () => {
       expect(source, file).toContain('forEachItem(');
       expect(source, file).not.toContain('pipeline(');
     }
+  });
+
+  it('aedes honours the Receive Maximum a client announces (live and stored QoS 1/2 sends wait for room; acks free it)', () => {
+    const read = (file: string) => fs.readFileSync(path.join(aedesDir, file), 'utf8');
+    const client = read('lib/client.js');
+    expect(client).toContain('sendInWindow (packet, write, abort)');
+    expect(client).toContain('releaseInWindow (messageId)');
+    expect(client).toContain('that.sendInWindow(packet, doWriteQoS)');
+    expect(read('lib/handlers/connect.js')).toContain('client.sendInWindow(packet, () => write(client, packet, next)');
+    expect(read('lib/handlers/puback.js')).toContain('client.releaseInWindow(packet.messageId)');
+    expect(read('lib/handlers/pubrec.js')).toContain('client.releaseInWindow(packet.messageId)');
   });
 });

@@ -59,6 +59,18 @@ function peerCertificate(client: Client): tls.PeerCertificate | undefined {
   return typeof conn.getPeerCertificate === 'function' ? conn.getPeerCertificate() : undefined;
 }
 
+/** What the Aedes patch keeps per connection for MQTT 5 Receive Maximum (patches/README.md). */
+interface SendWindow { receiveMaximum: number; _inflight: Set<number>; _waitingSends: unknown[] }
+
+/**
+ * QoS 1/2 messages this client can be sent now without passing the Receive Maximum it announced
+ * (MQTT 5, 3.3.4): its window less what is in flight and what already waits for room.
+ */
+export function sendQuota(client: Client): number {
+  const w = client as unknown as SendWindow;
+  return w.receiveMaximum - w._inflight.size - w._waitingSends.length;
+}
+
 /** Certificate serials compare as lower-case hex without leading zeros. */
 export const normalizeSerial = (hex: string) => hex.toLowerCase().replace(/^0+(?=.)/, '');
 
@@ -330,6 +342,23 @@ export class Broker {
 
   isConnected(clientId: string): boolean {
     return this.clients.has(clientId);
+  }
+
+  /** This node's connection of `clientId`, if it holds one. */
+  client(clientId: string): Client | undefined {
+    return this.clients.get(clientId);
+  }
+
+  /**
+   * Publishes to one connection of this node (Aedes' `client.publish`: stored in a persistent
+   * session, subject to the client's Receive Maximum). Resolves once written, or once queued
+   * behind a full window (see `sendQuota`). `messageExpiry` (epoch ms) keeps the expiry of a
+   * message the session stores and sends again on a reconnect.
+   */
+  sendTo(client: Client, packet: { topic: string; payload: Buffer | string; qos: 0 | 1; properties?: Record<string, unknown>; messageExpiry?: number }): Promise<void> {
+    return new Promise((resolve, reject) => {
+      client.publish({ cmd: 'publish', dup: false, retain: false, ...packet } as never, (err) => (err ? reject(err) : resolve()));
+    });
   }
 
   /**

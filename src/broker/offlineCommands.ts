@@ -4,7 +4,7 @@ import type { ActorKind } from '../actors/store.js';
 import type { Gateway } from '../gateway.js';
 import { conflict, notFound, unavailable } from '../lib/errors.js';
 import { deviceCommandMachine, type DeviceCommandStatus } from '../../machines/deviceCommand.js';
-import type { Broker } from './broker.js';
+import { sendQuota, type Broker } from './broker.js';
 import type { BrokerHost } from './host.js';
 import { deviceTopic, parseDeviceTopic } from './topics.js';
 
@@ -27,6 +27,8 @@ export const deviceCommandKind: ActorKind<typeof deviceCommandMachine> = {
 export const EXPIRE_COMMANDS_JOB = 'broker.expire-commands';
 /** commands expired per sweep transaction */
 const EXPIRE_BATCH = 500;
+/** cluster topic: a thing has new pending commands (the node holding its connection sends them) */
+const PENDING_TOPIC = 'broker.commands-pending';
 
 interface Row {
   id: string; thing_id: string; name: string; payload: unknown; ttl_seconds: number; status: DeviceCommandStatus;
@@ -56,18 +58,25 @@ export function replySucceeded(body: unknown): boolean {
 }
 
 /**
- * Commands with a time to live (`ttlSeconds`): stored as deviceCommand actors, published at once when
- * the device is connected, else when it connects again with a persistent session or subscribes to
- * its command topic (oldest first; MQTT 5 message expiry = the TTL left). Every transition is
- * taken under the actor's row lock, so a command is published once even when the connect hook and
- * the HTTP request race, and a reply cannot overtake the delivery's commit.
+ * Commands with a time to live (`ttlSeconds`): stored as deviceCommand actors and sent by the node
+ * that holds the device's connection, oldest first (MQTT 5 message expiry = the TTL left): at
+ * once when the device is connected and subscribed to its command topic, else when it connects
+ * again with a persistent session or subscribes. Only as many as the device's Receive Maximum
+ * window has room for are sent; the rest stay `pending` (in PostgreSQL, with their TTL) until an
+ * acknowledgement frees a slot, so `delivered` means sent. Every transition is taken under the
+ * actor's row lock, so a command is sent once even when triggers race, and a reply cannot
+ * overtake the delivery's commit.
  */
 export class OfflineCommands {
   private readonly offs: (() => void | Promise<void>)[] = [];
+  /** this node's delivery run per thing (one at a time; a trigger during a run asks for one more) */
+  private readonly runs = new Map<string, { again: boolean; done: Promise<void> }>();
+  /** things whose last run stopped at a full window: their next acknowledgement starts a run */
+  private readonly windowFull = new Set<string>();
 
   constructor(private readonly gw: Gateway, private readonly host: BrokerHost) {}
 
-  /** Attaches to the running broker (this node's connects and subscribes; replies from any node). */
+  /** Attaches to the running broker (this node's connects, subscribes and acks; replies from any node). */
   async start(broker: Broker): Promise<void> {
     const onClient = (client: Client) => {
       // a persistent session keeps its subscriptions: its pending commands can go at once
@@ -76,9 +85,21 @@ export class OfflineCommands {
     const onSubscribe = (subs: { topic: string }[], client: Client | null) => {
       if (client && subs.some((s) => coversCommands(client.id, s.topic))) this.deliverLater(client.id);
     };
+    const onAck = (_packet: unknown, client: Client | null) => {
+      if (client && this.windowFull.has(client.id)) this.deliverLater(client.id);
+    };
+    const onDisconnect = (client: Client) => void this.windowFull.delete(client.id);
     broker.aedes.on('client', onClient);
     broker.aedes.on('subscribe', onSubscribe);
-    this.offs.push(() => void broker.aedes.off('client', onClient), () => void broker.aedes.off('subscribe', onSubscribe));
+    broker.aedes.on('ack', onAck);
+    broker.aedes.on('clientDisconnect', onDisconnect);
+    this.offs.push(
+      () => void broker.aedes.off('client', onClient), () => void broker.aedes.off('subscribe', onSubscribe),
+      () => void broker.aedes.off('ack', onAck), () => void broker.aedes.off('clientDisconnect', onDisconnect),
+    );
+    this.offs.push(this.gw.cluster.on<{ thingId: string }>(PENDING_TOPIC, ({ thingId }) => {
+      if (this.host.broker?.isConnected(thingId)) return this.deliverPending(thingId);
+    }));
     this.offs.push(await broker.subscribe('devices/+/commands/response', (packet) => this.onResponse(packet)));
   }
 
@@ -86,8 +107,11 @@ export class OfflineCommands {
     for (const off of this.offs.splice(0)) await off();
   }
 
-  /** Stores a command for a thing of `accountId` and delivers it now when the device is connected. */
-  async submit(accountId: string, thingId: string, name: string, payload: unknown, ttlSeconds: number, connected: boolean): Promise<StoredCommand> {
+  /**
+   * Stores a command for a thing of `accountId`; the node holding the device's connection sends it
+   * when the device's window has room (before this returns when that is this node).
+   */
+  async submit(accountId: string, thingId: string, name: string, payload: unknown, ttlSeconds: number): Promise<StoredCommand> {
     const id = crypto.randomUUID();
     const now = this.gw.clock.now();
     const expiresAt = new Date(now.getTime() + ttlSeconds * 1000);
@@ -103,7 +127,8 @@ export class OfflineCommands {
         values (${id}, ${accountId}, ${thingId}, ${name}, ${uow.sql.json((payload ?? null) as never)}, ${ttlSeconds}, ${now}, ${expiresAt})`;
       await uow.create(deviceCommandKind, id, { id, accountId, thingId, name, createdAt: now.toISOString(), expiresAt: expiresAt.toISOString() });
     });
-    if (connected) await this.deliver(id);
+    // this node's handler runs (and sends) before the other nodes are told
+    await this.gw.cluster.broadcast(PENDING_TOPIC, { thingId });
     return (await this.get(accountId, thingId, id))!;
   }
 
@@ -140,11 +165,52 @@ export class OfflineCommands {
     return rows.map(view);
   }
 
-  /** Publishes the thing's pending commands, oldest first. */
-  async deliverPending(thingId: string): Promise<void> {
-    const rows = await this.gw.sql<{ id: string }[]>`
-      select id from device_commands where thing_id = ${thingId} and status = 'pending' order by created_at, id`;
-    for (const { id } of rows) await this.deliver(id);
+  /**
+   * Sends the thing's pending commands, oldest first, to its connection on this node, as far as
+   * its window has room. Runs one at a time per thing; resolves after a run that began after the call.
+   */
+  deliverPending(thingId: string): Promise<void> {
+    const running = this.runs.get(thingId);
+    if (running) {
+      running.again = true;
+      return running.done;
+    }
+    const run = { again: true, done: Promise.resolve() };
+    run.done = (async () => {
+      try {
+        while (run.again) {
+          run.again = false;
+          await this.sendPending(thingId);
+        }
+      } finally {
+        this.runs.delete(thingId);
+      }
+    })();
+    this.runs.set(thingId, run);
+    return run.done;
+  }
+
+  private async sendPending(thingId: string): Promise<void> {
+    const client = this.host.broker?.client(thingId);
+    const qos = client && commandQos(client);
+    if (!client || qos === undefined) return;
+    this.windowFull.delete(thingId);
+    for (;;) {
+      if (client.closed) return;
+      const room = sendQuota(client);
+      if (room <= 0) {
+        this.windowFull.add(thingId);
+        return;
+      }
+      const rows = await this.gw.sql<{ id: string }[]>`
+        select id from device_commands where thing_id = ${thingId} and status = 'pending' order by created_at, id limit ${room}`;
+      if (rows.length === 0) return;
+      for (const { id } of rows) {
+        // other QoS 1 traffic (twin, OTA) may take room meanwhile
+        if (client.closed || sendQuota(client) <= 0) break;
+        await this.deliver(id, client, qos);
+      }
+    }
   }
 
   /** Expires the open commands whose TTL passed; returns how many. */
@@ -168,10 +234,10 @@ export class OfflineCommands {
   }
 
   /**
-   * DELIVER and publish in one transaction: a publish that fails leaves the command pending. A
-   * command whose TTL passed is expired here instead (never published).
+   * DELIVER and send in one transaction: a send that fails leaves the command pending. A command
+   * whose TTL passed is expired here instead (never sent).
    */
-  private async deliver(id: string): Promise<void> {
+  private async deliver(id: string, client: Client, qos: 0 | 1): Promise<void> {
     const broker = this.host.broker;
     if (!broker) throw unavailable('the MQTT broker is not running on this node');
     await this.gw.actors.run(async (uow) => {
@@ -184,14 +250,15 @@ export class OfflineCommands {
       const c = result.snapshot.context;
       const [{ payload }] = await uow.sql<{ payload: unknown }[]>`select payload from device_commands where id = ${id}`;
       const leftSeconds = Math.max(1, Math.ceil((Date.parse(c.expiresAt) - at.getTime()) / 1000));
-      await broker.publish({
+      await broker.sendTo(client, {
         topic: deviceTopic(c.thingId, 'commands'),
         payload: JSON.stringify({ id, name: c.name, payload }),
-        qos: 1,
+        qos,
         properties: {
           responseTopic: deviceTopic(c.thingId, 'commandResponse'), correlationData: Buffer.from(id),
           contentType: 'application/json', messageExpiryInterval: leftSeconds,
         },
+        messageExpiry: Date.parse(c.expiresAt),
       });
     });
   }
@@ -221,6 +288,19 @@ export class OfflineCommands {
 }
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/**
+ * The QoS a client's subscriptions grant its command topic (at most 1), undefined when none
+ * covers it (a command sent then would be lost).
+ */
+function commandQos(client: Client): 0 | 1 | undefined {
+  const subs = (client as unknown as { subscriptions: Record<string, { qos: number }> }).subscriptions;
+  let qos: 0 | 1 | undefined;
+  for (const [filter, sub] of Object.entries(subs)) {
+    if (coversCommands(client.id, filter)) qos = sub.qos > 0 ? 1 : (qos ?? 0);
+  }
+  return qos;
+}
 
 /** Does a subscription of `thingId` receive its command topic? */
 function coversCommands(thingId: string, filter: string): boolean {

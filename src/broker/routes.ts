@@ -83,11 +83,11 @@ export async function brokerRoutes(
     const { thingId } = request.params;
     await devices.requireThing(request.principal!, thingId);
     const { ttlSeconds, name, payload } = request.body;
-    const connected = (await devices.connectivity(thingId)).connected;
     if (ttlSeconds !== undefined) {
-      const c = await offline.submit(request.principal!.accountId!, thingId, name, payload ?? null, ttlSeconds, connected);
+      const c = await offline.submit(request.principal!.accountId!, thingId, name, payload ?? null, ttlSeconds);
       return reply.code(202).send({ id: c.id, status: c.status, expiresAt: c.expiresAt });
     }
+    const connected = (await devices.connectivity(thingId)).connected;
     if (!connected) throw conflict(`thing ${thingId} is not connected`, { type: 'device-not-connected' });
     const timeoutMs = request.body.timeoutMs ?? gw.config.COMMAND_TIMEOUT_MS;
     const result = await devices.invokeCommand(thingId, request.body.name, request.body.payload ?? null, timeoutMs);

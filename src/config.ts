@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import fs from 'node:fs';
 import path from 'node:path';
 import { isAddressOrCidr } from './http/trustedProxies.js';
 import { originOf } from './http/wsOrigin.js';
@@ -29,6 +30,7 @@ export const configSchema = z.object({
   DATA_DIR: z.string().default('./data'),
   CERTS_DIR: z.string().default('./certs'),
   DATABASE_URL: url.optional(),
+  DATABASE_PASSWORD: z.string().min(1).optional().describe("password of DATABASE_URL's user (replaces one in the URL): with DATABASE_PASSWORD_FILE, the same secret file the database server reads"),
   DATABASE_POOL_SIZE: positiveInt.default(10),
   DATABASE_CONNECT_TIMEOUT_MS: positiveInt.default(60_000).describe('how long start-up waits for DATABASE_URL to answer'),
   EMBEDDED_PG_PORT: port.default(5433),
@@ -108,19 +110,68 @@ export interface Config extends Omit<RawConfig, 'HTTP_HOST' | 'PUBLIC_BASE_URL' 
 
 export class ConfigError extends Error {}
 
-/** Parses the environment; a bad value throws a ConfigError naming the variable. */
+/**
+ * Settings holding secrets: each may instead come from a file named by `<NAME>_FILE` (compose and
+ * Kubernetes secrets), so the value is in no environment, compose file or `docker inspect`.
+ */
+export const FILE_SETTINGS = ['DATABASE_URL', 'DATABASE_PASSWORD', 'REDIS_URL', 'INTERNAL_API_SECRET', 'SMTP_URL'] as const;
+
+const invalidConfiguration = (lines: string[]) => new ConfigError(`invalid configuration:\n${lines.join('\n')}`);
+
+/**
+ * The values of the `<NAME>_FILE` settings read from their files, trailing newlines dropped (as
+ * the postgres image's entrypoint drops them, so one file serves both). `<NAME>` set beside its
+ * file must hold the same value (a node:cluster worker inherits both from its primary).
+ */
+function readSecretFiles(env: Record<string, string | undefined>): Map<string, { file: string; value: string }> {
+  const found = new Map<string, { file: string; value: string }>();
+  const errors: string[] = [];
+  for (const name of FILE_SETTINGS) {
+    const file = env[`${name}_FILE`];
+    if (file === undefined || file === '') continue;
+    let value: string;
+    try {
+      value = fs.readFileSync(file, 'utf8').replace(/\n+$/, '');
+    } catch (err) {
+      errors.push(`  ${name}_FILE=${JSON.stringify(file)}: cannot read the file (${(err as NodeJS.ErrnoException).code ?? String(err)})`);
+      continue;
+    }
+    if (value === '') errors.push(`  ${name}_FILE=${JSON.stringify(file)}: the file is empty`);
+    else if (env[name] !== undefined && env[name] !== '' && env[name] !== value) errors.push(`  ${name}_FILE=${JSON.stringify(file)}: ${name} is set too, to another value: set one of them`);
+    else found.set(name, { file, value });
+  }
+  if (errors.length) throw invalidConfiguration(errors);
+  return found;
+}
+
+/** Parses the environment; a bad value throws a ConfigError naming the variable (never showing a secret's value). */
 export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
+  const fromFiles = readSecretFiles(env);
   const input: Record<string, string> = {};
   for (const key of Object.keys(configSchema.shape)) {
-    const value = env[key];
+    const value = fromFiles.get(key)?.value ?? env[key];
     if (value !== undefined && value !== '') input[key] = value;
   }
   const parsed = configSchema.safeParse(input);
   if (!parsed.success) {
-    const lines = parsed.error.issues.map((i) => `  ${i.path.join('.')}=${JSON.stringify(input[String(i.path[0])] ?? '')}: ${i.message}`);
-    throw new ConfigError(`invalid configuration:\n${lines.join('\n')}`);
+    const lines = parsed.error.issues.map((i) => {
+      const key = String(i.path[0]);
+      const file = fromFiles.get(key)?.file;
+      const shown = file !== undefined ? `${key}_FILE=${JSON.stringify(file)}`
+        : (FILE_SETTINGS as readonly string[]).includes(key) ? `${key}=(${(input[key] ?? '').length} characters, not shown)`
+        : `${i.path.join('.')}=${JSON.stringify(input[key] ?? '')}`;
+      return `  ${shown}: ${i.message}`;
+    });
+    throw invalidConfiguration(lines);
   }
   const raw = parsed.data;
+  if (raw.DATABASE_PASSWORD !== undefined) {
+    if (!raw.DATABASE_URL) throw invalidConfiguration(['  DATABASE_PASSWORD: needs DATABASE_URL (the embedded PostgreSQL takes no password)']);
+    const withPassword = new URL(raw.DATABASE_URL);
+    // encoded whole (the setter leaves `%` as it is); postgres.js decodes the URL's password
+    withPassword.password = encodeURIComponent(raw.DATABASE_PASSWORD);
+    raw.DATABASE_URL = withPassword.href;
+  }
   const devIssuer = raw.DEV_ISSUER ?? raw.OIDC_ISSUERS.length === 0;
   // The development issuer mints platform-admin tokens for whoever asks: off the network by default.
   const httpLoopbackDefault = devIssuer && raw.HTTP_HOST === undefined;

@@ -1,5 +1,6 @@
 import type { DomainBus } from '../actors/cluster.js';
 import type { StoredEvent } from '../actors/store.js';
+import { STREAM_MAX_BACKLOG_BYTES } from '../lib/backlog.js';
 
 /** One connectivity change as a stream client receives it. */
 export interface ConnectivityChange {
@@ -13,16 +14,17 @@ export interface ConnectivityChange {
 export interface ConnectivitySink {
   send(message: ConnectivityChange): void;
   ping(): void;
+  /** ends the stream with a close frame (graceful shutdown) */
   close(): void;
+  /** drops the connection at once with what is queued (a client past the backlog bound) */
+  cut(): void;
   /** bytes queued and not yet written to the socket */
   backlog(): number;
 }
 
 const EVENTS = ['device.connected', 'device.disconnected'] as const;
-/** A client whose queue grows beyond this is dropped (it reconnects and reloads its page). */
-const MAX_BACKLOG = 1024 * 1024;
 
-interface Listener { sink: ConnectivitySink; thingId?: string }
+interface Listener { sink: ConnectivitySink; thingId?: string; gone?: boolean }
 
 /**
  * Live connected/disconnected changes of an account's things. Fed by the broker's own domain
@@ -33,6 +35,8 @@ export class ConnectivityHub {
   private readonly byAccount = new Map<string, Set<Listener>>();
   private timer?: NodeJS.Timeout;
   private readonly handler = (ev: StoredEvent) => this.dispatch(ev);
+  /** called for each stream cut for its backlog (the metric) */
+  onCut: () => void = () => {};
 
   constructor(private readonly bus: DomainBus, private readonly heartbeatMs: number) {}
 
@@ -44,7 +48,7 @@ export class ConnectivityHub {
 
   start(): void {
     for (const type of EVENTS) this.bus.on(type, this.handler);
-    this.timer = setInterval(() => this.each((l) => l.sink.ping()), this.heartbeatMs);
+    this.timer = setInterval(() => this.each((l) => this.write(l, (sink) => sink.ping())), this.heartbeatMs);
     this.timer.unref();
   }
 
@@ -67,12 +71,25 @@ export class ConnectivityHub {
     const message: ConnectivityChange = { type: 'connectivity', thingId, connected: ev.type === 'device.connected', at: String(ev.payload.at ?? ev.createdAt) };
     for (const l of set) {
       if (l.thingId !== undefined && l.thingId !== thingId) continue;
-      try {
-        l.sink.send(message);
-        if (l.sink.backlog() > MAX_BACKLOG) l.sink.close();
-      } catch {
-        l.sink.close();
-      }
+      this.write(l, (sink) => sink.send(message));
+    }
+  }
+
+  /**
+   * One write; a client whose unsent backlog then passes the bound is cut at once, not closed
+   * behind it (it reconnects and reads its page's data again). Its close handler detaches it.
+   */
+  private write(l: Listener, f: (sink: ConnectivitySink) => void): void {
+    if (l.gone) return;
+    try {
+      f(l.sink);
+      if (l.sink.backlog() <= STREAM_MAX_BACKLOG_BYTES) return;
+      l.gone = true;
+      l.sink.cut();
+      this.onCut();
+    } catch {
+      l.gone = true;
+      l.sink.cut();
     }
   }
 

@@ -1,4 +1,4 @@
-import { Gauge } from 'prom-client';
+import { Counter, Gauge } from 'prom-client';
 import { defineDomain, type CertificateUse, type Gateway } from '../gateway.js';
 import { Broker, clientCertificate, type BrokerHooks } from './broker.js';
 import type { Logger } from '../log.js';
@@ -34,7 +34,10 @@ const NODE_TTL_SECONDS = 20;
 /** creates telemetry history partitions ahead and drops those past retention */
 const HISTORY_PARTITIONS_JOB = 'telemetry.partitions';
 
-const parts = new WeakMap<Gateway, { ingest: IngestBuffer; sessions: ClusterSessions; offline?: OfflineCommands; history?: TelemetryHistory; connectivity?: ConnectivityHub; renewal?: MqttRenewal; channel?: DeviceChannel }>();
+const parts = new WeakMap<Gateway, {
+  ingest: IngestBuffer; sessions: ClusterSessions; offline?: OfflineCommands; history?: TelemetryHistory; connectivity?: ConnectivityHub;
+  renewal?: MqttRenewal; channel?: DeviceChannel; streamsCut?: Counter<'stream'>;
+}>();
 
 /**
  * Cluster-wide device sessions: a disconnect reaches whichever node holds the device. Its own
@@ -83,10 +86,14 @@ export const brokerDomain = defineDomain({
     new Gauge({ name: 'connectivity_streams_open', help: 'Open connectivity streams (WebSocket) on this node', registers: [gw.metrics], collect() {
       this.set(connectivity.size);
     } });
+    const streamsCut = new Counter({ name: 'device_streams_cut_total', help: 'Connectivity and telemetry streams dropped because their unsent backlog passed 1 MiB', labelNames: ['stream'], registers: [gw.metrics] });
+    connectivity.onCut = () => streamsCut.inc({ stream: 'connectivity' });
+    parts.get(gw)!.streamsCut = streamsCut;
     return { devices, deviceMessaging: channel };
   },
   async routes(app, gw, { devices, deviceSessions }) {
-    await brokerRoutes(app, gw, devices, deviceSessions, parts.get(gw)!.offline!, parts.get(gw)!.history!);
+    const p = parts.get(gw)!;
+    await brokerRoutes(app, gw, devices, deviceSessions, p.offline!, p.history!, () => p.streamsCut?.inc({ stream: 'telemetry' }));
     await offlineCommandRoutes(app, devices, parts.get(gw)!.offline!);
     await connectivityStreamRoute(app, devices, parts.get(gw)!.connectivity!);
   },

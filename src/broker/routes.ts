@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import type { DeviceSessions, Gateway, ZodApp } from '../gateway.js';
 import { accountOf } from '../http/auth/plugin.js';
+import { dropConnection, STREAM_MAX_BACKLOG_BYTES } from '../lib/backlog.js';
 import { conflict, notFound, timedOut } from '../lib/errors.js';
 import type { ConnectivityHub } from './connectivityStream.js';
 import { commandAccepted, commandWithTtlBody } from './offlineCommandRoutes.js';
@@ -15,6 +16,7 @@ const WRITERS = ['admin', 'operator'];
 /** Tenant endpoints for connected devices, and the broker's management interface. */
 export async function brokerRoutes(
   app: ZodApp, gw: Gateway, devices: ConnectedDeviceService, deviceSessions: DeviceSessions, offline: OfflineCommands, history: TelemetryHistory,
+  onTelemetryCut: () => void = () => {},
 ): Promise<void> {
   app.get('/api/v1/things/:thingId/connectivity', {
     config: { auth: { action: 'device:Connectivity:Read', roles: READERS } },
@@ -46,7 +48,15 @@ export async function brokerRoutes(
   }, (socket, request) => {
     const { thingId } = request.params as { thingId: string };
     let closed = false;
-    const stop = devices.streamTelemetry(thingId, (m) => socket.send(JSON.stringify(m)));
+    const stop = devices.streamTelemetry(thingId, (m) => {
+      if (closed) return;
+      socket.send(JSON.stringify(m));
+      // a client that does not read is dropped at once past the bound (the device page reconnects)
+      if (socket.bufferedAmount <= STREAM_MAX_BACKLOG_BYTES) return;
+      closed = true;
+      dropConnection(request.raw.socket);
+      onTelemetryCut();
+    });
     void stop.then(() => { if (!closed) socket.send(JSON.stringify({ type: 'subscribed', thingId })); });
     socket.on('close', () => {
       closed = true;
@@ -134,6 +144,8 @@ export async function connectivityStreamRoute(app: ZodApp, devices: ConnectedDev
       send: (m) => open() && socket.send(JSON.stringify(m)),
       ping: () => open() && socket.ping(),
       close: () => socket.close(1001, 'stream closed by the server'),
+      // the upgraded connection's socket: a close frame would wait behind the backlog
+      cut: () => dropConnection(request.raw.socket),
       backlog: () => socket.bufferedAmount,
     }, thingId);
     socket.on('close', detach);

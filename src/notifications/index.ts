@@ -25,6 +25,8 @@ export const notificationsDomain = defineDomain({
     new Gauge({ name: 'notification_streams_open', help: 'Open notification streams (SSE and WebSocket) on this node', registers: [gw.metrics], collect() {
       this.set(hub.size);
     } });
+    const cut = new Counter({ name: 'notification_streams_cut_total', help: 'Notification streams dropped because their unsent backlog passed 1 MiB, by transport', labelNames: ['transport'], registers: [gw.metrics] });
+    hub.onCut = (transport) => cut.inc({ transport });
     svc.published = new Counter({ name: 'notifications_published_total', help: 'Publish requests answered, by status and drop reason', labelNames: ['status', 'reason'], registers: [gw.metrics] });
     await svc.seed();
     gw.jobs.define('notifications.sweep', async () => {

@@ -4,6 +4,7 @@ import type { Gateway, ZodApp } from '../gateway.js';
 import { principalOf } from '../http/auth/plugin.js';
 import { parseAccountIdHeader } from '../http/auth/accountHeader.js';
 import { invalid, refused, unauthenticated } from '../lib/errors.js';
+import { drained, dropConnection } from '../lib/backlog.js';
 import { traceparentFor } from '../http/trace.js';
 import type { Reader } from './repo.js';
 import {
@@ -157,15 +158,20 @@ export function feedRoutes(svc: NotificationsService, prefix: string) {
       });
       res.on('error', (err) => request.log.debug({ err }, 'notification stream write failed'));
       const write = (text: string) => {
-        if (!res.writableEnded && !res.destroyed) res.write(text);
+        if (res.writableEnded || res.destroyed) return 0;
+        res.write(text);
+        return Buffer.byteLength(text);
       };
       const sink: StreamSink = {
+        transport: 'sse',
         send: (seq: number, data: StreamData) => write(`id: ${seq}\nevent: notification\ndata: ${JSON.stringify(data)}\n\n`),
         heartbeat: () => write(': heartbeat\n\n'),
         close: () => {
           if (!res.writableEnded) res.end();
         },
+        cut: () => dropConnection(request.raw.socket),
         backlog: () => res.writableLength,
+        drained: (ms) => drained(request.raw.socket, ms),
       };
       try {
         detach = await svc.hub.attach(reader, sink, since, (s) => svc.streamEventsSince(reader, s));
@@ -196,14 +202,21 @@ export function feedRoutes(svc: NotificationsService, prefix: string) {
       });
       socket.on('message', () => {}); // the stream is one-way; client messages are ignored
       const sink: StreamSink = {
+        transport: 'websocket',
         send: (seq, data) => {
-          if (socket.readyState === socket.OPEN) socket.send(JSON.stringify({ id: seq, event: 'notification', data }));
+          if (socket.readyState !== socket.OPEN) return 0;
+          const text = JSON.stringify({ id: seq, event: 'notification', data });
+          socket.send(text);
+          return Buffer.byteLength(text);
         },
         heartbeat: () => {
           if (socket.readyState === socket.OPEN) socket.ping();
         },
         close: () => socket.close(1001, 'server closing'),
+        // the upgraded connection's socket: no close frame, it would wait behind the backlog
+        cut: () => dropConnection(request.raw.socket),
         backlog: () => socket.bufferedAmount,
+        drained: (ms) => drained(request.raw.socket, ms),
       };
       try {
         const since = lastId ?? (await svc.lastStreamSeq());

@@ -1,4 +1,5 @@
 import type { Cluster } from '../actors/cluster.js';
+import { STREAM_MAX_BACKLOG_BYTES, type Drained } from '../lib/backlog.js';
 import type { Logger } from '../log.js';
 import type { Reader } from './repo.js';
 import type { StreamData } from './schemas.js';
@@ -13,35 +14,65 @@ export interface StreamEvent {
   data: StreamData;
 }
 
+export type StreamTransport = 'sse' | 'websocket';
+
 /** One open stream (SSE response or WebSocket) on this node. */
 export interface StreamSink {
-  /** writes one `event: notification` frame */
-  send(seq: number, data: StreamData): void;
+  readonly transport: StreamTransport;
+  /** writes one `event: notification` frame; returns its size in bytes */
+  send(seq: number, data: StreamData): number;
   heartbeat(): void;
+  /** ends the stream behind what is queued (graceful shutdown) */
   close(): void;
+  /** drops the connection at once with what is queued (a client past the backlog bound) */
+  cut(): void;
   /** bytes queued and not yet written to the socket */
   backlog(): number;
+  /** resolves once the queue has drained, the connection closed, or `timeoutMs` passed with the client reading nothing */
+  drained(timeoutMs: number): Promise<Drained>;
 }
 
-/** A slow client whose queue grows beyond this is disconnected (it reconnects with Last-Event-ID). */
-const MAX_BACKLOG = 1024 * 1024;
+/** A replay pauses for the client to read once this much is queued (it is not cut for its own replay). */
+const REPLAY_HIGH_WATER = 256 * 1024;
 
 class Connection {
   /** events that arrived live while the backlog was being replayed */
   pending: StreamEvent[] | undefined = [];
-  constructor(readonly reader: Reader, readonly sink: StreamSink) {}
+  /** dropped for its backlog (or a failed write): nothing more is written */
+  gone = false;
+  constructor(readonly reader: Reader, readonly sink: StreamSink, private readonly onCut: (c: Connection, backlog: number) => void) {}
 
   deliver(ev: StreamEvent): void {
     if (this.pending) {
       this.pending.push(ev);
       return;
     }
+    this.write((sink) => sink.send(ev.seq, ev.data));
+  }
+
+  /**
+   * One write; a client whose unsent backlog then passes the bound is cut at once (it resumes
+   * with Last-Event-ID from the last event it read). A single frame larger than the bound, with
+   * nothing else unsent, is let through (else no client could ever get past it). False once the
+   * connection is gone.
+   */
+  write(f: (sink: StreamSink) => number | void): boolean {
+    if (this.gone) return false;
     try {
-      this.sink.send(ev.seq, ev.data);
-      if (this.sink.backlog() > MAX_BACKLOG) this.sink.close();
+      const bytes = f(this.sink) ?? 0;
+      const backlog = this.sink.backlog();
+      if (backlog <= STREAM_MAX_BACKLOG_BYTES || backlog <= bytes) return true;
+      this.drop();
+      this.onCut(this, backlog);
     } catch {
-      this.sink.close();
+      this.drop();
     }
+    return false;
+  }
+
+  drop(): void {
+    this.gone = true;
+    this.sink.cut();
   }
 }
 
@@ -55,6 +86,12 @@ export class StreamHub {
   private readonly all = new Set<Connection>();
   private timer?: NodeJS.Timeout;
   private readonly off: () => void;
+  /** called for each stream cut for its backlog (the metric) */
+  onCut: (transport: StreamTransport) => void = () => {};
+  private readonly cut = (c: Connection, backlog: number) => {
+    this.log.info({ transport: c.sink.transport, backlog }, 'notification stream cut: unsent backlog over the bound');
+    this.onCut(c.sink.transport);
+  };
 
   constructor(private readonly cluster: Cluster, private readonly heartbeatMs: number, private readonly log: Logger) {
     this.off = cluster.on<StreamEvent>(STREAM_TOPIC, (ev) => this.dispatch(ev));
@@ -66,13 +103,7 @@ export class StreamHub {
 
   start(): void {
     this.timer = setInterval(() => {
-      for (const c of this.all) {
-        try {
-          c.sink.heartbeat();
-        } catch (err) {
-          this.log.debug({ err }, 'heartbeat failed');
-        }
-      }
+      for (const c of this.all) c.write((sink) => sink.heartbeat());
     }, this.heartbeatMs);
     this.timer.unref();
   }
@@ -98,7 +129,7 @@ export class StreamHub {
    * Last-Event-ID, read from the database) is sent, so nothing is lost or repeated.
    */
   async attach(reader: Reader, sink: StreamSink, since: number, replay: (since: number) => Promise<{ seq: number; data: StreamData }[]>): Promise<() => void> {
-    const c = new Connection(reader, sink);
+    const c = new Connection(reader, sink, this.cut);
     const keys = [`u:${reader.sub}`, ...(reader.accountId ? [`t:${reader.accountId}`] : [])];
     for (const k of keys) {
       let set = this.byKey.get(k);
@@ -117,12 +148,24 @@ export class StreamHub {
     const replayed = new Set<number>();
     try {
       let cursor = since;
-      for (;;) {
+      // the replay goes at the client's pace: it waits for the client to read (live events are
+      // held meanwhile); a client that reads nothing for a heartbeat period is cut
+      for (let open = true; open; ) {
         const missed = await replay(cursor);
         for (const m of missed) {
           cursor = m.seq;
           replayed.add(m.seq);
-          sink.send(m.seq, m.data);
+          open = c.write((s) => s.send(m.seq, m.data));
+          if (open && sink.backlog() > REPLAY_HIGH_WATER) {
+            const outcome = await sink.drained(this.heartbeatMs);
+            if (outcome === 'stalled' && !c.gone) {
+              const backlog = sink.backlog();
+              c.drop();
+              this.cut(c, backlog);
+            }
+            open = outcome === 'drained' && !c.gone;
+          }
+          if (!open) break;
         }
         if (missed.length < 1000) break;
       }

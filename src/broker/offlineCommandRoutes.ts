@@ -19,7 +19,7 @@ export const commandStatus = z.enum(DEVICE_COMMAND_STATUSES as [string, ...strin
 
 export const commandAccepted = z.object({
   id: z.uuid(),
-  status: commandStatus.describe('`delivered` when the device was connected, else `pending`'),
+  status: commandStatus.describe('`delivered` when sent before this answer (the device connected to this node, subscribed to its command topic, with room in its MQTT 5 Receive Maximum window), else `pending` (sent later by the node holding the device)'),
   expiresAt: z.string(),
 });
 

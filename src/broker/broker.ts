@@ -6,6 +6,7 @@ import mqttPacket from 'mqtt-packet';
 import type { DisconnectOptions } from '../gateway.js';
 import type { Logger } from '../log.js';
 import type { Pki } from '../pki/pki.js';
+import { aedesEmitter, checkAedesContract, isTakingOver, markNotAuthorized, wrapPublish } from './aedesInternals.js';
 import { attachFastLane, skipIdleTimeoutBookkeeping, type FastPublish, type LaneTaker } from './fastLane.js';
 import { closeGracefully } from './linger.js';
 import { cacheTopicMatches, type TopicListeners } from './matchCache.js';
@@ -55,20 +56,8 @@ const certificates = new WeakMap<Client, ClientCertificate>();
 export const clientCertificate = (client: Client): ClientCertificate | undefined => certificates.get(client);
 
 function peerCertificate(client: Client): tls.PeerCertificate | undefined {
-  const conn = client.conn as unknown as tls.TLSSocket;
+  const conn = client.conn as tls.TLSSocket;
   return typeof conn.getPeerCertificate === 'function' ? conn.getPeerCertificate() : undefined;
-}
-
-/** What the Aedes patch keeps per connection for MQTT 5 Receive Maximum (patches/README.md). */
-interface SendWindow { receiveMaximum: number; _inflight: Set<number>; _waitingSends: unknown[] }
-
-/**
- * QoS 1/2 messages this client can be sent now without passing the Receive Maximum it announced
- * (MQTT 5, 3.3.4): its window less what is in flight and what already waits for room.
- */
-export function sendQuota(client: Client): number {
-  const w = client as unknown as SendWindow;
-  return w.receiveMaximum - w._inflight.size - w._waitingSends.length;
 }
 
 /** Certificate serials compare as lower-case hex without leading zeros. */
@@ -97,12 +86,11 @@ const notAuthorized = (message: string) => Object.assign(new Error(message), { r
  */
 function skipOwnClientAnnouncements(aedes: Aedes): void {
   const own = new Set([`$SYS/${aedes.id}/new/clients`, `$SYS/${aedes.id}/disconnect/clients`]);
-  const publish = aedes.publish.bind(aedes) as (packet: AedesPublishPacket, client?: unknown, done?: unknown) => void;
-  (aedes as unknown as { publish: typeof publish }).publish = (packet, client, done) => {
+  wrapPublish(aedes, (publish) => (packet, client, done) => {
     if (!own.has(packet.topic)) return publish(packet, client, done);
     const callback = typeof client === 'function' ? client : done;
     if (typeof callback === 'function') process.nextTick(callback as () => void);
-  };
+  });
 }
 
 /** The broker's memo of a topic on one connection's fast lane (see fastPublish). */
@@ -225,7 +213,14 @@ export class Broker {
       maximumPacketSize: MAX_PACKET_BYTES,
       ...options.aedes,
     });
-    const hasListener = cacheTopicMatches((aedes as unknown as { mq: unknown }).mq);
+    // every Aedes internal the broker relies on is there (aedesInternals.ts), or the start fails naming it
+    try {
+      await checkAedesContract(aedes);
+    } catch (err) {
+      await new Promise<void>((resolve) => aedes.close(() => resolve()));
+      throw err;
+    }
+    const hasListener = cacheTopicMatches(aedesEmitter(aedes));
     const broker = (self = new Broker(options, aedes, hasListener));
     await new Promise<void>((resolve, reject) => {
       broker.server.once('error', reject);
@@ -293,7 +288,7 @@ export class Broker {
    */
   private refusePublish(client: Client, packet: PublishPacket, problem: PayloadProblem): void {
     this.stats.payloadsRejected[problem] += 1;
-    (packet as PublishPacket & { _notAuthorized?: boolean })._notAuthorized = true;
+    markNotAuthorized(packet);
     if (packet.qos === 0 || !client.connected) return;
     const v5 = client.version === 5;
     const ack = { cmd: packet.qos === 1 ? 'puback' : 'pubrec', messageId: packet.messageId, ...(v5 ? { reasonCode: PAYLOAD_FORMAT_INVALID } : {}) } as const;
@@ -337,7 +332,7 @@ export class Broker {
    * first: `_takingOver`, see aedes.js registerClient)? Its close is then no disconnect of the device.
    */
   isTakenOver(clientId: string): boolean {
-    return (this.aedes as unknown as { _takingOver?: Set<string> })._takingOver?.has(clientId) ?? false;
+    return isTakingOver(this.aedes, clientId);
   }
 
   isConnected(clientId: string): boolean {
@@ -352,7 +347,7 @@ export class Broker {
   /**
    * Publishes to one connection of this node (Aedes' `client.publish`: stored in a persistent
    * session, subject to the client's Receive Maximum). Resolves once written, or once queued
-   * behind a full window (see `sendQuota`). `messageExpiry` (epoch ms) keeps the expiry of a
+   * behind a full window (see `sendQuota`, aedesInternals.ts). `messageExpiry` (epoch ms) keeps the expiry of a
    * message the session stores and sends again on a reconnect.
    */
   sendTo(client: Client, packet: { topic: string; payload: Buffer | string; qos: 0 | 1; properties?: Record<string, unknown>; messageExpiry?: number }): Promise<void> {
@@ -369,7 +364,7 @@ export class Broker {
     const client = this.clients.get(clientId);
     if (!client) return false;
     if (options.onlyRevokedCertificate && !this.revokedSerials.has(normalizeSerial(clientCertificate(client)?.serial ?? ''))) return false;
-    const conn = client.conn as unknown as tls.TLSSocket;
+    const conn = client.conn as tls.TLSSocket;
     const closed = conn.destroyed ? Promise.resolve() : new Promise<void>((resolve) => conn.once('close', () => resolve()));
     // MQTT 5 clients get DISCONNECT 0x98 (administrative action) before the socket closes
     // (within LINGER_MS: see linger.ts).

@@ -1,6 +1,7 @@
 import { Duplex } from 'node:stream';
 import type { TLSSocket } from 'node:tls';
 import type { Client } from 'aedes';
+import { clientInternals, type ClientInternals, type KeepaliveTimer } from './aedesInternals.js';
 
 /** A device PUBLISH decoded by the fast lane (the fields of mqtt-packet's packet the hooks read). */
 export interface FastPublish {
@@ -29,18 +30,6 @@ export interface LaneTaker<M> {
   hold?(resume: () => void): boolean;
 }
 
-/** the parts of Aedes' client and mqtt-packet's parser the fast lane works with */
-interface LaneClient {
-  connackSent: boolean;
-  connected: boolean;
-  version: number;
-  /** packets handed to Aedes whose handling has not finished (Aedes reads on when it is 0) */
-  _parsingBatch: number;
-  _keepaliveInterval: number;
-  _keepaliveTimer: { refresh(): void } | null;
-  _parser: { parse(buf: Buffer): number; _list: { length: number }; _stateCounter: number; error: unknown };
-}
-
 /**
  * The per-message path of a connected device's plain publishes, in front of Aedes: PUBLISH packets
  * at QoS 0 or 1 without retain and without MQTT 5 properties, complete in the bytes just received
@@ -60,10 +49,10 @@ interface LaneClient {
  * PUBACK) cost more than the TLS record itself; docs/benchmarks.md has the before and after.
  */
 export function attachFastLane<M>(socket: TLSSocket, client: Client, taker: LaneTaker<M>, maxPacketBytes: number): boolean {
-  const c = client as unknown as LaneClient;
+  // Aedes' and mqtt-packet's internals (aedesInternals.ts, checked at broker start-up), typed once per connection
+  const c = clientInternals(client);
   const parser = c._parser;
-  // the Aedes and mqtt-packet internals this relies on (pinned versions); anything else: no lane
-  if (typeof parser?.parse !== 'function' || typeof parser._list?.length !== 'number' || typeof c._parsingBatch !== 'number' || typeof socket.push !== 'function') return false;
+  if (typeof socket.push !== 'function') return false;
   const parse = parser.parse;
   const idle = () => c.connackSent && c.connected && parser._list.length === 0 && parser._stateCounter === 0 && !parser.error;
 
@@ -150,7 +139,8 @@ export function attachFastLane<M>(socket: TLSSocket, client: Client, taker: Lane
    */
   let guarded: unknown = null;
   const guardKeepalive = (): void => {
-    const timer = c._keepaliveTimer as (LaneClient['_keepaliveTimer'] & { _onTimeout?: unknown }) | null;
+    // `_onTimeout`: Node's own (the callback its timer calls), not Aedes'
+    const timer = c._keepaliveTimer as (KeepaliveTimer & { _onTimeout?: unknown }) | null;
     guarded = timer;
     const fire = timer?._onTimeout;
     if (!timer || typeof fire !== 'function') return;
@@ -331,7 +321,7 @@ export const KEEPALIVE_SWEEP_MS = 250;
 /** incremented by every sweep: a connection is noted once per generation */
 let sweepGeneration = 1;
 /** the connections with fast-lane packets since the last sweep */
-let noted: LaneClient[] = [];
+let noted: ClientInternals[] = [];
 let sweeper: NodeJS.Timeout | undefined;
 
 /**
@@ -347,7 +337,7 @@ let sweeper: NodeJS.Timeout | undefined;
  * packet within 1.5 x keepalive is never cut. No traffic, no sweeps: the interval stops after one
  * sweep with nothing noted.
  */
-function noteActivity(c: LaneClient): void {
+function noteActivity(c: ClientInternals): void {
   noted.push(c);
   sweeper ??= setInterval(sweepKeepalive, KEEPALIVE_SWEEP_MS).unref();
 }

@@ -1,3 +1,12 @@
+import { emitterMatcher } from './aedesInternals.js';
+
+const MAX_TOPICS = 50_000;
+
+export interface TopicListeners {
+  (topic: string): boolean;
+  generation(): number;
+}
+
 /**
  * Remembers which subscriptions match a topic, in front of the Aedes emitter's topic trie
  * (mqemitter + qlobber): a device publishes on the same few topics over and over, and walking
@@ -7,22 +16,9 @@
  * `generation()` changes with every subscribe and unsubscribe (an answer remembered with the
  * generation it was given in holds while the generation is the same).
  */
-interface Matcher {
-  add(topic: string, value: unknown): unknown;
-  remove(topic: string, value?: unknown): unknown;
-  match(topic: string): unknown[];
-}
-
-const MAX_TOPICS = 50_000;
-
-export interface TopicListeners {
-  (topic: string): boolean;
-  generation(): number;
-}
-
 export function cacheTopicMatches(emitter: unknown): TopicListeners | undefined {
-  const mq = emitter as { _matcher?: Matcher };
-  const matcher = mq._matcher;
+  // mqemitter's trie (aedesInternals.ts); its methods are wrapped on the instance, which the emitter calls
+  const matcher = emitterMatcher(emitter);
   if (!matcher || typeof matcher.match !== 'function') return undefined;
   let cache = new Map<string, unknown[]>();
   let generation = 0;

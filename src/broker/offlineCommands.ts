@@ -4,7 +4,8 @@ import type { ActorKind } from '../actors/store.js';
 import type { Gateway } from '../gateway.js';
 import { conflict, notFound, unavailable } from '../lib/errors.js';
 import { deviceCommandMachine, type DeviceCommandStatus } from '../../machines/deviceCommand.js';
-import { sendQuota, type Broker } from './broker.js';
+import type { Broker } from './broker.js';
+import { clientSubscriptions, sendQuota } from './aedesInternals.js';
 import type { BrokerHost } from './host.js';
 import { deviceTopic, parseDeviceTopic } from './topics.js';
 
@@ -294,7 +295,7 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
  * covers it (a command sent then would be lost).
  */
 function commandQos(client: Client): 0 | 1 | undefined {
-  const subs = (client as unknown as { subscriptions: Record<string, { qos: number }> }).subscriptions;
+  const subs = clientSubscriptions(client);
   let qos: 0 | 1 | undefined;
   for (const [filter, sub] of Object.entries(subs)) {
     if (coversCommands(client.id, filter)) qos = sub.qos > 0 ? 1 : (qos ?? 0);

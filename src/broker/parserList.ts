@@ -1,21 +1,5 @@
-import { createRequire } from 'node:module';
 import type { Client } from 'aedes';
-
-interface BufferListClass { new (): { length: number } }
-
-/**
- * The plain `BufferList` class of the `bl` package that mqtt-packet itself loads (resolved from
- * mqtt-packet's own location, so it is the same copy), or undefined if it is not there.
- */
-const PlainBufferList: BufferListClass | undefined = (() => {
-  try {
-    const fromHere = createRequire(import.meta.url);
-    const list = createRequire(fromHere.resolve('mqtt-packet'))('bl') as { BufferList?: BufferListClass };
-    return typeof list.BufferList === 'function' ? list.BufferList : undefined;
-  } catch {
-    return undefined;
-  }
-})();
+import { clientInternals, PlainBufferList } from './aedesInternals.js';
 
 /**
  * mqtt-packet's parser keeps the bytes it has not parsed yet in a `bl` BufferListStream, a Duplex
@@ -28,8 +12,8 @@ const PlainBufferList: BufferListClass | undefined = (() => {
  * Returns whether the list was swapped.
  */
 export function usePlainParserList(client: Client): boolean {
-  const parser = (client as unknown as { _parser?: { _list?: { length: number; append?: unknown } } })._parser;
-  if (!PlainBufferList || !parser?._list || parser._list.length !== 0 || typeof parser._list.append !== 'function') return false;
+  const parser = clientInternals(client)._parser;
+  if (!PlainBufferList || parser._list.length !== 0) return false;
   parser._list = new PlainBufferList();
   return true;
 }

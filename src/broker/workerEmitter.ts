@@ -2,7 +2,7 @@ import cluster, { type Worker } from 'node:cluster';
 import { createRequire } from 'node:module';
 
 const require = createRequire(import.meta.url);
-// mqemitter's own typings do not expose `_matcher` (read by matchCache.ts), so it is used untyped
+// mqemitter's typings do not expose `_matcher` (read through aedesInternals.ts by matchCache.ts), so it is used untyped
 const MQEmitter = require('mqemitter') as (opts?: object) => Emitter;
 
 type Message = Record<string, unknown> & { topic: string };
@@ -151,6 +151,7 @@ export function workerEmitter(): Emitter & { [SEES_ALL_LISTENERS]: true } {
     }
   });
 
+  // Aedes subscribes and unsubscribes through these two, and sends the SUBACK on `done` (AEDES_SOURCE_USES in aedesInternals.ts)
   mq.on = (topic, listener, done) => {
     on(topic, listener);
     let entry = local.get(topic);

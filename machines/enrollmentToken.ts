@@ -3,7 +3,9 @@ import { setup, assign, emit } from 'xstate';
 /**
  * Enrollment token of a registered thing (POST /api/v1/things): single use, valid until
  * `expiresAt`. issued -> used (the device enrolled with it) | expired (its TTL passed before use).
- * Time comes in events (`at`, ISO 8601) from the caller's clock; the machine holds none.
+ * AUTHENTICATE is asked (`can`), never sent: the token authenticates its device until `expiresAt`,
+ * used or not (the device plane before its certificate). Time comes in events (`at`, ISO 8601)
+ * from the caller's clock; the machine holds none.
  */
 export interface EnrollmentTokenContext {
   thingId: string;
@@ -17,7 +19,8 @@ export type EnrollmentTokenInput = Omit<EnrollmentTokenContext, 'usedAt'>;
 
 export type EnrollmentTokenEvent =
   | { type: 'USE'; at: string }
-  | { type: 'EXPIRE'; at: string };
+  | { type: 'EXPIRE'; at: string }
+  | { type: 'AUTHENTICATE'; at: string };
 
 const isExpired = (context: EnrollmentTokenContext, at: string) => Date.parse(at) >= Date.parse(context.expiresAt);
 
@@ -50,9 +53,11 @@ export const enrollmentTokenMachine = setup({
           ],
         },
         EXPIRE: { guard: 'ttlPassed', target: 'expired' },
+        // targets, so that `can` sees a transition (asked, never sent)
+        AUTHENTICATE: { guard: 'valid', target: 'issued' },
       },
     },
-    used: { type: 'final' },
+    used: { type: 'final', on: { AUTHENTICATE: { guard: 'valid', target: 'used' } } },
     expired: {
       type: 'final',
       entry: emit(({ context }) => ({ type: 'enrollmentToken.expired' as const, thingId: context.thingId })),

@@ -1,11 +1,13 @@
 import { setup, assign, emit } from 'xstate';
 
 /**
- * A device license decision (the `device_licenses` row). Automatic decisions are born decided
- * (granted, or denied with the reason); under a model's 'manual' approval a request is born
- * pending, announced (license.requested), and decided once by the tenant: GRANT while its thing
- * is not revoked, DENY (also what revocation sends). A granted license is valid LICENSE_DAYS from
- * its decision; RENEW (asked, never sent: `can`) says whether it may still be renewed at `at`.
+ * A device license decision (the `device_licenses` row). The machine decides a new request at its
+ * birth from its grounds: refused (denied with the reason) when the thing is revoked or not
+ * enrolled or the service established a refusal; under a model's 'manual' approval a request is
+ * born pending, announced (license.requested), and decided once by the tenant: GRANT while its
+ * thing is not revoked, DENY (also what revocation sends); otherwise, and for every renewal (the
+ * tenant approved once already), granted at once. A granted license is valid LICENSE_DAYS from its
+ * decision; RENEW (asked, never sent: `can`) says whether it may still be renewed at `at`.
  */
 export const LICENSE_DAYS = 30;
 
@@ -27,9 +29,21 @@ export interface LicenseContext {
   reason?: string;
 }
 
+/** What a new request is decided on (at `requestedAt`). */
+export type LicenseGrounds =
+  /** the thing's standing, as its own and its certificate's machines say, and its model's approval mode */
+  | { approval: 'automatic' | 'manual'; thingRevoked: boolean; enrolled: boolean }
+  /** a refusal the service established (the license presented for renewal does not verify) */
+  | { refusal: string };
+
 export interface LicenseInput extends Omit<LicenseContext, 'decidedAt' | 'decidedBy' | 'expiresAt' | 'reason'> {
-  /** an automatic decision, taken at `requestedAt`; absent: pending for the tenant */
-  decided?: { decision: 'granted' } | { decision: 'denied'; reason: string };
+  grounds: LicenseGrounds;
+}
+
+/** The reason a request is refused at birth, if it is. */
+function refusal(grounds: LicenseGrounds): string | undefined {
+  if ('refusal' in grounds) return grounds.refusal;
+  return grounds.thingRevoked ? 'thing revoked' : !grounds.enrolled ? 'thing not enrolled' : undefined;
 }
 
 export type LicenseEvent =
@@ -46,11 +60,13 @@ export const licenseMachine = setup({
   },
 }).createMachine({
   id: 'license',
-  context: ({ input: { decided, ...rest } }) => ({
-    ...rest,
-    ...(decided?.decision === 'granted' ? { decidedAt: rest.requestedAt, expiresAt: licenseExpiry(rest.requestedAt) } : {}),
-    ...(decided?.decision === 'denied' ? { decidedAt: rest.requestedAt, reason: decided.reason } : {}),
-  }),
+  context: ({ input: { grounds, ...rest } }) => {
+    const reason = refusal(grounds);
+    // a refused renewal grants nothing: it records no features
+    if (reason !== undefined) return { ...rest, features: rest.kind === 'renew' ? [] : rest.features, decidedAt: rest.requestedAt, reason };
+    if ('approval' in grounds && grounds.approval === 'manual' && rest.kind === 'request') return rest;
+    return { ...rest, decidedAt: rest.requestedAt, expiresAt: licenseExpiry(rest.requestedAt) };
+  },
   initial: 'born',
   states: {
     born: {

@@ -10,6 +10,8 @@ import { setup, assign, emit, enqueueActions } from 'xstate';
  * certificate is on the CRL) in whatever state it is, once; a revoked thing makes no further
  * lifecycle step but can still be annihilated. Every state change emits `thing.stateChanged`
  * (the state-change log, view `thing_state_changes`). Time comes in events (`at`).
+ * FACTORY_DELIVERY is asked (`can`), never sent: may the factory still deliver to the thing
+ * (provision it, report legs)? From ROLLEDOFF to IN_FACTORY while not revoked; factory-handover closes it.
  */
 export interface ThingContext {
   id: string;
@@ -40,7 +42,9 @@ export type ThingEvent =
   | { type: 'ANNIHILATE'; at: string; serial: string | null; by: string }
   | { type: 'REVOKE'; at: string; serial: string | null; by: string }
   /** the thing joined another account (access code): events go to the new owner from now on */
-  | { type: 'TRANSFER'; at: string; accountId: string };
+  | { type: 'TRANSFER'; at: string; accountId: string }
+  /** asked, never sent (see above) */
+  | { type: 'FACTORY_DELIVERY' };
 
 export type ThingState = 'REGISTERED' | 'ROLLEDOFF' | 'PROVISIONED' | 'IN_FACTORY' | 'HANDOVER_PENDING' | 'ACTIVATED' | 'DEACTIVATED' | 'ANNIHILATED';
 
@@ -49,6 +53,11 @@ const notRevoked = ({ context }: { context: ThingContext }) => !context.revokedA
 /** A lifecycle step: the event moves the thing from `from` to `to` unless it is revoked. */
 function step(from: ThingState, to: ThingState) {
   return { guard: 'notRevoked' as const, target: to, actions: { type: 'changed' as const, params: { from, to } } };
+}
+
+/** FACTORY_DELIVERY in a state where factory deliveries are open (a target, so that `can` sees a transition). */
+function factoryOpen(state: ThingState) {
+  return { guard: 'notRevoked' as const, target: state };
 }
 
 /** ANNIHILATE, accepted in every state but the terminal one (revoked or not). */
@@ -130,16 +139,17 @@ export const thingMachine = setup({
         },
       },
     },
-    ROLLEDOFF: { on: { PROVISION: step('ROLLEDOFF', 'PROVISIONED'), ANNIHILATE: annihilate('ROLLEDOFF') } },
+    ROLLEDOFF: { on: { PROVISION: step('ROLLEDOFF', 'PROVISIONED'), ANNIHILATE: annihilate('ROLLEDOFF'), FACTORY_DELIVERY: factoryOpen('ROLLEDOFF') } },
     PROVISIONED: {
       on: {
         FACTORY_DONE: step('PROVISIONED', 'IN_FACTORY'),
         // the PROVISION saga failed: back to ROLLEDOFF, where a new POST provision may start another run
         PROVISION_FAILED: { target: 'ROLLEDOFF', actions: { type: 'changed', params: { from: 'PROVISIONED', to: 'ROLLEDOFF' } } },
         ANNIHILATE: annihilate('PROVISIONED'),
+        FACTORY_DELIVERY: factoryOpen('PROVISIONED'),
       },
     },
-    IN_FACTORY: { on: { FACTORY_HANDOVER: step('IN_FACTORY', 'HANDOVER_PENDING'), ANNIHILATE: annihilate('IN_FACTORY') } },
+    IN_FACTORY: { on: { FACTORY_HANDOVER: step('IN_FACTORY', 'HANDOVER_PENDING'), ANNIHILATE: annihilate('IN_FACTORY'), FACTORY_DELIVERY: factoryOpen('IN_FACTORY') } },
     HANDOVER_PENDING: { on: { ACTIVATE: step('HANDOVER_PENDING', 'ACTIVATED'), ANNIHILATE: annihilate('HANDOVER_PENDING') } },
     ACTIVATED: { on: { DEACTIVATE: step('ACTIVATED', 'DEACTIVATED'), ANNIHILATE: annihilate('ACTIVATED') } },
     DEACTIVATED: { on: { ACTIVATE: step('DEACTIVATED', 'ACTIVATED'), ANNIHILATE: annihilate('DEACTIVATED') } },

@@ -5,6 +5,7 @@ import { isoNow } from '../lib/clock.js';
 import { unstorableField } from '../lib/text.js';
 import { identityKey, repo } from './repo.js';
 import { claimGroupKind, claimRefusal, thingKind } from './kinds.js';
+import { certificatesBorn } from './certificates.js';
 
 export interface PendingClaim {
   groupId: string;
@@ -28,7 +29,7 @@ class IdentityRace extends Error {}
  * One transaction locks each group involved (id order), leaves out identities already enrolled
  * (repeats), sends one CLAIM_MANY per group (the machine takes as many as fit and names them),
  * inserts the accepted things and certificates in one statement (identity order) and births
- * the Thing actors. Nothing is written for a refused claim.
+ * the Thing and certificate actors. Nothing is written for a refused claim.
  *
  * Isolation: a claim is validated before it joins a batch, and when a batch fails anyway its
  * members are committed again one by one, so a bad claim fails alone. Nothing is shared across
@@ -121,8 +122,8 @@ export class ClaimBatcher {
     accepted.sort((x, y) => x - y);
     for (const i of candidates) if (taken.has(identityKey(claims[i].thing))) outcomes[i] = 'repeat';
     // 4. the accepted things and certificates, in one statement
-    const inserted = await repo.insertEnrolledThings(uow.sql, at, accepted.map((i) => ({
-      ...claims[i].thing, enrolledBy: 'claim_token', claimGroupId: claims[i].groupId,
+    const inserted = await repo.insertEnrolledThings(uow.sql, accepted.map((i) => ({
+      ...claims[i].thing, claimGroupId: claims[i].groupId,
       certSerial: claims[i].certificate.serial, pem: claims[i].certificate.pem, sealedKey: claims[i].certificate.sealedKey, notAfter: claims[i].certificate.notAfter,
     })));
     // a claim counted by its group but whose identity another group's batch enrolled meanwhile:
@@ -130,13 +131,16 @@ export class ClaimBatcher {
     if (inserted.size !== accepted.length) throw new IdentityRace();
     for (const i of accepted) outcomes[i] = 'claimed';
     for (const [i, earlier] of duplicates) outcomes[i] = outcomes[earlier] === 'claimed' ? 'repeat' : outcomes[earlier];
-    // 5. the Things are born, pipelined
-    await Promise.all(accepted.map((i) => {
-      const t = claims[i].thing;
-      return uow.create(thingKind, t.id, {
-        id: t.id, accountId: t.accountId, manufacturer: t.manufacturer, model: t.model, serial: t.serial, enrolledBy: 'claim_token', enrolledAt: at,
-      });
-    }));
+    // 5. the Things (their enrollment projected) and their certificates (in use) are born, pipelined
+    await Promise.all([
+      ...accepted.map((i) => {
+        const t = claims[i].thing;
+        return uow.create(thingKind, t.id, {
+          id: t.id, accountId: t.accountId, manufacturer: t.manufacturer, model: t.model, serial: t.serial, enrolledBy: 'claim_token', enrolledAt: at,
+        });
+      }),
+      certificatesBorn(uow, accepted.map((i) => ({ serial: claims[i].certificate.serial, thingId: claims[i].thing.id, notAfter: claims[i].certificate.notAfter })), at),
+    ]);
     return outcomes;
   }
 

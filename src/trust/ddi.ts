@@ -2,17 +2,20 @@ import crypto from 'node:crypto';
 import 'reflect-metadata';
 import * as x509 from '@peculiar/x509';
 import { SignJWT, jwtVerify } from 'jose';
-import type { Gateway } from '../gateway.js';
+import type { CertificateUse, Gateway } from '../gateway.js';
 import type { UnitOfWork } from '../actors/store.js';
 import { conflict, notFound, refused, unauthenticated } from '../lib/errors.js';
 import { isoNow } from '../lib/clock.js';
-import { repo, type LicenseRow, type LicenseStatus, type ThingRow } from './repo.js';
-import { licenseKind, thingKind } from './kinds.js';
+import { repo, type LicenseApproval, type LicenseRow, type LicenseStatus, type ThingRow } from './repo.js';
+import { certificateRevoked, deviceCertificateKind, enrollmentTokenKind, licenseKind, thingKind, thingRevoked } from './kinds.js';
+import { thingStanding } from './certificates.js';
 import { sha256 } from '../lib/encoding.js';
 import { isUuid } from '../http/auth/principal.js';
-import type { LicenseInput } from '../../machines/license.js';
+import type { LicenseContext, LicenseGrounds, LicenseInput } from '../../machines/license.js';
 
 const LICENSE_AUDIENCE = 'device-license';
+/** the partial unique index that keeps one pending request per thing (migration 0102) */
+const ONE_PENDING = 'device_licenses_one_pending';
 
 export interface GrantedLicense { licenseId: string; license: string; expiresAt: string }
 export interface PendingLicense { licenseId: string; status: 'pending' }
@@ -38,20 +41,17 @@ export async function denyOpenLicenseRequest(uow: UnitOfWork, thingId: string, b
  * authentication callback.
  */
 export class DdiService {
-  /** told when a renewed certificate authenticates for the first time (src/trust/rotation.ts) */
-  onFirstUse?: (thingId: string, serial: string) => Promise<void>;
+  /** `rotation`: told when a renewed certificate authenticates for the first time (src/trust/rotation.ts) */
+  constructor(private readonly gw: Gateway, private readonly rotation: CertificateUse) {}
 
-  constructor(private readonly gw: Gateway) {}
-
-  /** The thing an enrollment token authenticates (valid until the token's expiry, used or not). */
+  /** The thing an enrollment token authenticates: its token's machine says (until its expiry, used or not), and its own whether it is revoked. */
   async thingOfToken(token: string): Promise<string> {
-    const thing = await repo.thingByToken(this.gw.sql, sha256(token));
-    if (!thing) throw unauthenticated('enrollment token is not valid', { guess: { scheme: 'enrollment-token', kind: 'unknown-identifier' } });
-    if (!thing.enrollment_token_expires_at || thing.enrollment_token_expires_at.getTime() <= this.gw.clock.now().getTime()) {
-      throw unauthenticated('enrollment token has expired; use mutual TLS');
-    }
-    if (thing.revoked_at) throw refused('this thing was revoked');
-    return thing.id;
+    const row = await repo.thingByToken(this.gw.sql, sha256(token));
+    if (!row) throw unauthenticated('enrollment token is not valid', { guess: { scheme: 'enrollment-token', kind: 'unknown-identifier' } });
+    const [tokenActor, thing] = await Promise.all([this.gw.actors.get(enrollmentTokenKind, row.id), this.gw.actors.get(thingKind, row.id)]);
+    if (!tokenActor?.snapshot.can({ type: 'AUTHENTICATE', at: isoNow(this.gw.clock) })) throw unauthenticated('enrollment token has expired; use mutual TLS');
+    if (thingRevoked(thing)) throw refused('this thing was revoked');
+    return row.id;
   }
 
   /**
@@ -66,11 +66,13 @@ export class DdiService {
       && (await cert.verify({ publicKey: this.gw.pki.deviceCaCert, date: this.gw.clock.now() }).catch(() => false));
     if (!ok) throw unauthenticated('client certificate is not issued by the device CA or is not valid now');
     const thingId = cert.subject.startsWith('CN=') ? cert.subject.slice(3) : '';
-    const stored = await repo.certificate(this.gw.sql, cert.serialNumber.toLowerCase());
-    if (!isUuid(thingId) || !stored || stored.thing_id !== thingId.toLowerCase()) throw unauthenticated('client certificate is not known');
-    if (stored.revoked) throw refused('client certificate is revoked');
-    if (stored.awaiting_first_use) await this.onFirstUse?.(stored.thing_id, stored.serial);
-    return stored.thing_id;
+    // the certificate's actor (id = its serial as stored) knows its thing and its lifecycle
+    const stored = await this.gw.actors.get(deviceCertificateKind, cert.serialNumber.toLowerCase());
+    if (!isUuid(thingId) || !stored || stored.snapshot.context.thingId !== thingId.toLowerCase()) throw unauthenticated('client certificate is not known');
+    if (certificateRevoked(stored)) throw refused('client certificate is revoked');
+    const { thingId: owner, serial } = stored.snapshot.context;
+    if (stored.state === 'issued') await this.rotation.used(owner, serial);
+    return owner;
   }
 
   async status(thingId: string) {
@@ -89,16 +91,20 @@ export class DdiService {
   // --- licenses: a JWT (ES256, license key) naming the thing, expiring; every decision is a license actor and its row
 
   /**
-   * A model with licenseApproval 'manual' makes a request wait for the tenant: one pending row per
-   * thing, answered 202 with its id; otherwise the license is granted at once (200).
+   * The license machine decides each request at its birth (machines/license.ts): refused when the
+   * thing is revoked or not enrolled (recorded, then 403); under a model's licenseApproval
+   * 'manual', pending for the tenant: one pending row per thing, answered 202 with its id;
+   * otherwise granted at once (200).
    */
   async requestLicense(thingId: string, features: string[] = []): Promise<GrantedLicense | PendingLicense> {
-    const thing = await this.licensable(thingId, 'request', features);
-    if (thing.license_approval === 'manual') return { licenseId: await this.pendingRequest(thing, features), status: 'pending' };
-    return this.grant(thing, 'request', features);
+    const thing = await repo.thingWithApproval(this.gw.sql, thingId);
+    if (!thing) throw notFound(`thing ${thingId} not found`);
+    const decided = await this.decide(thing, 'request', features, await this.grounds(thing));
+    if (decided.state === 'pending') return { licenseId: decided.context.id, status: 'pending' };
+    return this.granted(thing, decided);
   }
 
-  /** Renew stays automatic under 'manual' too: it needs a granted license, so the tenant approved once already. */
+  /** Renew stays automatic under 'manual' too (the machine's rule): it needs a granted license, so the tenant approved once already. */
   async renewLicense(thingId: string, license: string): Promise<GrantedLicense> {
     let claims: Record<string, unknown>;
     try {
@@ -107,15 +113,17 @@ export class DdiService {
       }));
     } catch {
       const thing = await repo.thing(this.gw.sql, thingId);
-      if (thing) await this.decide(thing, 'renew', [], { decision: 'denied', reason: 'license invalid or expired' });
+      if (thing) await this.decide(thing, 'renew', [], { refusal: 'license invalid or expired' });
       throw refused('license is not a valid, unexpired license of this thing; request a new one');
     }
     const previous = await repo.license(this.gw.sql, String(claims.jti));
     // the previous license's machine says whether it is granted and unexpired
     const renewable = previous && previous.thing_id === thingId && (await this.gw.actors.can(licenseKind, previous.id, { type: 'RENEW', at: isoNow(this.gw.clock) }));
     if (!renewable) throw refused('license is not known');
-    const thing = await this.licensable(thingId, 'renew', []);
-    return this.grant(thing, 'renew', (claims.features as string[] | undefined) ?? []);
+    const thing = await repo.thingWithApproval(this.gw.sql, thingId);
+    if (!thing) throw notFound(`thing ${thingId} not found`);
+    const features = (claims.features as string[] | undefined) ?? [];
+    return this.granted(thing, await this.decide(thing, 'renew', features, await this.grounds(thing)));
   }
 
   /** GET /ddi/v1/{thingId}/license/{licenseId}: how a device learns the tenant's decision. */
@@ -128,57 +136,48 @@ export class DdiService {
     return { licenseId, status: row.decision, ...(row.reason ? { reason: row.reason } : {}) };
   }
 
-  /** The thing, when a license may be issued to it; otherwise the refusal is recorded and 403. */
-  private async licensable(thingId: string, kind: 'request' | 'renew', features: string[]) {
-    const thing = await repo.thingWithApproval(this.gw.sql, thingId);
-    if (!thing) throw notFound(`thing ${thingId} not found`);
-    const cert = await repo.currentCertificate(this.gw.sql, thingId);
-    const refusal = thing.revoked_at || cert?.revoked ? 'thing revoked' : !cert ? 'thing not enrolled' : undefined;
-    if (refusal) {
-      await this.decide(thing, kind, features, { decision: 'denied', reason: refusal });
-      throw refused(`license refused: ${refusal}`);
-    }
-    return thing;
-  }
-
-  /** An automatic decision: its row, and its actor born decided (granted: valid from now). */
-  private async decide(thing: ThingRow, kind: 'request' | 'renew', features: string[], decided: NonNullable<LicenseInput['decided']>) {
-    const id = crypto.randomUUID();
-    const created = await this.gw.actors.run(async (uow) => {
-      await repo.insertDecidedLicense(uow.sql, { id, thingId: thing.id, kind, decision: decided.decision, features });
-      return uow.create(licenseKind, id, this.licenseInput(id, thing, kind, features, decided));
-    });
-    return created.snapshot.context;
-  }
-
-  private licenseInput(id: string, thing: ThingRow, kind: 'request' | 'renew', features: string[], decided?: LicenseInput['decided']): LicenseInput {
-    return { id, thingId: thing.id, accountId: thing.account_id, serial: thing.serial, kind, features, requestedAt: isoNow(this.gw.clock), ...(decided ? { decided } : {}) };
+  /** What a request is decided on: the thing's and its newest certificate's machines, and the model's approval mode. */
+  private async grounds(thing: ThingRow & { license_approval: LicenseApproval }): Promise<LicenseGrounds> {
+    const standing = await thingStanding(this.gw.actors, this.gw.sql, thing.id);
+    return { approval: thing.license_approval, thingRevoked: standing.revoked, enrolled: standing.current !== undefined };
   }
 
   /**
-   * The thing's one pending request (partial unique index): a repeat, concurrent or not, gets the
-   * same id. A conflicting insert waits for the other inserter; if the row it met was decided
-   * before we read it, a new request is due, so insert again.
+   * A new decision: its row (the request) and its actor, born decided or pending, in one unit of
+   * work. The thing's one pending request (partial unique index): a repeat, concurrent or not,
+   * gets the same id: the projection of a second `pending` fails on the index (after waiting for
+   * the other inserter), and the existing one is answered; if that one was decided before we read
+   * it, a new request is due, so try again.
    */
-  private async pendingRequest(thing: ThingRow, features: string[]): Promise<string> {
+  private async decide(thing: ThingRow, kind: 'request' | 'renew', features: string[], grounds: LicenseGrounds) {
     for (let attempt = 0; attempt < 3; attempt++) {
-      // a new request is announced by its machine (license.requested -> the account's approvers are notified) in its own commit
-      const inserted = await this.gw.actors.run(async (uow) => {
-        const id = await repo.insertPendingLicense(uow.sql, { id: crypto.randomUUID(), thingId: thing.id, features });
-        if (id) await uow.create(licenseKind, id, this.licenseInput(id, thing, 'request', features));
-        return id;
-      });
-      if (inserted) return inserted;
+      const id = crypto.randomUUID();
+      try {
+        // a pending request is announced by its machine (license.requested -> the account's approvers are notified) in its own commit
+        const created = await this.gw.actors.run(async (uow) => {
+          await repo.insertLicense(uow.sql, { id, thingId: thing.id, kind, features });
+          return uow.create(licenseKind, id, this.licenseInput(id, thing, kind, features, grounds));
+        });
+        return { state: created.state, context: created.snapshot.context };
+      } catch (err) {
+        if ((err as { constraint_name?: string }).constraint_name !== ONE_PENDING) throw err;
+      }
       const existing = await repo.pendingLicenseOf(this.gw.sql, thing.id);
-      if (existing) return existing;
+      if (existing) return { state: 'pending', context: { id: existing } };
     }
     throw conflict('the license request was decided while it was being repeated; send it again');
   }
 
-  private async grant(thing: ThingRow, kind: 'request' | 'renew', features: string[]): Promise<GrantedLicense> {
-    const c = await this.decide(thing, kind, features, { decision: 'granted' });
+  private licenseInput(id: string, thing: ThingRow, kind: 'request' | 'renew', features: string[], grounds: LicenseGrounds): LicenseInput {
+    return { id, thingId: thing.id, accountId: thing.account_id, serial: thing.serial, kind, features, requestedAt: isoNow(this.gw.clock), grounds };
+  }
+
+  /** The answer to a decision taken at once: the signed license, or 403 with the machine's reason. */
+  private async granted(thing: ThingRow, decided: { state: string; context: Partial<LicenseContext> & { id: string } }): Promise<GrantedLicense> {
+    const c = decided.context;
+    if (decided.state !== 'granted') throw refused(`license refused: ${c.reason ?? decided.state}`);
     const expiresAt = new Date(c.expiresAt!);
-    const license = await this.sign({ id: c.id, thing_id: thing.id, features, decided_at: new Date(c.decidedAt!), expires_at: expiresAt });
+    const license = await this.sign({ id: c.id, thing_id: thing.id, features: c.features ?? [], decided_at: new Date(c.decidedAt!), expires_at: expiresAt });
     return { licenseId: c.id, license, expiresAt: expiresAt.toISOString() };
   }
 
@@ -238,13 +237,16 @@ export class DdiService {
     return row;
   }
 
-  /** The broker's authentication callback: allow when CN = client id = username and its certificate is valid and not revoked. */
+  /**
+   * The broker's authentication callback: allow when CN = client id = username and its newest
+   * certificate's machine would let it authenticate now (not revoked nor superseded, not expired).
+   */
   async authnEmqx(input: { clientid: string; username: string; cert_cn: string }): Promise<'allow' | 'deny'> {
     if (!input.cert_cn || input.cert_cn !== input.clientid || input.cert_cn !== input.username) return 'deny';
     if (!/^[0-9a-f-]{36}$/i.test(input.cert_cn)) return 'deny';
     const cert = await repo.currentCertificate(this.gw.sql, input.cert_cn.toLowerCase());
-    if (!cert || cert.revoked || cert.not_after.getTime() <= this.gw.clock.now().getTime()) return 'deny';
-    return 'allow';
+    const actor = cert && (await this.gw.actors.get(deviceCertificateKind, cert.serial));
+    return actor?.snapshot.can({ type: 'AUTHENTICATE', at: isoNow(this.gw.clock) }) ? 'allow' : 'deny';
   }
 }
 

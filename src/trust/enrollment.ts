@@ -6,7 +6,8 @@ import type { UnitOfWork } from '../actors/store.js';
 import { conflict, invalid, refused, unauthenticated, type DomainError } from '../lib/errors.js';
 import { repo, type ClaimContextRow, type Identity, type ModelRow, type ThingRow } from './repo.js';
 import { isUuid } from '../http/auth/principal.js';
-import { claimRefusal, enrollmentTokenKind, settleClaimGroup, thingKind } from './kinds.js';
+import { claimRefusal, enrollmentTokenKind, settleClaimGroup, thingKind, thingRevoked } from './kinds.js';
+import { certificatesBorn, thingStanding } from './certificates.js';
 import { parseDescriptor, type ModelService } from './models.js';
 import { safeEqual, sha256 } from '../lib/encoding.js';
 import { isoNow } from '../lib/clock.js';
@@ -83,10 +84,10 @@ export class EnrollmentService {
     try {
       const response = await this.gw.actors.run(async (uow) => {
         const at = isoNow(this.gw.clock);
-        if (!(await repo.insertEnrolledThing(uow.sql, { id: thingId, accountId, modelId: model.id, ...tuple, enrolledBy: FACTORY_METHOD, enrolledAt: at }, this.certificateRow(issued)))) {
+        if (!(await repo.insertEnrolledThing(uow.sql, { id: thingId, accountId, modelId: model.id, ...tuple }, this.certificateRow(issued)))) {
           throw new AlreadyEnrolled();
         }
-        await this.birth(uow, { id: thingId, account_id: accountId, ...tuple }, FACTORY_METHOD, at);
+        await this.birth(uow, { id: thingId, account_id: accountId, ...tuple }, FACTORY_METHOD, at, issued);
         return this.response(thingId, issued);
       });
       return { created: true, thingId, response };
@@ -104,17 +105,20 @@ export class EnrollmentService {
    * The enrollmentToken machine decides: USE is accepted once, before the TTL. A token that is
    * refused while still `issued` has expired, which EXPIRE records (committed, then 403). The
    * certificate is signed only when the machine would accept USE (a read), before the transaction.
+   * The thing's machine says whether it is revoked (read first, then again under its lock).
    */
   private async byToken(token: string, csr?: string): Promise<EnrollmentResponse> {
     const thing = await repo.thingByToken(this.gw.sql, sha256(token));
     if (!thing) throw unauthenticated('unknown enrollment token', { guess: { scheme: 'enrollment-token', kind: 'unknown-identifier' } });
-    if (thing.revoked_at) throw refused('this thing was revoked');
-    await this.blacklist.refuseListed(thing.model, thing.serial);
     const at = isoNow(this.gw.clock);
-    const issued = (await this.gw.actors.can(enrollmentTokenKind, thing.id, { type: 'USE', at })) ? await this.issue(thing.id, csr) : undefined;
+    const [machine, tokenActor] = await Promise.all([this.gw.actors.get(thingKind, thing.id), this.gw.actors.get(enrollmentTokenKind, thing.id)]);
+    if (thingRevoked(machine)) throw refused('this thing was revoked');
+    await this.blacklist.refuseListed(thing.model, thing.serial);
+    const issued = tokenActor?.snapshot.can({ type: 'USE', at }) ? await this.issue(thing.id, csr) : undefined;
     const outcome = await this.gw.actors.run(async (uow): Promise<EnrollmentResponse | DomainError> => {
-      const row = await repo.lockThing(uow.sql, thing.id);
-      if (!row || row.revoked) return refused('this thing was revoked');
+      // the thing's actor first (the lock revocation takes)
+      const locked = await uow.load(thingKind, thing.id);
+      if (!locked || thingRevoked(locked)) return refused('this thing was revoked');
       const used = await uow.trySend(enrollmentTokenKind, thing.id, { type: 'USE', at });
       if ('refused' in used) {
         const state = used.snapshot.can({ type: 'EXPIRE', at }) ? (await uow.send(enrollmentTokenKind, thing.id, { type: 'EXPIRE', at })).state : used.state;
@@ -122,11 +126,12 @@ export class EnrollmentService {
       }
       // the machine accepted USE meanwhile (it refused a moment ago): sign on the next try
       if (!issued) return conflict('enrollment token changed meanwhile; retry');
-      // the REGISTERED thing enrolls; its machine refuses a revoked one (thrown: nothing commits)
+      // the REGISTERED thing enrolls (its machine records how and when: projected enrolled_by/at);
+      // it refuses a revoked one (thrown: nothing commits)
       const enrolled = await uow.trySend(thingKind, thing.id, { type: 'ENROLL', at, method: 'enrollment_token' });
       if ('refused' in enrolled) throw refused('this thing was revoked');
-      await repo.markEnrolled(uow.sql, thing.id, 'enrollment_token', at);
       await repo.insertCertificate(uow.sql, { thingId: thing.id, ...this.certificateRow(issued) });
+      await certificatesBorn(uow, [{ serial: issued.serial, thingId: thing.id, notAfter: issued.notAfter }], at);
       return this.response(thing.id, issued);
     });
     if (outcome instanceof Error) throw outcome;
@@ -176,10 +181,10 @@ export class EnrollmentService {
     const { accountId, ...tuple } = identity;
     return this.firstEnrollment(identity, csr, () => this.gw.actors.run(async (uow) => {
       const at = isoNow(this.gw.clock);
-      if (!(await repo.insertEnrolledThing(uow.sql, { id: thingId, accountId, modelId: model.id, ...tuple, enrolledBy: method, enrolledAt: at }, this.certificateRow(issued)))) {
+      if (!(await repo.insertEnrolledThing(uow.sql, { id: thingId, accountId, modelId: model.id, ...tuple }, this.certificateRow(issued)))) {
         throw new AlreadyEnrolled();
       }
-      await this.birth(uow, { id: thingId, account_id: accountId, ...tuple }, method, at);
+      await this.birth(uow, { id: thingId, account_id: accountId, ...tuple }, method, at, issued);
       return this.response(thingId, issued);
     }), method);
   }
@@ -202,17 +207,16 @@ export class EnrollmentService {
     return thing;
   }
 
-  private repeatFor(method: string, thing: ThingRow, csr?: string, uow?: UnitOfWork): Promise<EnrollmentResponse> {
+  private repeatFor(method: string, thing: ThingRow, csr?: string): Promise<EnrollmentResponse> {
     if (!PROVING_METHODS.has(method)) throw conflict(`serial ${thing.serial} of ${thing.model} is already enrolled`);
-    return this.repeat(thing, csr, uow);
+    return this.repeat(thing, csr);
   }
 
-  /** Idempotent re-enrollment: the same thingId and certificate, nothing re-issued. */
-  private async repeat(thing: ThingRow, csr?: string, uow?: UnitOfWork): Promise<EnrollmentResponse> {
-    if (thing.revoked_at) throw refused('this thing was revoked; it cannot enroll again');
-    const cert = await repo.currentCertificate(uow?.sql ?? this.gw.sql, thing.id);
+  /** Idempotent re-enrollment: the same thingId and certificate, nothing re-issued (the thing's and its certificate's machines: not revoked). */
+  private async repeat(thing: ThingRow, csr?: string): Promise<EnrollmentResponse> {
+    const { revoked, current: cert } = await thingStanding(this.gw.actors, this.gw.sql, thing.id);
+    if (revoked) throw refused('this thing was revoked; it cannot enroll again');
     if (!cert) throw conflict(`thing ${thing.id} is registered but not enrolled; enroll with its enrollment token`);
-    if (cert.revoked) throw refused('this thing was revoked; it cannot enroll again');
     if (csr) {
       const spki = await this.csrKey(csr);
       const issuedKey = Buffer.from(new x509.X509Certificate(cert.pem).publicKey.rawData);
@@ -317,12 +321,15 @@ export class EnrollmentService {
     };
   }
 
-  /** Births the Thing actor in ROLLEDOFF (same transaction as its rows). */
-  private async birth(uow: UnitOfWork, thing: Pick<ThingRow, 'id' | 'account_id' | 'manufacturer' | 'model' | 'serial'>, method: string, at: string): Promise<void> {
-    await uow.create(thingKind, thing.id, {
-      id: thing.id, accountId: thing.account_id, manufacturer: thing.manufacturer, model: thing.model, serial: thing.serial,
-      enrolledBy: method, enrolledAt: at,
-    });
+  /** Births the Thing actor in ROLLEDOFF and its certificate's actor in use (same transaction as their rows). */
+  private async birth(uow: UnitOfWork, thing: Pick<ThingRow, 'id' | 'account_id' | 'manufacturer' | 'model' | 'serial'>, method: string, at: string, issued: Issued): Promise<void> {
+    await Promise.all([
+      uow.create(thingKind, thing.id, {
+        id: thing.id, accountId: thing.account_id, manufacturer: thing.manufacturer, model: thing.model, serial: thing.serial,
+        enrolledBy: method, enrolledAt: at,
+      }),
+      certificatesBorn(uow, [{ serial: issued.serial, thingId: thing.id, notAfter: issued.notAfter }], at),
+    ]);
   }
 
   private response(thingId: string, issued: Issued): EnrollmentResponse {

@@ -11,7 +11,7 @@ import { resealAll, Sealer, type SealedColumn } from '../pki/sealer.js';
 import { TrustService } from './service.js';
 import { ThingLifecycleService } from './lifecycle.js';
 import { FactoryEnrollments } from './enrollments.js';
-import { claimGroupKind, enrollmentTokenKind, thingKind } from './kinds.js';
+import { accessCodeKind, claimGroupKind, deviceCertificateKind, enrollmentTokenKind, licenseKind, thingKind } from './kinds.js';
 import { revokeBlacklisted } from './blacklisted.js';
 import { CertificateRotation, rotationRoutes } from './rotation.js';
 import { CERTIFICATE_EXPIRY_JOB, CertificateExpiryWarnings } from './expiryWarnings.js';
@@ -52,18 +52,18 @@ export const trustDomain = defineDomain({
   name: 'trust',
   provides: ['trust', 'models', 'enrollment', 'crl', 'thingDirectory', 'thingLifecycle', 'certificateUse', 'certificateRenewal', 'thingSearch'],
   requires: ['deviceSessions', 'mqttEndpoint', 'blacklist'],
-  kinds: [claimGroupKind, enrollmentTokenKind, thingKind],
+  kinds: [claimGroupKind, enrollmentTokenKind, thingKind, licenseKind, deviceCertificateKind, accessCodeKind],
   init(gw, { deviceSessions, mqttEndpoint, blacklist }) {
     const sealer = new Sealer(gw.pki.sealingKeys);
     const crl = new CrlService(gw);
     const models = new ModelService(gw.sql, sealer, gw.config.PUBLIC_BASE_URL);
     const trust = new TrustService(gw, crl, models, deviceSessions);
     const enrollment = new EnrollmentService(gw, models, sealer, mqttEndpoint, blacklist);
+    const rotation = new CertificateRotation(gw, crl, deviceSessions);
     const services: TrustServices = {
-      trust, models, crl, enrollment, ddi: new DdiService(gw), lifecycle: new ThingLifecycleService(gw, trust), enrollments: new FactoryEnrollments(gw.sql, models, enrollment),
-      rotation: new CertificateRotation(gw, crl, deviceSessions),
+      trust, models, crl, enrollment, ddi: new DdiService(gw, rotation), lifecycle: new ThingLifecycleService(gw, trust), enrollments: new FactoryEnrollments(gw.sql, models, enrollment),
+      rotation,
     };
-    services.ddi.onFirstUse = (thingId, serial) => services.rotation.used(thingId, serial);
     byGateway.set(gw, services);
     const certificateUse = new FirstUseFilter(gw, services.rotation);
     firstUse.set(gw, certificateUse);
@@ -78,7 +78,7 @@ export const trustDomain = defineDomain({
     gw.jobs.define('trust.claim-group-expiry', async () => { await trust.expireClaimGroups(); }, { schedule: '7 * * * *' });
     return {
       trust, models, enrollment, crl, thingDirectory: trust, thingLifecycle: services.lifecycle, certificateUse,
-      certificateRenewal: services.rotation, thingSearch: thingSearch(new RegistryService(gw.sql)),
+      certificateRenewal: services.rotation, thingSearch: thingSearch(new RegistryService(gw.sql, gw.actors, gw.clock)),
     };
   },
   async routes(app, gw) {

@@ -5,14 +5,19 @@ import { claimGroupMachine } from '../../machines/claimGroup.js';
 import { enrollmentTokenMachine } from '../../machines/enrollmentToken.js';
 import { thingMachine } from '../../machines/thing.js';
 import { licenseMachine } from '../../machines/license.js';
+import { deviceCertificateMachine, REVOKED_CERTIFICATE_STATES } from '../../machines/deviceCertificate.js';
+import { accessCodeMachine } from '../../machines/accessCode.js';
 
-/** Claim groups: state, consumed count and expiry shown on the `claim_groups` row (the claim query and the TTL sweep read them). */
+/**
+ * Claim groups: state, consumed count and expiry shown on the `claim_groups` row (the claim query
+ * and the TTL sweep read them), and the settings the list shows (name, cap, TTL).
+ */
 export const claimGroupKind: ActorKind<typeof claimGroupMachine> = {
   type: 'claimGroup', machine: claimGroupMachine, accountOf: (c) => c.accountId,
   projection: {
     table: 'claim_groups',
-    columns: ['state', 'consumed', 'expires_at'],
-    project: (s, state) => ({ state, consumed: s.context.consumed, expires_at: s.context.expiresAt }),
+    columns: ['state', 'consumed', 'expires_at', 'name', 'max_devices', 'ttl_days'],
+    project: ({ context: c }, state) => ({ state, consumed: c.consumed, expires_at: c.expiresAt, name: c.name, max_devices: c.maxDevices, ttl_days: c.ttlDays }),
   },
 };
 
@@ -26,15 +31,49 @@ export const enrollmentTokenKind: ActorKind<typeof enrollmentTokenMachine> = {
   },
 };
 
-/** The thing's owner, revocation and lifecycle state are its machine's; the store writes them onto `things`. */
+/** The thing's owner, enrollment, revocation and lifecycle state are its machine's; the store writes them onto `things`. */
 export const thingKind: ActorKind<typeof thingMachine> = {
   type: 'thing', machine: thingMachine, accountOf: (c) => c.accountId,
   projection: {
     table: 'things',
-    columns: ['account_id', 'revoked_at', 'lifecycle_state', 'lifecycle_updated_at'],
+    columns: ['account_id', 'enrolled_by', 'enrolled_at', 'revoked_at', 'lifecycle_state', 'lifecycle_updated_at'],
     project: ({ context }, state) => ({
-      account_id: context.accountId, revoked_at: context.revokedAt ?? null, lifecycle_state: state, lifecycle_updated_at: context.stateAt ?? null,
+      account_id: context.accountId, enrolled_by: context.enrolledBy ?? null, enrolled_at: context.enrolledAt ?? null,
+      revoked_at: context.revokedAt ?? null, lifecycle_state: state, lifecycle_updated_at: context.stateAt ?? null,
     }),
+  },
+};
+
+/** Is the thing revoked? Its machine's decision (REVOKE or ANNIHILATE); false for an absent thing. */
+export const thingRevoked = (thing: { snapshot: SnapshotFrom<typeof thingMachine> } | undefined): boolean =>
+  thing !== undefined && thing.snapshot.context.revokedAt !== undefined;
+
+/**
+ * Device certificates (actor id = the serial): the CRL's `revoked`/`revoked_at` and rotation's
+ * `awaiting_first_use` on the `device_certificates` row (the CRL, the first-use filter and the
+ * registry read them). No domain events: revocation is announced by the thing and the CRL.
+ */
+export const deviceCertificateKind: ActorKind<typeof deviceCertificateMachine> = {
+  type: 'deviceCertificate', machine: deviceCertificateMachine,
+  projection: {
+    table: 'device_certificates', key: 'serial',
+    columns: ['revoked', 'revoked_at', 'awaiting_first_use'],
+    project: ({ context }, state) => ({
+      revoked: REVOKED_CERTIFICATE_STATES.has(state), revoked_at: context.revokedAt ?? null, awaiting_first_use: state === 'issued',
+    }),
+  },
+};
+
+/** Is the certificate on the CRL (superseded or revoked)? Its machine's state; false when absent. */
+export const certificateRevoked = (cert: { state: string } | undefined): boolean => cert !== undefined && REVOKED_CERTIFICATE_STATES.has(cert.state);
+
+/** Thing access codes: their single use shown on the `thing_access_codes` row. */
+export const accessCodeKind: ActorKind<typeof accessCodeMachine> = {
+  type: 'accessCode', machine: accessCodeMachine, accountOf: (c) => c.issuedByAccount,
+  projection: {
+    table: 'thing_access_codes',
+    columns: ['used_at', 'used_by_account'],
+    project: ({ context }) => ({ used_at: context.usedAt ?? null, used_by_account: context.usedByAccount ?? null }),
   },
 };
 

@@ -4,7 +4,7 @@ import type { UnitOfWork } from '../actors/store.js';
 import { conflict, notFound } from '../lib/errors.js';
 import { isoNow } from '../lib/clock.js';
 import { isUuid } from '../http/auth/principal.js';
-import { thingKind, thingRefusal } from './kinds.js';
+import { thingKind, thingRefusal, thingRevoked } from './kinds.js';
 import type { TrustService } from './service.js';
 import type { Db } from '../db/client.js';
 
@@ -32,9 +32,6 @@ export interface SagaThing {
   serial: string;
 }
 
-/** States in which a thing may still get new factory deliveries (HANDOVER_PENDING closes it). */
-const FACTORY_OPEN: ReadonlySet<ThingState> = new Set(['ROLLEDOFF', 'PROVISIONED', 'IN_FACTORY']);
-
 /** The thing's lifecycle as the tenant sees it: its state, lookups by serial, the steps, the log. */
 export class ThingLifecycleService {
   constructor(private readonly gw: Gateway, private readonly trust: Pick<TrustService, 'revokeThing'>) {}
@@ -56,12 +53,14 @@ export class ThingLifecycleService {
 
   /**
    * GET /api/v1/things/{id}/factory-eligibility: may the factory still deliver to this thing
-   * (provision it, report legs)? Open from ROLLEDOFF to IN_FACTORY; factory-handover closes it.
+   * (provision it, report legs)? The thing's machine says (FACTORY_DELIVERY: open from ROLLEDOFF
+   * to IN_FACTORY while not revoked; factory-handover closes it).
    */
   async factoryEligibility(scope: ThingScope, thingId: string) {
     const row = await this.row(scope, thingId);
-    const open = FACTORY_OPEN.has(row.state) && !row.revoked;
-    const reason = row.revoked ? 'the thing is revoked'
+    const thing = await this.gw.actors.get(thingKind, thingId);
+    const open = thing?.snapshot.can({ type: 'FACTORY_DELIVERY' }) ?? false;
+    const reason = thingRevoked(thing) ? 'the thing is revoked'
       : open ? `the thing is ${row.state}: factory deliveries are open until factory-handover`
       : row.state === 'REGISTERED' ? 'the thing is REGISTERED: it is not enrolled yet'
       : `the thing is ${row.state}: factory-handover closed factory deliveries`;

@@ -61,7 +61,7 @@ const tagsSchema = z.object({ thing_id: z.uuid(), tags: z.array(z.string()) });
 
 /** The fleet registry routes (issue 18, item 1): list, read, tags, claim groups listed. */
 export async function registryRoutes(app: ZodApp, gw: Gateway): Promise<void> {
-  const registry = new RegistryService(gw.sql);
+  const registry = new RegistryService(gw.sql, gw.actors, gw.clock);
 
   app.get('/api/v1/things', {
     config: { auth: { action: 'factory:Thing:List', roles: READ } },

@@ -3,6 +3,9 @@ import { conflict, invalid, notFound } from '../lib/errors.js';
 import { iso } from '../lib/encoding.js';
 import { isUuid } from '../http/auth/principal.js';
 import type { ThingQuery, ThingSearch, ThingSummary } from '../gateway.js';
+import type { ActorStore } from '../actors/store.js';
+import { isoNow, type Clock } from '../lib/clock.js';
+import { claimGroupKind, type ClaimGroupStatus } from './kinds.js';
 import type { ThingScope } from './lifecycle.js';
 import type { ThingState } from '../../machines/thing.js';
 
@@ -73,7 +76,8 @@ interface ThingDetailRow extends ThingRow {
 }
 
 export class RegistryService {
-  constructor(private readonly sql: Sql) {}
+  /** `actors` and `clock`: the claimGroup machines decide expiry in the claim group list */
+  constructor(private readonly sql: Sql, private readonly actors: ActorStore, private readonly clock: Clock) {}
 
   async list(scope: ThingScope, q: ThingListQuery) {
     const after = q.cursor === undefined ? undefined : decodeCursor(q.cursor, q.sort);
@@ -135,20 +139,34 @@ export class RegistryService {
     });
   }
 
-  /** The account's claim groups, keyset pages by id; status as the claim group actor would settle it now. */
+  /**
+   * The account's claim groups, keyset pages by id (their rows: the claimGroup actors' projection).
+   * The status is the machine's state, or `expired` where the machine would accept EXPIRE now (the
+   * injected clock): a TTL that passed since the group's last event, not yet recorded by the sweep.
+   */
   async claimGroups(accountId: string, q: { limit: number; after?: string }) {
-    const rows = await this.sql<{ id: string; name: string; max_devices: number; ttl_days: number; created_at: Date; expires_at: Date | null; consumed: number; status: string }[]>`
-      select g.id, a.snapshot -> 'context' ->> 'name' as name, (a.snapshot -> 'context' ->> 'maxDevices')::int as max_devices,
-        (a.snapshot -> 'context' ->> 'ttlDays')::int as ttl_days, g.created_at, g.expires_at, g.consumed,
-        case when g.state in ('active', 'capped') and g.expires_at <= now() then 'expired' else g.state end as status
-      from claim_groups g join actors a on a.type = 'claimGroup' and a.id = g.id::text
-      where g.account_id = ${accountId} ${q.after === undefined ? this.sql`` : this.sql`and g.id > ${q.after}`}
-      order by g.id limit ${q.limit + 1}`;
-    const items = rows.slice(0, q.limit).map((r) => ({
+    const rows = await this.sql<{ id: string; name: string; max_devices: number; ttl_days: number; created_at: Date; expires_at: Date | null; consumed: number; state: ClaimGroupStatus }[]>`
+      select id, name, max_devices, ttl_days, created_at, expires_at, consumed, state from claim_groups
+      where account_id = ${accountId} ${q.after === undefined ? this.sql`` : this.sql`and id > ${q.after}`}
+      order by id limit ${q.limit + 1}`;
+    const page = rows.slice(0, q.limit);
+    const status = await this.claimGroupStatus(page);
+    const items = page.map((r, i) => ({
       id: r.id, name: r.name, maxDevices: r.max_devices, ttlDays: r.ttl_days, createdAt: iso(r.created_at), expiresAt: iso(r.expires_at),
-      consumed: r.consumed, status: r.status as 'active' | 'capped' | 'expired' | 'revoked', revoked: r.status === 'revoked',
+      consumed: r.consumed, status: status[i], revoked: status[i] === 'revoked',
     }));
     return { items, next_cursor: rows.length > q.limit ? items[items.length - 1].id : null };
+  }
+
+  /** Each group's status now: its machine asked, for the groups whose projected expiry has passed (the others keep their state). */
+  private async claimGroupStatus(rows: { id: string; expires_at: Date | null; state: ClaimGroupStatus }[]): Promise<ClaimGroupStatus[]> {
+    const at = isoNow(this.clock);
+    return Promise.all(rows.map(async (r) => {
+      const due = (r.state === 'active' || r.state === 'capped') && r.expires_at !== null && r.expires_at.getTime() <= Date.parse(at);
+      if (!due) return r.state;
+      const group = await this.actors.get(claimGroupKind, r.id);
+      return group?.snapshot.can({ type: 'EXPIRE', at }) ? 'expired' : (group?.state as ClaimGroupStatus | undefined) ?? r.state;
+    }));
   }
 }
 

@@ -158,14 +158,12 @@ export const repo = {
   },
 
   // --- things
+  /** A registered thing; its enrollment, lifecycle and token columns are its actors' projections (kinds.ts). */
   async insertThing(db: Db, t: { id: string; accountId: string; modelId: string | null; manufacturer: string; model: string; serial: string;
-    metadata?: Record<string, unknown>; enrolledBy?: string; claimGroupId?: string; tokenHash?: Buffer }): Promise<boolean> {
-    // the token's expiry and use are the enrollmentToken actor's projection (kinds.ts)
+    metadata?: Record<string, unknown>; tokenHash: Buffer }): Promise<boolean> {
     const res = await db`
-      insert into things (id, account_id, model_id, manufacturer, model, serial, metadata, enrolled_by, enrolled_at,
-        claim_group_id, enrollment_token_hash)
-      values (${t.id}, ${t.accountId}, ${t.modelId}, ${t.manufacturer}, ${t.model}, ${t.serial}, ${db.json((t.metadata ?? {}) as never)},
-        ${t.enrolledBy ?? null}, ${t.enrolledBy ? db`now()` : null}, ${t.claimGroupId ?? null}, ${t.tokenHash ?? null})
+      insert into things (id, account_id, model_id, manufacturer, model, serial, metadata, enrollment_token_hash)
+      values (${t.id}, ${t.accountId}, ${t.modelId}, ${t.manufacturer}, ${t.model}, ${t.serial}, ${db.json((t.metadata ?? {}) as never)}, ${t.tokenHash})
       on conflict (account_id, manufacturer, model, serial) do nothing`;
     return res.count === 1;
   },
@@ -189,17 +187,8 @@ export const repo = {
     const [row] = await db<ThingRow[]>`select * from things where enrollment_token_hash = ${hash}`;
     return row;
   },
-  /** Locks the thing's row (revocation locks it too) and tells whether it is revoked; undefined when absent. */
-  async lockThing(db: Db, thingId: string): Promise<{ revoked: boolean } | undefined> {
-    const [row] = await db<{ revoked: boolean }[]>`select revoked_at is not null as revoked from things where id = ${thingId} for update`;
-    return row;
-  },
-  /** Records how and when a registered thing enrolled (its token's use is the enrollmentToken actor's). */
-  async markEnrolled(db: Db, thingId: string, method: string, at: string): Promise<void> {
-    await db`update things set enrolled_by = ${method}, enrolled_at = ${at} where id = ${thingId}`;
-  },
 
-  // --- certificates
+  // --- certificates: rows inserted here, their lifecycle columns projected by their actors (certificates.ts)
   async insertCertificate(db: Db, c: { serial: string; thingId: string; pem: string; sealedKey: Buffer | null; notAfter: Date }): Promise<void> {
     await db`
       insert into device_certificates (serial, thing_id, pem, sealed_private_key, not_after)
@@ -214,11 +203,23 @@ export const repo = {
     const [row] = await db<CertificateRow[]>`select * from device_certificates where serial = ${serial}`;
     return row;
   },
-  async revokeCertificates(db: Db, thingId: string): Promise<string[]> {
-    const rows = await db<{ serial: string }[]>`
-      update device_certificates set revoked = true, revoked_at = now()
-      where thing_id = ${thingId} and not revoked returning serial`;
+  /** The thing's certificates not on the CRL (the projection: candidates for their machines' events). */
+  async liveCertificates(db: Db, thingId: string): Promise<string[]> {
+    const rows = await db<{ serial: string }[]>`select serial from device_certificates where thing_id = ${thingId} and not revoked order by created_at`;
     return rows.map((r) => r.serial);
+  },
+  /** The thing's certificates with their age by database time (rotation's renewal window). */
+  async certificatesOf(db: Db, thingId: string): Promise<{ serial: string; pem: string; age_ms: number }[]> {
+    const rows = await db<{ serial: string; pem: string; age_ms: number }[]>`
+      select serial, pem, extract(epoch from now() - created_at) * 1000 as age_ms from device_certificates where thing_id = ${thingId}`;
+    return rows.map((r) => ({ ...r, age_ms: Number(r.age_ms) }));
+  },
+  /** The thing's certificate of this serial (hex, no leading zeros) if it awaits its first use (the projection). */
+  async awaitingFirstUse(db: Db, thingId: string, hex: string): Promise<string | undefined> {
+    const [row] = await db<{ serial: string }[]>`
+      select serial from device_certificates
+      where thing_id = ${thingId} and awaiting_first_use and not revoked and ltrim(serial, '0') = ${hex}`;
+    return row?.serial;
   },
 
   /**
@@ -226,11 +227,11 @@ export const repo = {
    * the identity is already taken, after waiting for a concurrent inserter of it to finish.
    */
   async insertEnrolledThing(db: Db, t: { id: string; accountId: string; modelId: string | null; manufacturer: string; model: string; serial: string;
-    enrolledBy: string; enrolledAt: string; claimGroupId?: string }, c: { serial: string; pem: string; sealedKey: Buffer | null; notAfter: Date }): Promise<boolean> {
+    claimGroupId?: string }, c: { serial: string; pem: string; sealedKey: Buffer | null; notAfter: Date }): Promise<boolean> {
     const rows = await db`
       with thing as (
-        insert into things (id, account_id, model_id, manufacturer, model, serial, enrolled_by, enrolled_at, claim_group_id)
-        values (${t.id}, ${t.accountId}, ${t.modelId}, ${t.manufacturer}, ${t.model}, ${t.serial}, ${t.enrolledBy}, ${t.enrolledAt}, ${t.claimGroupId ?? null})
+        insert into things (id, account_id, model_id, manufacturer, model, serial, claim_group_id)
+        values (${t.id}, ${t.accountId}, ${t.modelId}, ${t.manufacturer}, ${t.model}, ${t.serial}, ${t.claimGroupId ?? null})
         on conflict (account_id, manufacturer, model, serial) do nothing
         returning id)
       insert into device_certificates (serial, thing_id, pem, sealed_private_key, not_after)
@@ -257,20 +258,20 @@ export const repo = {
    * Batch form of insertEnrolledThing (rows inserted in identity order, so concurrent batches
    * take the unique-index entries in the same order): the ids actually inserted.
    */
-  async insertEnrolledThings(db: Db, enrolledAt: string, rows: { id: string; accountId: string; modelId: string | null; manufacturer: string; model: string; serial: string;
-    enrolledBy: string; claimGroupId: string; certSerial: string; pem: string; sealedKey: Buffer | null; notAfter: Date }[]): Promise<Set<string>> {
+  async insertEnrolledThings(db: Db, rows: { id: string; accountId: string; modelId: string | null; manufacturer: string; model: string; serial: string;
+    claimGroupId: string; certSerial: string; pem: string; sealedKey: Buffer | null; notAfter: Date }[]): Promise<Set<string>> {
     const input = rows.map((r) => ({
       id: r.id, account_id: r.accountId, model_id: r.modelId, manufacturer: r.manufacturer, model: r.model, serial: r.serial,
-      enrolled_by: r.enrolledBy, claim_group_id: r.claimGroupId, cert_serial: r.certSerial, pem: r.pem,
+      claim_group_id: r.claimGroupId, cert_serial: r.certSerial, pem: r.pem,
       sealed: r.sealedKey?.toString('base64') ?? null, not_after: r.notAfter.toISOString(),
     }));
     const inserted = await db<{ thing_id: string }[]>`
       with input as (
         select * from jsonb_to_recordset(${db.json(input as never)}::jsonb) as x(id uuid, account_id uuid, model_id uuid,
-          manufacturer text, model text, serial text, enrolled_by text, claim_group_id uuid, cert_serial text, pem text, sealed text, not_after timestamptz)),
+          manufacturer text, model text, serial text, claim_group_id uuid, cert_serial text, pem text, sealed text, not_after timestamptz)),
       thing as (
-        insert into things (id, account_id, model_id, manufacturer, model, serial, enrolled_by, enrolled_at, claim_group_id)
-        select id, account_id, model_id, manufacturer, model, serial, enrolled_by, ${enrolledAt}::timestamptz, claim_group_id from input
+        insert into things (id, account_id, model_id, manufacturer, model, serial, claim_group_id)
+        select id, account_id, model_id, manufacturer, model, serial, claim_group_id from input
         order by account_id, manufacturer, model, serial
         on conflict (account_id, manufacturer, model, serial) do nothing
         returning id)
@@ -312,25 +313,13 @@ export const repo = {
     return rows.map((r) => r.id);
   },
 
-  // --- licenses: the row is inserted with the decision its actor is born in (the store projects the rest)
-  /** An automatic decision's row; its license actor is created next, born decided. */
-  async insertDecidedLicense(db: Db, l: { id: string; thingId: string; kind: 'request' | 'renew'; decision: 'granted' | 'denied'; features: string[] }): Promise<void> {
-    await db`
-      insert into device_licenses (id, thing_id, kind, decision, features)
-      values (${l.id}, ${l.thingId}, ${l.kind}, ${l.decision}, ${db.json(l.features as never)})`;
+  // --- licenses: the row holds the request; its decision is the license actor's (projected in the same unit of work)
+  async insertLicense(db: Db, l: { id: string; thingId: string; kind: 'request' | 'renew'; features: string[] }): Promise<void> {
+    await db`insert into device_licenses (id, thing_id, kind, features) values (${l.id}, ${l.thingId}, ${l.kind}, ${db.json(l.features as never)})`;
   },
   async license(db: Db, id: string): Promise<LicenseRow | undefined> {
     const [row] = await db<LicenseRow[]>`select * from device_licenses where id = ${id}`;
     return row;
-  },
-  /** The pending request's id, or undefined when the thing already has one (partial unique index). */
-  async insertPendingLicense(db: Db, l: { id: string; thingId: string; features: string[] }): Promise<string | undefined> {
-    const [row] = await db<{ id: string }[]>`
-      insert into device_licenses (id, thing_id, kind, decision, features)
-      values (${l.id}, ${l.thingId}, 'request', 'pending', ${db.json(l.features as never)})
-      on conflict (thing_id) where decision = 'pending' do nothing
-      returning id`;
-    return row?.id;
   },
   async pendingLicenseOf(db: Db, thingId: string): Promise<string | undefined> {
     const [row] = await db<{ id: string }[]>`select id from device_licenses where thing_id = ${thingId} and decision = 'pending'`;
@@ -352,17 +341,13 @@ export const repo = {
       order by l.id limit ${q.limit + 1}`;
   },
 
-  // --- access codes (join)
-  async insertAccessCode(db: Db, c: { hash: Buffer; thingId: string; accountId: string; expiresAt: Date }): Promise<void> {
-    await db`insert into thing_access_codes (code_hash, thing_id, issued_by_account, expires_at)
-      values (${c.hash}, ${c.thingId}, ${c.accountId}, ${c.expiresAt})`;
+  // --- access codes (join): the row, then its accessCode actor (its use is the machine's, projected)
+  async insertAccessCode(db: Db, c: { id: string; hash: Buffer; thingId: string; accountId: string; expiresAt: Date }): Promise<void> {
+    await db`insert into thing_access_codes (id, code_hash, thing_id, issued_by_account, expires_at)
+      values (${c.id}, ${c.hash}, ${c.thingId}, ${c.accountId}, ${c.expiresAt})`;
   },
-  /** Single use, before expiry (`at` from the gateway clock): one statement, so concurrent uses cannot both succeed. */
-  async useAccessCode(db: Db, hash: Buffer, accountId: string, at: Date): Promise<{ thing_id: string; issued_by_account: string } | undefined> {
-    const [row] = await db<{ thing_id: string; issued_by_account: string }[]>`
-      update thing_access_codes set used_at = ${at}, used_by_account = ${accountId}
-      where code_hash = ${hash} and used_at is null and expires_at > ${at}
-      returning thing_id, issued_by_account`;
-    return row;
+  async accessCodeId(db: Db, hash: Buffer): Promise<string | undefined> {
+    const [row] = await db<{ id: string }[]>`select id from thing_access_codes where code_hash = ${hash}`;
+    return row?.id;
   },
 };

@@ -2,8 +2,12 @@ import nodeCrypto from 'node:crypto';
 import { z } from 'zod';
 import type { CertificateRenewal, CertificateUse, DeviceSessions, Gateway, RenewedCertificate, ZodApp } from '../gateway.js';
 import { invalid, notFound, refused, tooMany } from '../lib/errors.js';
+import { isoNow } from '../lib/clock.js';
 import type { CrlService } from './crl.js';
 import { thingIdParams } from './schemas.js';
+import { repo } from './repo.js';
+import { certificateRevoked, deviceCertificateKind, thingKind, thingRevoked } from './kinds.js';
+import { certificatesBorn, supersedeOthers } from './certificates.js';
 
 export const renewSchema = z.strictObject({ csr: z.string().min(1).max(16_384).describe('PEM PKCS#10 request for the new key pair') });
 export const renewedSchema = z.strictObject({
@@ -21,12 +25,13 @@ const RENEWAL_WINDOW_MS = 24 * 3600_000;
 /**
  * Certificate rotation (issue 18, item 4). A device renews with a CSR while authenticated by its
  * current certificate (HTTP with mutual TLS, or its MQTT session: src/broker/renewal.ts); the new
- * certificate is stored beside the old one with `awaiting_first_use`.
+ * certificate is stored beside the old one, its actor born `issued` (awaiting its first use).
  * Both stay valid until the new one is first seen (broker CONNECT or the device-cert HTTP scheme):
- * then every other certificate of the thing is revoked and the CRL regenerated in one transaction,
- * the thing itself stays as it is, and a session still on an old certificate is dropped on
- * whichever node holds it. A device that lost the answer may renew again with its old
- * certificate; whichever new certificate it uses first wins and the others are revoked.
+ * then its machine accepts FIRST_USE, every other certificate of the thing is superseded (their
+ * machines: on the CRL) and the CRL regenerated in one transaction, the thing itself stays as it
+ * is, and a session still on an old certificate is dropped on whichever node holds it. A device
+ * that lost the answer may renew again with its old certificate; whichever new certificate it
+ * uses first wins and the others are superseded.
  */
 export class CertificateRotation implements CertificateUse, CertificateRenewal {
   constructor(private readonly gw: Gateway, private readonly crl: CrlService, private readonly sessions: DeviceSessions) {}
@@ -34,20 +39,21 @@ export class CertificateRotation implements CertificateUse, CertificateRenewal {
   async renew(thingId: string, csr: string, presented?: string): Promise<RenewedCertificate> {
     const { pki, config } = this.gw;
     const spki = await this.checkedKey(thingId, csr);
-    const issued = await this.gw.sql.begin(async (tx) => {
-      // the thing's row serialises one thing's renewals (the cap) and orders them with a revocation
-      const [thing] = await tx<{ revoked_at: Date | null }[]>`select revoked_at from things where id = ${thingId} for update`;
+    const issued = await this.gw.actors.run(async (uow) => {
+      // the thing's actor serialises one thing's renewals (the cap) and orders them with a revocation
+      const thing = await uow.load(thingKind, thingId);
       if (!thing) throw notFound(`thing ${thingId} not found`);
-      if (thing.revoked_at) throw refused(`thing ${thingId} is revoked; it cannot renew its certificate`);
-      // database time, like every certificate's created_at (it also orders renewals: see expiryWarnings.ts)
-      const certs = await tx<{ serial: string; pem: string; awaiting_first_use: boolean; revoked: boolean; age_ms: number }[]>`
-        select serial, pem, awaiting_first_use, revoked, extract(epoch from now() - created_at) * 1000 as age_ms
-        from device_certificates where thing_id = ${thingId}`;
-      if (presented !== undefined && !certs.some((c) => !c.revoked && bareSerial(c.serial) === bareSerial(presented))) {
+      if (thingRevoked(thing)) throw refused(`thing ${thingId} is revoked; it cannot renew its certificate`);
+      // age by database time, like every certificate's created_at (it also orders renewals: see
+      // expiryWarnings.ts); each certificate's lifecycle from its machine
+      const rows = await repo.certificatesOf(uow.sql, thingId);
+      const machines = await Promise.all(rows.map((c) => uow.load(deviceCertificateKind, c.serial)));
+      const certs = rows.map((c, i) => ({ ...c, live: !certificateRevoked(machines[i]), pending: machines[i]?.state === 'issued' }));
+      if (presented !== undefined && !certs.some((c) => c.live && bareSerial(c.serial) === bareSerial(presented))) {
         throw refused('the certificate this device authenticated with is revoked or replaced; it cannot renew');
       }
       if (certs.some((c) => publicKeyOf(c.pem).equals(spki))) throw invalid('the CSR carries a key this thing already had a certificate for; generate a new key pair');
-      const ages = certs.filter((c) => c.awaiting_first_use && !c.revoked && Number(c.age_ms) < RENEWAL_WINDOW_MS).map((c) => Number(c.age_ms));
+      const ages = certs.filter((c) => c.pending && c.age_ms < RENEWAL_WINDOW_MS).map((c) => c.age_ms);
       const max = config.CERT_RENEWAL_MAX_PENDING;
       if (ages.length >= max) {
         throw tooMany(`thing ${thingId} already has ${ages.length} renewed certificates not yet used (at most ${max} per 24 h); connect with one of them`, {
@@ -55,9 +61,8 @@ export class CertificateRotation implements CertificateUse, CertificateRenewal {
         });
       }
       const cert = await pki.signDeviceCertificate(thingId, spki, config.DEVICE_CERT_DAYS);
-      await tx`
-        insert into device_certificates (serial, thing_id, pem, sealed_private_key, not_after, awaiting_first_use)
-        values (${cert.serial}, ${thingId}, ${cert.pem}, null, ${cert.notAfter}, true)`;
+      await repo.insertCertificate(uow.sql, { serial: cert.serial, thingId, pem: cert.pem, sealedKey: null, notAfter: cert.notAfter });
+      await certificatesBorn(uow, [{ serial: cert.serial, thingId, notAfter: cert.notAfter }], isoNow(this.gw.clock), true);
       return cert;
     });
     return {
@@ -78,26 +83,23 @@ export class CertificateRotation implements CertificateUse, CertificateRenewal {
     return parsed.spki;
   }
 
-  /** First use of a renewed certificate revokes the thing's others (CRL included); any other call changes nothing. */
+  /**
+   * First use of a renewed certificate: its machine accepts FIRST_USE once, and the thing's other
+   * certificates are superseded (CRL included); any other call changes nothing.
+   */
   async used(thingId: string, serial: string): Promise<void> {
-    const hex = bareSerial(serial);
-    // cheap miss first, outside a transaction: nothing of this thing awaits its first use (the usual connect)
-    const [pending] = await this.gw.sql<{ serial: string }[]>`
-      select serial from device_certificates
-      where thing_id = ${thingId} and awaiting_first_use and not revoked and ltrim(serial, '0') = ${hex}`;
+    // cheap miss first, outside a transaction (the projection): nothing of this thing awaits its first use (the usual connect)
+    const pending = await repo.awaitingFirstUse(this.gw.sql, thingId, bareSerial(serial));
     if (!pending) return;
-    const number = await this.gw.sql.begin(async (tx) => {
-      // the thing's row serialises rotations of one thing (two new certificates used at once)
-      await tx`select 1 from things where id = ${thingId} for update`;
-      const [first] = await tx`
-        update device_certificates set awaiting_first_use = false
-        where serial = ${pending.serial} and awaiting_first_use and not revoked returning serial`;
-      if (!first) return undefined;
-      const revoked = await tx`
-        update device_certificates set revoked = true, revoked_at = now()
-        where thing_id = ${thingId} and serial <> ${pending.serial} and not revoked returning serial`;
-      if (!revoked.length) return undefined;
-      return (await this.crl.regenerate(tx)).number;
+    const number = await this.gw.actors.run(async (uow) => {
+      // the thing's actor serialises rotations of one thing (two new certificates used at once) and orders them with a revocation
+      await uow.load(thingKind, thingId);
+      const at = isoNow(this.gw.clock);
+      const first = await uow.trySend(deviceCertificateKind, pending, { type: 'FIRST_USE', at });
+      if ('refused' in first) return undefined;
+      const superseded = await supersedeOthers(uow, thingId, pending, at);
+      if (!superseded.length) return undefined;
+      return (await this.crl.regenerate(uow.sql)).number;
     });
     if (number === undefined) return;
     await this.crl.announce(number);

@@ -2,7 +2,8 @@ import crypto from 'node:crypto';
 import type { DeviceSessions, Gateway, ThingDirectory } from '../gateway.js';
 import { conflict, notFound, refused } from '../lib/errors.js';
 import { repo } from './repo.js';
-import { claimGroupKind, enrollmentTokenKind, settleClaimGroup, thingKind, thingRefusal, type ClaimGroupStatus } from './kinds.js';
+import { accessCodeKind, certificateRevoked, claimGroupKind, deviceCertificateKind, enrollmentTokenKind, settleClaimGroup, thingKind, thingRefusal, type ClaimGroupStatus } from './kinds.js';
+import { revokeCertificates } from './certificates.js';
 import type { CrlService } from './crl.js';
 import type { ModelService } from './models.js';
 import { newSecret, sha256 } from '../lib/encoding.js';
@@ -57,8 +58,8 @@ export class TrustService implements ThingDirectory {
   }
 
   /**
-   * DELETE /api/v1/things/{id}, in the spec's order: (1) the certificates' revoked flag and (2)
-   * the regenerated CRL commit in one transaction with the thing's REVOKE; then every node loads
+   * DELETE /api/v1/things/{id}, in the spec's order: (1) the certificates' REVOKE (their machines)
+   * and (2) the regenerated CRL commit in one transaction with the thing's REVOKE; then every node loads
    * the CRL; (3) the broker disconnects the device's session wherever it is (not connected counts
    * as success). The machine decides whether this is a change: revoking again is accepted as a
    * no-op (same CRL number, no broadcast, `revokedSerials: []`) that only repeats step 3.
@@ -69,12 +70,12 @@ export class TrustService implements ThingDirectory {
       if (!thing || thing.snapshot.context.accountId !== accountId) throw notFound(`thing ${thingId} not found`);
       const at = isoNow(this.gw.clock);
       const current = await repo.currentCertificate(uow.sql, thingId);
-      const serial = current && !current.revoked ? current.serial : null;
+      const serial = current && !certificateRevoked(await uow.load(deviceCertificateKind, current.serial)) ? current.serial : null;
       // ANNIHILATE (terminal) revokes too, unless the thing already is; a second one is a 409
       const sent = await uow.trySend(thingKind, thingId, { type: how, at, serial, by });
       if ('refused' in sent && how === 'ANNIHILATE') throw thingRefusal(thingId, sent.snapshot, how);
       if ('refused' in sent || thing.snapshot.context.revokedAt) return { changed: false as const };
-      const serials = await repo.revokeCertificates(uow.sql, thingId);
+      const serials = await revokeCertificates(uow, thingId, at);
       await denyOpenLicenseRequest(uow, thingId, by, at);
       const crl = await this.crl.regenerate(uow.sql);
       return { changed: true as const, serials, number: crl.number };
@@ -146,21 +147,33 @@ export class TrustService implements ThingDirectory {
     const owner = await this.accountOf(thingId);
     if (owner !== accountId) throw notFound(`thing ${thingId} not found`);
     const accessCode = newSecret('ac_');
+    const id = crypto.randomUUID();
     const expiresAt = new Date(this.gw.clock.now().getTime() + ACCESS_CODE_TTL_MS);
-    await repo.insertAccessCode(this.gw.sql, { hash: sha256(accessCode), thingId, accountId, expiresAt });
+    await this.gw.actors.run(async (uow) => {
+      await repo.insertAccessCode(uow.sql, { id, hash: sha256(accessCode), thingId, accountId, expiresAt });
+      await uow.create(accessCodeKind, id, { id, thingId, issuedByAccount: accountId, expiresAt: expiresAt.toISOString() });
+    });
     return { accessCode, expiresAt: expiresAt.toISOString() };
   }
 
-  /** The thing moves to the caller's account if the code is valid, unused and still owned by its issuer; its machine refuses a revoked thing. */
+  /**
+   * The thing moves to the caller's account if the code's machine accepts its single use (unused,
+   * before expiry) and the thing is still owned by the code's issuer; the thing's machine refuses a
+   * revoked thing. Concurrent uses of one code queue on its actor: one wins.
+   */
   async join(accountId: string, accessCode: string) {
+    const id = await repo.accessCodeId(this.gw.sql, sha256(accessCode));
+    if (!id) throw refused('access_code is not valid, was already used or has expired');
     return this.gw.actors.run(async (uow) => {
-      const used = await repo.useAccessCode(uow.sql, sha256(accessCode), accountId, this.gw.clock.now());
-      if (!used) throw refused('access_code is not valid, was already used or has expired');
-      const thing = await uow.load(thingKind, used.thing_id);
-      if (!thing || thing.snapshot.context.accountId !== used.issued_by_account) throw refused('access_code is no longer valid for this thing');
-      const moved = await uow.trySend(thingKind, used.thing_id, { type: 'TRANSFER', at: isoNow(this.gw.clock), accountId });
+      const at = isoNow(this.gw.clock);
+      const used = await uow.trySend(accessCodeKind, id, { type: 'USE', at, accountId });
+      if ('refused' in used) throw refused('access_code is not valid, was already used or has expired');
+      const { thingId, issuedByAccount } = used.snapshot.context;
+      const thing = await uow.load(thingKind, thingId);
+      if (!thing || thing.snapshot.context.accountId !== issuedByAccount) throw refused('access_code is no longer valid for this thing');
+      const moved = await uow.trySend(thingKind, thingId, { type: 'TRANSFER', at, accountId });
       if ('refused' in moved) throw refused('access_code is no longer valid for this thing: it was revoked');
-      return { thingId: used.thing_id, accountId };
+      return { thingId, accountId };
     });
   }
 }

@@ -4,6 +4,7 @@ import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { createClaimGroup, enrollDevice, type EnrolledDevice } from '../helpers/devices.js';
 import type { FirstUseFilter } from '../../src/trust/firstUse.js';
+import { deviceCertificateKind } from '../../src/trust/kinds.js';
 
 let gw: TestGateway;
 let account: TestAccount;
@@ -19,13 +20,15 @@ afterAll(async () => gw?.close());
 const revokedOf = async (serial: string) =>
   (await gw.db.sql<{ revoked: boolean }[]>`select revoked from device_certificates where serial = ${serial}`)[0]?.revoked;
 
-/** An enrolled device with a second certificate awaiting its first use (as a renewal stores it). */
+/** An enrolled device with a second certificate awaiting its first use (as a renewal stores it: its row, its actor born issued). */
 async function renewed(): Promise<{ device: EnrolledDevice; pending: string }> {
   const device = await enrollDevice(gw, account, { claimSecret });
   const pending = crypto.randomBytes(16).toString('hex');
-  await gw.db.sql`
-    insert into device_certificates (serial, thing_id, pem, not_after, awaiting_first_use)
-    values (${pending}, ${device.thingId}, 'renewed', now() + interval '30 days', true)`;
+  const notAfter = new Date(Date.now() + 30 * 86_400_000);
+  await gw.gw.actors.run(async (uow) => {
+    await uow.sql`insert into device_certificates (serial, thing_id, pem, not_after) values (${pending}, ${device.thingId}, 'renewed', ${notAfter})`;
+    await uow.create(deviceCertificateKind, pending, { serial: pending, thingId: device.thingId, issuedAt: new Date().toISOString(), notAfter: notAfter.toISOString(), renewal: true });
+  });
   return { device, pending };
 }
 

@@ -3,7 +3,7 @@
  *
  * 1. changes/s written (4 writers, things born through the actor store in transactions of 25) by
  *    an account without a subscription (baseline), and by an account with one ACTIVE subscription
- *    whose HTTPS receiver (in this process, test CA trusted through WEBHOOK_CA_FILE) answers 204:
+ *    whose HTTPS receiver (in this process, test CA trusted through OUTBOUND_CA_FILE) answers 204:
  *    how fast its changes are written, and delivered (first write to last delivery received);
  * 2. feed pages/s (`GET /provisioning/v1/state-changes?since=...&limit=100`, each a full page)
  *    against the full-sync page of as many things (`GET /provisioning/v1/things?limit=100`), and
@@ -69,7 +69,7 @@ async function main() {
   await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
   const receiverUrl = `https://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
 
-  const gw = await startBenchGateway('feed', { env: { JOBS: 'true', ALLOW_PRIVATE_TARGETS: 'true', WEBHOOK_CA_FILE: ca.caFile } });
+  const gw = await startBenchGateway('feed', { env: { JOBS: 'true', ALLOW_PRIVATE_TARGETS: 'true', OUTBOUND_CA_FILE: ca.caFile } });
   try {
     const base = gw.httpUrl;
     const accounts = gw.services.accounts as unknown as { create(i: { name: string }): Promise<{ id: string }> };

@@ -87,11 +87,11 @@ export const configSchema = z.object({
   PROVISION_LEG_ATTEMPTS: positiveInt.max(20).default(5).describe('attempts per PROVISION saga leg before the run fails'),
   PROVISION_LEG_RETRY_SECONDS: positiveInt.default(30).describe('wait before the second attempt of a failed leg; doubled for each further one (at most 1 hour)'),
   PROVISION_LEG_TIMEOUT_SECONDS: positiveInt.default(600).describe('how long a dispatched leg waits for its provisioning-result before the attempt counts as failed'),
-  WEBHOOK_TIMEOUT_MS: positiveInt.default(10_000).describe('a webhook receiver must answer within this time, else the attempt failed'),
+  WEBHOOK_TIMEOUT_MS: positiveInt.default(10_000).describe('a webhook receiver must answer within this time (connect, TLS, request and answer together, on the gateway clock), else the attempt is cut and failed'),
   WEBHOOK_MAX_ATTEMPTS: positiveInt.default(8).describe('attempts of one webhook delivery before it is dropped'),
   WEBHOOK_RETRY_BASE_MS: positiveInt.default(5_000).describe('delay before the first retry of a delivery; doubled for each further attempt (with jitter), at most an hour'),
-  WEBHOOK_SUSPEND_AFTER: positiveInt.default(5).describe('dropped deliveries in a row that suspend a subscription'),
-  WEBHOOK_CONCURRENCY: positiveInt.default(64).describe('webhook deliveries in flight per node (at most about a quarter of them to one subscription)'),
+  WEBHOOK_SUSPEND_AFTER: positiveInt.default(5).describe('dropped deliveries in a row that suspend a subscription (its account is notified); with the defaults a receiver that never answers is suspended 6.6 to 13 minutes after its first undelivered changes'),
+  WEBHOOK_CONCURRENCY: positiveInt.default(64).describe('webhook deliveries in flight per node, in fair shares: an account at most max(1, floor(N / (busy accounts + 1))), a subscription at most max(1, floor(its account\'s share / (its busy subscriptions + 1)))'),
 });
 
 export type RawConfig = z.infer<typeof configSchema>;

@@ -6,6 +6,7 @@ import { LEG_JOB, LEG_TIMEOUT_JOB, ProvisioningSaga, provisioningRunKind, type L
 import { resealAll, Sealer, type SealedColumn } from '../pki/sealer.js';
 import { COLLECT_JOB, DRAIN_JOB, FactoryServices, SWEEP_JOB, factoryServiceKind } from './service.js';
 import { ReplayGuard, SignedRequests, SigningIdentities } from './signing.js';
+import { servicesOfModel } from './repo.js';
 
 declare module '../gateway.js' {
   interface Services {
@@ -26,12 +27,14 @@ const sagas = new WeakMap<object, ProvisioningSaga>();
 export const factoryDomain = defineDomain({
   name: 'factory',
   provides: ['factoryServices', 'provisioningSaga'],
-  requires: ['thingLifecycle', 'registrarDirectory'],
+  requires: ['thingLifecycle', 'registrarDirectory', 'models'],
   kinds: [factoryServiceKind, provisioningRunKind],
-  init(gw, { thingLifecycle, registrarDirectory }) {
+  init(gw, { thingLifecycle, registrarDirectory, models }) {
     const sealer = new Sealer(gw.pki.sealingKeys);
     sealers.set(gw, sealer);
     const { sql, actors, clock, jobs, log } = gw;
+    // a model bound to factory services cannot be deleted: trust's 409 counts them through us
+    models.referencedBy('factory_services', (modelId) => servicesOfModel(sql, modelId));
     const identities = new SigningIdentities(sql, gw.cluster);
     const factoryServices = new FactoryServices({
       sql, actors, clock, jobs, log, sealer, allowPrivateTargets: gw.config.ALLOW_PRIVATE_TARGETS, signingChanged: (key) => identities.changed(key), registrars: registrarDirectory,

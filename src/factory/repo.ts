@@ -161,3 +161,9 @@ export async function sweepSignatures(db: Db, now: Date): Promise<number> {
   const rows = await db`delete from factory_signature_replays where expires_at < ${now}`;
   return rows.count;
 }
+
+/** How many factory services (any state) are bound to a model (trust's model delete names them). */
+export async function servicesOfModel(db: Db, modelId: string): Promise<number> {
+  const [{ n }] = await db<{ n: number }[]>`select count(*)::int as n from factory_services where model_id = ${modelId}`;
+  return n;
+}

@@ -1,5 +1,6 @@
 import crypto from 'node:crypto';
 import type { Sql } from '../db/client.js';
+import type { Clock } from '../lib/clock.js';
 import type { Logger } from '../log.js';
 import { itemOf } from './feed.js';
 import * as repo from './repo.js';
@@ -42,7 +43,7 @@ export class Dispatcher {
   private retry?: NodeJS.Timeout;
   private gathering?: NodeJS.Timeout;
 
-  constructor(private readonly d: { sql: Sql; log: Logger; onDeliveries(): void }) {}
+  constructor(private readonly d: { sql: Sql; log: Logger; clock: Clock; onDeliveries(): void }) {}
 
   /** Asks for a round (many wakes, one round: every committed change wakes it). */
   wake(): void {
@@ -111,11 +112,13 @@ export class Dispatcher {
       const batch = rows.slice(0, BATCH);
       if (batch.length === 0) return { changes: 0, inserted: 0 };
       const subs = await repo.activeSubscriptionsOf(tx, accountId);
+      // due at once on the gateway's clock (retries and leases are timed on it too)
+      const now = this.d.clock.now();
       const deliveries = batch.flatMap((r) => {
         const wanted = subs.filter((s) => matches(s, r));
         if (wanted.length === 0) return [];
         const body = deliveryBody(r);
-        return wanted.map((s) => ({ id: crypto.randomUUID(), subscription_id: s.id, event_seq: r.seq, body }));
+        return wanted.map((s) => ({ id: crypto.randomUUID(), subscription_id: s.id, event_seq: r.seq, body, next_attempt_at: now, created_at: now }));
       });
       let inserted = 0;
       for (let i = 0; i < deliveries.length; i += 5000) inserted += await repo.insertDeliveries(tx, deliveries.slice(i, i + 5000));

@@ -36,13 +36,13 @@ export const feedDomain = defineDomain({
       sql, actors, clock, log, sealer, allowPrivateTargets: config.ALLOW_PRIVATE_TARGETS, suspendAfter: config.WEBHOOK_SUSPEND_AFTER,
     });
     const worker = new DeliveryWorker({
-      sql, log: log.child({ component: 'webhooks' }), sealer, subscriptions, metrics: gw.metrics,
+      sql, log: log.child({ component: 'webhooks' }), clock, sealer, subscriptions, metrics: gw.metrics,
       settings: {
         timeoutMs: config.WEBHOOK_TIMEOUT_MS, maxAttempts: config.WEBHOOK_MAX_ATTEMPTS, retryBaseMs: config.WEBHOOK_RETRY_BASE_MS,
         concurrency: config.WEBHOOK_CONCURRENCY, allowPrivateTargets: config.ALLOW_PRIVATE_TARGETS, caFile: config.OUTBOUND_CA_FILE,
       },
     });
-    const dispatcher = new Dispatcher({ sql, log: log.child({ component: 'feed-dispatch' }), onDeliveries: () => worker.wake() });
+    const dispatcher = new Dispatcher({ sql, log: log.child({ component: 'feed-dispatch' }), clock, onDeliveries: () => worker.wake() });
     parts.set(gw, { sealer, feed, subscriptions, dispatcher, worker });
   },
   async routes(app, gw) {

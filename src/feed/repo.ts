@@ -213,7 +213,8 @@ export async function activeSubscriptionsOf(tx: Tx, accountId: string): Promise<
     where s.status = 'ACTIVE' and s.account_id = ${accountId}`;
 }
 
-export async function insertDeliveries(tx: Tx, rows: { id: string; subscription_id: string; event_seq: string; body: string }[]): Promise<number> {
+/** New deliveries, due at once (`next_attempt_at` and `created_at`: the gateway clock's now). */
+export async function insertDeliveries(tx: Tx, rows: { id: string; subscription_id: string; event_seq: string; body: string; next_attempt_at: Date; created_at: Date }[]): Promise<number> {
   if (rows.length === 0) return 0;
   const r = await tx`insert into webhook_deliveries ${tx(rows)} on conflict (subscription_id, event_seq) do nothing`;
   return r.count;
@@ -221,9 +222,47 @@ export async function insertDeliveries(tx: Tx, rows: { id: string; subscription_
 
 // --- delivery
 
+/**
+ * A subscription works on its oldest pending deliveries only, this many: its retries come before
+ * the first attempts of newer changes (so a dead receiver's deliveries run out of attempts on
+ * their schedule, whatever its backlog), and what a claim reads of one subscription is bounded.
+ */
+export const PENDING_WINDOW = 1000;
+
+/** A delivery the claim may take at `now`: due, its lease not held (none, or lapsed: a crashed node's), not in flight here. */
+const claimable = (db: Db, now: Date, inFlight: string[]) =>
+  db`x.next_attempt_at <= ${now} and (x.lease_until is null or x.lease_until < ${now}) and x.id <> all(${inFlight}::uuid[])`;
+
+/** The oldest PENDING_WINDOW deliveries of the subscription in `column` (of the outer query), in change order. */
+const windowOf = (db: Db, column: string) => db`(
+  select d.id, d.event_seq, d.next_attempt_at, d.lease_until from webhook_deliveries d
+  where d.subscription_id = ${db(column)} order by d.event_seq limit ${PENDING_WINDOW}) x`;
+
+export interface DueDemand {
+  account_id: string;
+  subscription_id: string;
+  /** claimable deliveries in its window, counted up to `upTo` */
+  due: number;
+}
+
+/**
+ * The ACTIVE subscriptions with claimable deliveries, and how many (up to `upTo`): what the
+ * fair shares are computed from (src/feed/shares.ts). One index probe per ACTIVE subscription
+ * (unique (subscription_id, event_seq)), reading at most its window.
+ */
+export async function dueDemand(db: Db, o: { now: Date; inFlight: string[]; upTo: number }): Promise<DueDemand[]> {
+  return db<DueDemand[]>`
+    select s.account_id, s.id as subscription_id, w.due from state_change_subscriptions s
+    cross join lateral (
+      select count(*)::int as due from (select 1 from ${windowOf(db, 's.id')} where ${claimable(db, o.now, o.inFlight)} limit ${o.upTo}) y
+    ) w
+    where s.status = 'ACTIVE' and w.due > 0`;
+}
+
 export interface ClaimedDelivery {
   id: string;
   subscription_id: string;
+  account_id: string;
   body: string;
   /** this attempt's number (1 = first) */
   attempts: number;
@@ -233,27 +272,24 @@ export interface ClaimedDelivery {
 }
 
 /**
- * Leases up to `limit` due deliveries of ACTIVE subscriptions, at most `perSubscription` of one
- * subscription and none of the `busy` ones (already at their share on this node). The update
- * re-checks the lease of each row, so two nodes never claim the same delivery.
+ * Leases `n` claimable deliveries of each picked subscription, the oldest of its window first,
+ * until `leaseUntil`. The update re-checks the lease of each row, so two nodes never claim the
+ * same delivery (one may get fewer than it asked for).
  */
-export async function claimDeliveries(sql: Sql, o: { limit: number; perSubscription: number; busy: string[]; leaseMs: number }): Promise<ClaimedDelivery[]> {
+export async function claimDeliveries(sql: Sql, o: { picks: Map<string, number>; now: Date; leaseUntil: Date; inFlight: string[] }): Promise<ClaimedDelivery[]> {
+  if (o.picks.size === 0) return [];
   return sql<ClaimedDelivery[]>`
-    with due as (
-      select d.id, d.subscription_id, d.next_attempt_at from webhook_deliveries d
-      join state_change_subscriptions s on s.id = d.subscription_id and s.status = 'ACTIVE'
-      where d.next_attempt_at <= now() and (d.lease_until is null or d.lease_until < now())
-        and d.subscription_id <> all(${o.busy}::uuid[])
-      order by d.next_attempt_at limit ${o.limit * 8}
-    ), fair as (
-      select id from (select id, next_attempt_at, row_number() over (partition by subscription_id order by next_attempt_at) as n from due) x
-      where n <= ${o.perSubscription} order by next_attempt_at limit ${o.limit}
+    with want as (select * from unnest(${[...o.picks.keys()]}::uuid[], ${[...o.picks.values()]}::int[]) as w(subscription_id, n)),
+    pick as (
+      select p.id from want w cross join lateral (
+        select x.id from ${windowOf(sql, 'w.subscription_id')} where ${claimable(sql, o.now, o.inFlight)} order by x.event_seq limit w.n
+      ) p
     )
-    update webhook_deliveries d set lease_until = now() + ${o.leaseMs} * interval '1 millisecond', attempts = d.attempts + 1
+    update webhook_deliveries d set lease_until = ${o.leaseUntil}, attempts = d.attempts + 1
     from state_change_subscriptions s
-    where d.id in (select id from fair) and s.id = d.subscription_id
-      and (d.lease_until is null or d.lease_until < now())
-    returning d.id, d.subscription_id, d.body, d.attempts, s.target_url, s.secret_sealed, s.consecutive_failures`;
+    where d.id in (select id from pick) and s.id = d.subscription_id and s.status = 'ACTIVE'
+      and (d.lease_until is null or d.lease_until < ${o.now})
+    returning d.id, d.subscription_id, s.account_id, d.body, d.attempts, s.target_url, s.secret_sealed, s.consecutive_failures`;
 }
 
 export async function deleteDelivery(db: Db, id: string): Promise<void> {
@@ -264,11 +300,15 @@ export async function deliveriesDone(db: Db, ids: string[]): Promise<void> {
   if (ids.length) await db`delete from webhook_deliveries where id = any(${ids}::uuid[])`;
 }
 
-export async function retryLater(db: Db, id: string, delayMs: number, lastStatus: number | null, lastError: string): Promise<void> {
+export async function retryLater(db: Db, id: string, at: Date, lastStatus: number | null, lastError: string): Promise<void> {
   await db`
-    update webhook_deliveries set lease_until = null, next_attempt_at = now() + ${delayMs} * interval '1 millisecond',
-      last_status = ${lastStatus}, last_error = ${lastError.slice(0, 500)}
+    update webhook_deliveries set lease_until = null, next_attempt_at = ${at}, last_status = ${lastStatus}, last_error = ${lastError.slice(0, 500)}
     where id = ${id}`;
+}
+
+/** An attempt cut short by a stopping node goes back to the queue as it was: not counted. */
+export async function releaseDelivery(db: Db, id: string): Promise<void> {
+  await db`update webhook_deliveries set lease_until = null, attempts = greatest(0, attempts - 1) where id = ${id}`;
 }
 
 /** A suspended subscription's pending deliveries are dropped (best effort: polling stays mandatory). */
@@ -278,20 +318,22 @@ export async function dropPending(db: Db, subscriptionId: string): Promise<numbe
 }
 
 /**
- * When the next delivery the claim could take is due (ms from now, 0 when one is due now), or
+ * When the next delivery the claim could take is due (ms from `now`, the gateway clock's, else the
+ * database's; 0 when one is due now), or
  * undefined when none is pending: rows of ACTIVE subscriptions whose lease is not held (none, or
- * lapsed: a crashed node's), as the claim takes them; a row leased by a live attempt comes back
- * through that attempt, or through the poll once its lease lapses. `greatest(0, null)` is 0 in
- * PostgreSQL, so the empty case is kept apart: an empty table once read as "due now" and the
- * worker claimed every 5 ms while idle.
+ * lapsed: a crashed node's) and not in flight here, as the claim takes them; a row leased by a
+ * live attempt comes back through that attempt, or through the poll once its lease lapses.
+ * `greatest(0, null)` is 0 in PostgreSQL, so the empty case is kept apart: an empty table once
+ * read as "due now" and the worker claimed every 5 ms while idle.
  */
-export async function nextDueInMs(db: Db): Promise<number | undefined> {
+export async function nextDueInMs(db: Db, now?: Date, inFlight: string[] = []): Promise<number | undefined> {
+  const at = now ? db`${now}::timestamptz` : db`now()`;
   const [row] = await db<{ ms: number | null }[]>`
     select (extract(epoch from (
-      select d.next_attempt_at from webhook_deliveries d
-      join state_change_subscriptions s on s.id = d.subscription_id and s.status = 'ACTIVE'
-      where d.lease_until is null or d.lease_until < now()
-      order by d.next_attempt_at limit 1
-    ) - now()) * 1000)::float8 as ms`;
+      select x.next_attempt_at from webhook_deliveries x
+      join state_change_subscriptions s on s.id = x.subscription_id and s.status = 'ACTIVE'
+      where (x.lease_until is null or x.lease_until < ${at}) and x.id <> all(${inFlight}::uuid[])
+      order by x.next_attempt_at limit 1
+    ) - ${at}) * 1000)::float8 as ms`;
   return row.ms === null ? undefined : Math.max(0, row.ms);
 }

@@ -38,6 +38,7 @@ const EVENT_TEMPLATES: Record<string, (p: Record<string, any>) => { template: st
   'claimGroup.capped': (p) => ({ template: 'claim-group/capped', severity: 'warning', actionUrl: `/claim-groups/${encodeURIComponent(String(p.claimGroupId ?? ''))}` }),
   'quotaRequest.decided': (p) => ({ template: 'quota/request-decided', severity: p.decision === 'denied' ? 'warning' : 'info', actionUrl: `/quotas/requests/${encodeURIComponent(String(p.requestId ?? ''))}` }),
   'organization.leaveBlocked': (p) => ({ template: 'organization/leave-blocked', severity: 'error', actionUrl: `/organizations/${encodeURIComponent(String(p.organizationId ?? ''))}` }),
+  'subscription.suspended': (p) => ({ template: 'webhook/subscription-suspended', severity: p.reason === 'owner' ? 'info' : 'warning', actionUrl: `/state-change-subscriptions/${encodeURIComponent(String(p.subscriptionId ?? ''))}` }),
 };
 export const NOTIFYING_EVENTS = Object.keys(EVENT_TEMPLATES);
 

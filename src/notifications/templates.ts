@@ -142,6 +142,14 @@ export const SEED_TEMPLATES: TemplateRecord[] = [
     bodyHtml: layout('Leaving the organization is blocked', '<p>Your account cannot leave organization <code>{{organizationId}}</code> ({{reason}}).</p><p>Denied quota requests: {{deniedRequestIds}}</p>'),
   },
   {
+    id: 'webhook/subscription-suspended',
+    categoryId: 'general',
+    subject: 'Webhook subscription {{subscriptionId}} was suspended ({{reason}})',
+    title: 'Webhook subscription {{subscriptionId}} was suspended ({{reason}})',
+    bodyText: 'State-change subscription {{subscriptionId}} was suspended at {{at}} ({{reason}}: delivery-failures = deliveries in a row were dropped after every attempt failed or timed out; receiver-gone = its receiver answered 410 Gone; owner = a user of the account suspended it). Its pending deliveries were dropped and no change is delivered while it is suspended: keep polling the feed. Once the receiver works, reactivate it with PATCH /provisioning/v1/state-change-subscriptions/{{subscriptionId}} {"status":"ACTIVE"}.\n\n{{actionUrl}}\n',
+    bodyHtml: layout('Webhook subscription suspended', '<p>State-change subscription <code>{{subscriptionId}}</code> was suspended at {{at}} (<b>{{reason}}</b>). Its pending deliveries were dropped and no change is delivered while it is suspended: keep polling the feed. Once the receiver works, reactivate it with <code>PATCH /provisioning/v1/state-change-subscriptions/{{subscriptionId}}</code> <code>{"status":"ACTIVE"}</code>.</p>'),
+  },
+  {
     id: 'general/message',
     categoryId: 'general',
     subject: '{{subject}}',

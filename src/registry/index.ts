@@ -9,6 +9,7 @@ import { RECONCILE_JOB, References } from './references.js';
 import { Registrars } from './registrars.js';
 import { registryRoutes } from './routes.js';
 import { Vendors } from './vendors.js';
+import { registrarsOfModel } from './repo.js';
 
 /** Which registrars an account may name for its factory services. */
 export interface RegistrarDirectory {
@@ -50,6 +51,8 @@ export const registryDomain = defineDomain<'registrarDirectory', 'models'>({
     const vendors = new Vendors(sql);
     // models are trust's; their VIDs live in the vendors' namespaces from now on
     models.useVendorNamespaces(vendors);
+    // a model that is a registrar's canonical model cannot be deleted: trust's 409 counts them through us
+    models.referencedBy('registrars', (modelId) => registrarsOfModel(sql, modelId));
     const references = new References({ sql, actors, clock, log });
     const services: RegistryServices = {
       vendors,

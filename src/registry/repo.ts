@@ -81,6 +81,11 @@ export async function touchRegistrar(db: Db, id: string, at: Date): Promise<void
   await db`update registrars set updated_at = ${at} where id = ${id}`;
 }
 /** The account's own model (not internal) */
+/** How many registrars have the model as their canonical model (trust's model delete names them). */
+export async function registrarsOfModel(db: Db, modelId: string): Promise<number> {
+  const [{ n }] = await db<{ n: number }[]>`select count(*)::int as n from registrars where canonical_model_id = ${modelId}`;
+  return n;
+}
 export async function ownModel(db: Db, accountId: string, modelId: string): Promise<boolean> {
   const [row] = await db`select 1 from models where id = ${modelId} and account_id = ${accountId} and not internal`;
   return Boolean(row);

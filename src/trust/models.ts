@@ -42,6 +42,9 @@ const SHARE_PREFIX = 'msh_';
 const SHARE_TTL_SECONDS = 7 * 24 * 3600;
 const FK_VIOLATION = '23503';
 
+/** Other domains' rows that reference models (see ModelService.referencedBy). */
+export type ModelHolder = 'factory_services' | 'registrars';
+
 /** `FFF1:8001` (any case) -> { vid: 'FFF1', pid: '8001' } */
 export function parseDescriptor(value: string): { vid: string; pid: string } | undefined {
   const m = /^([0-9a-f]{4}):([0-9a-f]{4})$/i.exec(value.trim());
@@ -65,7 +68,17 @@ export function approvalUrlAllowed(raw: string): boolean {
  */
 export class ModelService {
   private vendors?: VendorNamespaces;
+  private readonly holders = new Map<ModelHolder, (modelId: string) => Promise<number>>();
   constructor(private readonly sql: Sql, private readonly sealer: Sealer, private readonly publicBaseUrl = 'http://localhost') {}
+
+  /**
+   * How another domain counts its rows that reference a model (called once at init by the domain
+   * that owns them: factory services, registrars): the 409 of a delete says what holds the model,
+   * and trust reads no other domain's tables.
+   */
+  referencedBy(holder: ModelHolder, count: (modelId: string) => Promise<number>): void {
+    this.holders.set(holder, count);
+  }
 
   /** Binds models to the accounts' VID namespaces from now on (called once by the registry domain). */
   useVendorNamespaces(vendors: VendorNamespaces): void {
@@ -185,7 +198,10 @@ export class ModelService {
       if (!deleted) throw notFound(`model ${id} not found`);
     } catch (err) {
       if (err instanceof DomainError || (err as { code?: string }).code !== FK_VIOLATION) throw err;
-      const uses = await repo.modelUses(this.sql, id);
+      const [things, factoryServices, registrars] = await Promise.all([
+        repo.thingsOfModel(this.sql, id), this.holders.get('factory_services')?.(id) ?? 0, this.holders.get('registrars')?.(id) ?? 0,
+      ]);
+      const uses = { things, factoryServices, registrars };
       throw conflict(`model ${id} is in use (${uses.things} thing(s), ${uses.factoryServices} factory service(s), ${uses.registrars} registrar(s)); delete or move them first`, {
         extra: { things: uses.things, factory_services: uses.factoryServices, registrars: uses.registrars },
       });

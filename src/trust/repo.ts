@@ -135,12 +135,10 @@ export const repo = {
     const rows = await db`delete from models where id = ${id} and account_id = ${accountId} and not internal`;
     return rows.count === 1;
   },
-  async modelUses(db: Db, id: string): Promise<{ things: number; factoryServices: number; registrars: number }> {
-    const [r] = await db<{ things: number; factory_services: number; registrars: number }[]>`
-      select (select count(*)::int from things where model_id = ${id}) as things,
-        (select count(*)::int from factory_services where model_id = ${id}) as factory_services,
-        (select count(*)::int from registrars where canonical_model_id = ${id}) as registrars`;
-    return { things: r.things, factoryServices: r.factory_services, registrars: r.registrars };
+  /** Things of the model (other domains count their own references: ModelService.referencedBy). */
+  async thingsOfModel(db: Db, id: string): Promise<number> {
+    const [r] = await db<{ n: number }[]>`select count(*)::int as n from things where model_id = ${id}`;
+    return r.n;
   },
   async insertShare(db: Db, s: { id: string; modelId: string; accountId: string; tokenHash: Buffer; expiresAt: Date; by: string }): Promise<void> {
     await db`insert into model_shares (id, model_id, account_id, token_hash, expires_at, created_by)

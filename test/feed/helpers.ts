@@ -112,7 +112,8 @@ export async function createTestCa(): Promise<TestCa> {
   return { caPem, caFile, keyPem, certPem: leaf.toString('pem') + '\n', dir };
 }
 
-export interface Received { path: string; headers: Record<string, string>; body: string; status: number }
+/** A request a receiver got; `at`: when its body had arrived (Date.now()). */
+export interface Received { path: string; headers: Record<string, string>; body: string; status: number; at: number }
 
 /** What the receiver answers on a path: a status, or 'hang' (never answers). */
 export type Behaviour = number | 'hang';
@@ -133,7 +134,7 @@ export async function startReceiver(ca: TestCa) {
       const b = behaviour.get(p) ?? 204;
       const n = received.filter((r) => r.path === p).length + 1;
       const answer = typeof b === 'function' ? b(n) : b;
-      const rec: Received = { path: p, headers: req.headers as Record<string, string>, body: Buffer.concat(chunks).toString('utf8'), status: answer === 'hang' ? 0 : answer };
+      const rec: Received = { path: p, headers: req.headers as Record<string, string>, body: Buffer.concat(chunks).toString('utf8'), status: answer === 'hang' ? 0 : answer, at: Date.now() };
       received.push(rec);
       if (answer === 'hang') {
         hanging.push(() => res.writeHead(204).end());

@@ -1,7 +1,7 @@
 import crypto from 'node:crypto';
-import type { Db } from '../db/client.js';
+import type { Db, Tx } from '../db/client.js';
 import * as repo from './repo.js';
-import { resources, schemaReason, type Item, type ResourceName, type RuleFailure } from './resources.js';
+import { resources, schemaReason, sourceIdOf, type Item, type ResourceName, type RuleFailure } from './resources.js';
 
 export type ItemStatus = 'ACCEPTED' | 'REPLAY' | 'QUARANTINED' | 'REJECTED';
 
@@ -100,6 +100,45 @@ export async function processItems(db: Db, scope: repo.Scope & { resource: Resou
     }
   }
   await repo.insertQuarantine(db, scope, origin, held);
+  return results;
+}
+
+/**
+ * Why the database refused to store a value, when that is what `err` is: a data exception
+ * (22xxx), an integrity constraint (23xxx) or a limit such as an index row too large (54xxx).
+ * Anything else (connection, serialization, deadlock) is not the item's fault: undefined.
+ */
+export function refusedByDatabase(err: unknown): string | undefined {
+  const { code, message } = (err ?? {}) as { code?: unknown; message?: unknown };
+  if (typeof code !== 'string' || !/^(22|23|54)/.test(code)) return undefined;
+  return `the database cannot store this item (SQLSTATE ${code}: ${String(message).slice(0, 200)})`;
+}
+
+/**
+ * processItems in a savepoint; when the database refuses a value, the items go again one by
+ * one, each in its own savepoint, and the one it refuses is REJECTED (UNSTORABLE) alone: an
+ * item the validation let through but the database cannot store never fails the others.
+ * (postgres.js's savepoints, not hand-written ones: a query that fails in the transaction's own
+ * scope fails the whole transaction at its end, even when the error was caught.)
+ */
+export async function processItemsIsolated(tx: Tx, scope: repo.Scope & { resource: ResourceName }, origin: Origin, raw: readonly unknown[], opts: { firstIndex?: number; force?: boolean } = {}): Promise<ItemResult[]> {
+  try {
+    return await tx.savepoint((sp) => processItems(sp, scope, origin, raw, opts));
+  } catch (err) {
+    if (!refusedByDatabase(err)) throw err;
+  }
+  const firstIndex = opts.firstIndex ?? 0;
+  const results: ItemResult[] = [];
+  for (const [i, value] of raw.entries()) {
+    const index = firstIndex + i;
+    try {
+      results.push(...(await tx.savepoint((sp) => processItems(sp, scope, origin, [value], { ...opts, firstIndex: index }))));
+    } catch (err) {
+      const reason = refusedByDatabase(err);
+      if (!reason) throw err;
+      results.push({ index, source_id: sourceIdOf(value), status: 'REJECTED', code: 'UNSTORABLE', reason });
+    }
+  }
   return results;
 }
 

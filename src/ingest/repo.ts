@@ -213,12 +213,16 @@ export async function insertJob(db: Db, row: { id: string; account_id: string; c
   await db`insert into ingest_jobs ${db(row)}`;
 }
 
-/** The items as one JSON array, stored one row each (sequence numbers from 1) in one statement. */
-export async function insertJobItems(db: Db, jobId: string, items: unknown[]): Promise<void> {
+/**
+ * Stages a job's items from spooled rows (src/ingest/jobBody.ts, JobUpload.blocks): one block
+ * of rows is one text parameter, split into fields by the server.
+ */
+export async function insertJobItems(db: Db, jobId: string, rows: string): Promise<void> {
   await db`
     insert into ingest_job_items (job_id, seq, source_id, item)
-    select ${jobId}, ord, case when jsonb_typeof(value->'source_id') = 'string' then value->>'source_id' end, value
-    from jsonb_array_elements(${db.json(items as never)}) with ordinality as t(value, ord)`;
+    select ${jobId}, f[2]::int, nullif(f[3], ''), f[4]::jsonb
+    from unnest(string_to_array(${rows}::text, E'\n')) as line, string_to_array(line, E'\x02') as f
+    where line <> ''`;
 }
 
 export async function findJob(db: Db, id: string): Promise<JobRow | undefined> {
@@ -236,9 +240,17 @@ export async function jobsPage(db: Db, accountId: string, warehouseId: string, f
     order by seq desc limit ${filter.limit}`;
 }
 
+/** Staged items after `afterSeq`, in order. */
 export async function jobItems(db: Db, jobId: string, afterSeq: number, limit: number): Promise<{ seq: number; item: unknown }[]> {
   return db<{ seq: number; item: unknown }[]>`
     select seq, item from ingest_job_items where job_id = ${jobId} and seq > ${afterSeq} order by seq limit ${limit}`;
+}
+
+/** Item errors recorded for items in (afterSeq, throughSeq]: before the worker reached them, those refused when staged. */
+export async function jobErrorsBetween(db: Db, jobId: string, afterSeq: number, throughSeq: number): Promise<JobErrorRow[]> {
+  return db<JobErrorRow[]>`
+    select seq, source_id, status, code, reason, quarantine_id from ingest_job_errors
+    where job_id = ${jobId} and seq > ${afterSeq} and seq <= ${throughSeq}`;
 }
 
 export interface JobErrorWrite {

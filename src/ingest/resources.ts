@@ -13,6 +13,13 @@ const sourceFields = {
   source_id: z.string().trim().min(1).max(128).regex(/^[\x21-\x7e]+$/, 'printable ASCII without spaces'),
   source_version: z.number().int().min(0).max(Number.MAX_SAFE_INTEGER),
 };
+/** The item's source_id as its schema reads it (trimmed), or null when it has none the schema accepts. */
+export function sourceIdOf(item: unknown): string | null {
+  const value = item !== null && typeof item === 'object' ? (item as { source_id?: unknown }).source_id : undefined;
+  const parsed = sourceFields.source_id.safeParse(value);
+  return parsed.success ? parsed.data : null;
+}
+
 const sku = z.string().trim().min(1).max(64).transform((s) => s.toUpperCase());
 
 const product = z.strictObject({

@@ -1,11 +1,16 @@
+import os from 'node:os';
+import type { Readable } from 'node:stream';
 import { z } from 'zod';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import rateLimit from '@fastify/rate-limit';
+import { Gauge } from 'prom-client';
 import { Redis } from 'ioredis';
 import type { Gateway, ZodApp } from '../gateway.js';
 import { accountOf, principalOf } from '../http/auth/plugin.js';
 import { Problem, badRequest } from '../http/problem.js';
 import { MAX_PARAM_LENGTH } from '../http/errors.js';
+import { JobAdmission } from './admission.js';
+import { BodyTooLarge, readJobUpload } from './jobBody.js';
 import { unreachableDatabase, type Answer, type Caller, type IngestService } from './service.js';
 import type { ResourceName } from './resources.js';
 import {
@@ -70,6 +75,61 @@ async function rateLimits(app: ZodApp, gw: Gateway): Promise<void> {
   });
 }
 
+/** `application/merge-patch+json` and the like: the root's JSON parser takes them too. */
+const PLUS_JSON = /^application\/[\w.!#$&^-]+\+json\s*(?:;|$)/i;
+
+/**
+ * POST /jobs, in a scope of its own whose JSON parser hands the request stream to the handler:
+ * the body is read as it arrives by readJobUpload (src/ingest/jobBody.ts), never whole (the
+ * root's parser would buffer and parse up to 64 MiB at once). Before any of it is read the
+ * job is admitted (JobAdmission: per partner 429, node budget 503) and a declared length over
+ * the limit is refused (413); the admission is released when the request is answered.
+ */
+async function jobSubmission(app: ZodApp, gw: Gateway, service: IngestService): Promise<void> {
+  const { config } = gw;
+  const limit = config.INGEST_JOB_BODY_LIMIT_BYTES;
+  const spoolDir = config.INGEST_JOB_SPOOL_DIR ?? os.tmpdir();
+  const admission = new JobAdmission({ perPartner: config.INGEST_JOB_UPLOADS_PER_PARTNER, budgetBytes: config.INGEST_JOB_BUDGET_BYTES });
+  new Gauge({ name: 'ingest_job_uploads', help: 'bulk jobs this node is receiving and staging', registers: [gw.metrics], collect() { this.set(admission.inUse.jobs); } });
+  new Gauge({ name: 'ingest_job_upload_reserved_bytes', help: `bytes of INGEST_JOB_BUDGET_BYTES (${config.INGEST_JOB_BUDGET_BYTES}) reserved by bulk jobs being received`, registers: [gw.metrics], collect() { this.set(admission.inUse.bytes); } });
+  // the rest of the body is not read: the connection closes after the answer
+  const tooLarge = () => new Problem(413, `request body exceeds the limit of ${limit} bytes for bulk ingest jobs`, { headers: { connection: 'close' } });
+  await app.register(async (scope) => {
+    scope.removeAllContentTypeParsers();
+    for (const type of ['application/json', PLUS_JSON]) scope.addContentTypeParser(type, (_request, payload, done) => done(null, payload));
+    scope.post(`${PREFIX}/jobs`, {
+      config: auth('Job', 'Create', WRITE),
+      schema: {
+        tags, summary: `Submit a bulk job (DELTA or FULL_REFRESH; body up to ${limit} bytes, items up to 64 KiB each): 202 with the job; 409 for a FULL_REFRESH while a job of that warehouse and resource is in flight; 429 beyond ${config.INGEST_JOB_UPLOADS_PER_PARTNER} jobs of a partner being received at once, 503 while the node receives its budget of job bytes (both with Retry-After)`,
+        body: jobBody, response: { 202: jobView },
+      },
+      // the schema documents the body; readJobUpload validates it while reading
+      validatorCompiler: () => (value) => ({ value }),
+    }, async (request, reply) => {
+      const declared = request.headers['content-length'];
+      if (declared !== undefined && Number(declared) > limit) throw tooLarge();
+      const release = admission.admit(accountOf(request), declared === undefined ? limit : Number(declared));
+      try {
+        const upload = await readJobUpload(request.body as unknown as Readable, { limitBytes: limit, maxItems: config.INGEST_JOB_MAX_ITEMS, spoolDir }).catch((err: unknown) => {
+          if (err instanceof BodyTooLarge) throw tooLarge();
+          // what is left of a body refused halfway is not read
+          if (!request.raw.complete) reply.header('connection', 'close');
+          throw err;
+        });
+        try {
+          const answer = await service.createJob(callerOf(request), upload);
+          reply.header('location', `${PREFIX}/jobs/${(answer.body as { job_id: string }).job_id}`);
+          return send(reply, answer);
+        } finally {
+          await upload.discard();
+        }
+      } finally {
+        release();
+      }
+    });
+  });
+}
+
 export async function ingestRoutes(app: ZodApp, gw: Gateway, service: IngestService): Promise<void> {
   // A database that cannot be reached is a 503 (retry later), not a 500: the parent handler renders it.
   app.setErrorHandler((err) => {
@@ -89,18 +149,7 @@ export async function ingestRoutes(app: ZodApp, gw: Gateway, service: IngestServ
     }, async (request, reply) => send(reply, await service.batch(callerOf(request), resource, request.body)));
   }
 
-  app.post(`${PREFIX}/jobs`, {
-    config: auth('Job', 'Create', WRITE),
-    bodyLimit: gw.config.INGEST_JOB_BODY_LIMIT_BYTES,
-    schema: {
-      tags, summary: 'Submit a bulk job (DELTA or FULL_REFRESH): 202 with the job; 409 for a FULL_REFRESH while a job of that warehouse and resource is in flight',
-      body: jobBody, response: { 202: jobView },
-    },
-  }, async (request, reply) => {
-    const answer = await service.createJob(callerOf(request), request.body);
-    reply.header('location', `${PREFIX}/jobs/${(answer.body as { job_id: string }).job_id}`);
-    return send(reply, answer);
-  });
+  await jobSubmission(app, gw, service);
 
   app.get(`${PREFIX}/jobs`, {
     config: auth('Job', 'List', READ),

@@ -9,9 +9,10 @@ import { iso } from '../lib/encoding.js';
 import { DomainError, conflict, notFound, refused, unavailable, unprocessable } from '../lib/errors.js';
 import { ingestJobMachine } from '../../machines/ingestJob.js';
 import * as repo from './repo.js';
-import { processItems, summarize, type ItemResult } from './pipeline.js';
+import { SPOOL_DELIMITER, type IntakeError, type JobUpload } from './jobBody.js';
+import { processItems, processItemsIsolated, refusedByDatabase, summarize, type ItemResult } from './pipeline.js';
 import type { ResourceName } from './resources.js';
-import { BATCH_MAX_ITEMS, type BatchBody, type JobBody } from './schemas.js';
+import { BATCH_MAX_ITEMS, type BatchBody } from './schemas.js';
 
 export const ingestJobKind: ActorKind<typeof ingestJobMachine> = {
   type: 'ingestJob',
@@ -28,6 +29,10 @@ export const RUN_JOB = 'ingest.run-job';
 export const SWEEP_JOB = 'ingest.sweep';
 /** Items a job processes per transaction (one checkpoint each). */
 export const JOB_CHUNK = 5000;
+/** Spooled rows staged per statement while a job is created. */
+export const STAGE_BLOCK_BYTES = 1024 * 1024;
+/** Items the worker reads and processes at once within a chunk: its working set (items hold up to 64 KiB). */
+export const JOB_PAGE = 250;
 export const ERRORS_KEPT_DAYS = 30;
 /** How long a correlation_id keeps its first answer. */
 export const REQUESTS_KEPT_DAYS = 7;
@@ -129,11 +134,11 @@ export class IngestService {
   }
 
   /** Envelope rules beyond its schema: formats (422), then the partner (403), then the warehouse (403). */
-  private async checkEnvelope(caller: Caller, env: { partner_id: string; correlation_id: string; warehouse_id: string; items: unknown[] }, maxItems: number, kind: string): Promise<void> {
+  private async checkEnvelope(caller: Caller, env: { partner_id: string; correlation_id: string; warehouse_id: string }, items: number, maxItems: number, kind: string): Promise<void> {
     if (!UUID.test(env.partner_id)) throw unprocessable(`partner_id must be your partner account id (a UUID); got ${JSON.stringify(env.partner_id.slice(0, 64))}`);
     if (!CORRELATION_ID.test(env.correlation_id)) throw unprocessable('correlation_id must be 1-128 characters of A-Z a-z 0-9 . _ : -');
     if (!WAREHOUSE_ID.test(env.warehouse_id)) throw unprocessable('warehouse_id must be 1-64 characters of A-Z a-z 0-9 . _ -');
-    if (env.items.length > maxItems) throw unprocessable(`a ${kind} holds at most ${maxItems} items; got ${env.items.length}${kind === 'batch' ? ' (send more as a bulk job: POST /wms-ingest/v1/jobs)' : ''}`);
+    if (items > maxItems) throw unprocessable(`a ${kind} holds at most ${maxItems} items; got ${items}${kind === 'batch' ? ' (send more as a bulk job: POST /wms-ingest/v1/jobs)' : ''}`);
     if (env.partner_id.toLowerCase() !== caller.accountId) throw refused('not authorized for this partner_id: your credential belongs to another partner account', { type: 'partner-scope' });
     await this.authorizeWarehouse(caller, env.warehouse_id);
   }
@@ -144,8 +149,7 @@ export class IngestService {
    * and then reads the committed answer, and a failed attempt leaves no trace. The same key with
    * a different request is 409.
    */
-  private async idempotent<T>(caller: Caller, correlationId: string, request: unknown, work: (tx: Tx, uow: Parameters<Parameters<ActorStore['run']>[0]>[0]) => Promise<{ status: number; body: T }>): Promise<Answer<T>> {
-    const hash = crypto.hash('sha256', JSON.stringify(request), 'hex');
+  private async idempotent<T>(caller: Caller, correlationId: string, hash: string, work: (tx: Tx, uow: Parameters<Parameters<ActorStore['run']>[0]>[0]) => Promise<{ status: number; body: T }>): Promise<Answer<T>> {
     return this.d.actors.run(async (uow) => {
       const tx = uow.sql;
       if (!(await repo.claimRequest(tx, caller.accountId, correlationId, hash))) {
@@ -164,15 +168,16 @@ export class IngestService {
   // ---- batches
 
   async batch(caller: Caller, resource: ResourceName, body: BatchBody): Promise<Answer<unknown>> {
-    await this.checkEnvelope(caller, body, BATCH_MAX_ITEMS, 'batch');
+    await this.checkEnvelope(caller, body, body.items.length, BATCH_MAX_ITEMS, 'batch');
     if (body.mode === 'FULL_REFRESH') throw unprocessable('a FULL_REFRESH replaces the whole set and runs as a bulk job (POST /wms-ingest/v1/jobs); batches are DELTA');
     const scope: Scope = { accountId: caller.accountId, warehouseId: body.warehouse_id, resource };
-    return this.idempotent(caller, body.correlation_id, { resource, ...body }, async (tx) => {
+    const hash = crypto.hash('sha256', JSON.stringify({ resource, ...body }), 'hex');
+    return this.idempotent(caller, body.correlation_id, hash, async (tx) => {
       // shared: batches run side by side; a job's creation (exclusive) waits for them
       await repo.lockScope(tx, scope, 'shared');
       const running = (await repo.inFlightJobs(tx, scope)).find((j) => j.mode === 'FULL_REFRESH');
       if (running) throw conflict(`a FULL_REFRESH job (${running.id}) of ${resource} for warehouse ${scope.warehouseId} is ${running.state}; send this batch after it completed`, { type: 'full-refresh-in-flight', extra: { job_id: running.id } });
-      const results = await processItems(tx, scope, { correlationId: body.correlation_id }, body.items);
+      const results = await processItemsIsolated(tx, scope, { correlationId: body.correlation_id }, body.items);
       await this.d.faults('ingest.batch.processed');
       return {
         status: 200,
@@ -183,26 +188,63 @@ export class IngestService {
 
   // ---- jobs
 
-  async createJob(caller: Caller, body: JobBody): Promise<Answer<unknown>> {
-    await this.checkEnvelope(caller, body, this.d.jobMaxItems, 'bulk job');
-    if (body.items.length === 0) throw unprocessable('a bulk job needs at least one item');
+  /**
+   * A bulk job from its spooled upload (src/ingest/jobBody.ts): the items are staged from the
+   * spool file a block at a time, never held whole. Items refused when read (too
+   * large) or when staged (the database refuses them) are staged as placeholders with their
+   * error recorded; the worker reports them REJECTED and goes on with the others.
+   */
+  async createJob(caller: Caller, upload: JobUpload): Promise<Answer<unknown>> {
+    const body = upload.envelope;
+    await this.checkEnvelope(caller, body, upload.items, this.d.jobMaxItems, 'bulk job');
+    if (upload.items === 0) throw unprocessable('a bulk job needs at least one item');
     const scope: Scope = { accountId: caller.accountId, warehouseId: body.warehouse_id, resource: body.resource };
-    return this.idempotent(caller, body.correlation_id, body, async (tx, uow) => {
+    return this.idempotent(caller, body.correlation_id, upload.hash, async (tx, uow) => {
       await repo.lockScope(tx, scope);
       const inFlight = await repo.inFlightJobs(tx, scope);
       const blocking = body.mode === 'FULL_REFRESH' ? inFlight[0] : inFlight.find((j) => j.mode === 'FULL_REFRESH');
       if (blocking) {
         throw conflict(`${body.mode === 'FULL_REFRESH' ? 'a FULL_REFRESH cannot start while' : 'no job may start while a FULL_REFRESH'} job ${blocking.id} of ${body.resource} for warehouse ${scope.warehouseId} is ${blocking.state}; inspect it and resubmit after it completed`, { type: 'job-in-flight', extra: { job_id: blocking.id } });
       }
-      const id = crypto.randomUUID();
+      const id = upload.jobId;
       const now = this.d.clock.now();
-      await repo.insertJob(tx, { id, account_id: caller.accountId, correlation_id: body.correlation_id, warehouse_id: scope.warehouseId, resource: scope.resource, mode: body.mode, total_items: body.items.length, created_at: now });
-      await repo.insertJobItems(tx, id, body.items);
-      await uow.create(ingestJobKind, id, { id, accountId: caller.accountId, warehouseId: scope.warehouseId, resource: scope.resource, mode: body.mode, totalItems: body.items.length, createdAt: now.toISOString() });
+      await repo.insertJob(tx, { id, account_id: caller.accountId, correlation_id: body.correlation_id, warehouse_id: scope.warehouseId, resource: scope.resource, mode: body.mode, total_items: upload.items, created_at: now });
+      const refused = [...upload.intakeErrors];
+      await this.stageItems(tx, upload, refused);
+      await repo.insertJobErrors(tx, id, refused.map((e) => ({ seq: e.index + 1, source_id: null, status: 'REJECTED', code: e.code, reason: e.reason, quarantine_id: null })));
+      await uow.create(ingestJobKind, id, { id, accountId: caller.accountId, warehouseId: scope.warehouseId, resource: scope.resource, mode: body.mode, totalItems: upload.items, createdAt: now.toISOString() });
       await this.d.jobs.boss.send(RUN_JOB, { id }, { db: bossDb(tx) } as never);
       const job = await repo.findJob(tx, id);
       return { status: 202, body: this.jobView(job!) };
     });
+  }
+
+  /**
+   * Stages the spooled items, STAGE_BLOCK_BYTES of rows per statement, each in a savepoint.
+   * When the database refuses a block, its rows go again one by one, each in a savepoint: a
+   * refused one is staged as a placeholder (JSON null) and its error recorded.
+   */
+  private async stageItems(tx: Tx, upload: JobUpload, refused: IntakeError[]): Promise<void> {
+    for await (const block of upload.blocks(STAGE_BLOCK_BYTES)) {
+      try {
+        await tx.savepoint((sp) => repo.insertJobItems(sp, upload.jobId, block));
+        continue;
+      } catch (err) {
+        if (!refusedByDatabase(err)) throw err;
+      }
+      for (const row of block.split('\n')) {
+        if (!row) continue;
+        const seq = Number(row.split(SPOOL_DELIMITER)[1]);
+        try {
+          await tx.savepoint((sp) => repo.insertJobItems(sp, upload.jobId, row));
+        } catch (err) {
+          const reason = refusedByDatabase(err);
+          if (!reason) throw err;
+          await repo.insertJobItems(tx, upload.jobId, [upload.jobId, seq, '', 'null'].join(SPOOL_DELIMITER));
+          refused.push({ index: seq - 1, code: 'UNSTORABLE', reason });
+        }
+      }
+    }
   }
 
   private jobView(j: repo.JobRow) {
@@ -271,22 +313,12 @@ export class IngestService {
     const scope: Scope = { accountId: job.account_id, warehouseId: job.warehouse_id, resource: job.resource as ResourceName };
     let from = job.processed_through;
     for (;;) {
-      const chunk = await repo.jobItems(this.d.sql, id, from, JOB_CHUNK);
-      if (chunk.length === 0) break;
-      const through = chunk.at(-1)!.seq;
-      const advanced = await this.d.sql.begin(async (tx) => {
-        const results = await processItems(tx, scope, { correlationId: job!.correlation_id, jobId: id }, chunk.map((c) => c.item), { firstIndex: chunk[0].seq - 1 });
-        await repo.insertJobErrors(tx, id, results.filter(isError).map((r) => ({
-          seq: r.index + 1, source_id: r.source_id, status: r.status as 'QUARANTINED' | 'REJECTED', code: r.code!, reason: r.reason!, quarantine_id: r.quarantine_id ?? null,
-        })));
-        // another worker got here first (a resumed or expired run): ours rolls back and leaves the job to it
-        if (!(await repo.advanceJob(tx, id, from, through, summarize(results)))) throw new ChunkTaken();
-        return true;
-      }).catch((err: unknown) => {
-        if (err instanceof ChunkTaken) return false;
+      const through = await this.d.sql.begin((tx) => this.runChunk(tx, job!, scope, from)).catch((err: unknown) => {
+        if (err instanceof ChunkTaken) return undefined;
         throw err;
       });
-      if (!advanced) return void this.d.log.info({ jobId: id, after: from }, 'ingest job: another worker processed this chunk; leaving the job to it');
+      if (through === undefined) return void this.d.log.info({ jobId: id, after: from }, 'ingest job: another worker processed this chunk; leaving the job to it');
+      if (through === from) break;
       await this.d.faults('ingest.job.chunk');
       from = through;
     }
@@ -298,6 +330,39 @@ export class IngestService {
       if (job!.mode === 'FULL_REFRESH') await repo.setDeleted(uow.sql, id, await repo.deleteNotRefreshed(uow.sql, id, scope));
       await repo.deleteJobItems(uow.sql, id);
     });
+  }
+
+  /**
+   * One chunk of a job in the caller's transaction: up to JOB_CHUNK items after `from`, read
+   * and processed JOB_PAGE at a time (so the worker holds one page of items, not the chunk),
+   * then the checkpoint. Returns the last item's sequence number (`from` when none was left).
+   */
+  private async runChunk(tx: Tx, job: repo.JobRow, scope: Scope, from: number): Promise<number> {
+    const totals = { accepted: 0, replayed: 0, quarantined: 0, rejected: 0 };
+    let through = from;
+    while (through - from < JOB_CHUNK) {
+      const limit = Math.min(JOB_PAGE, JOB_CHUNK - (through - from));
+      const page = await repo.jobItems(tx, job.id, through, limit);
+      if (page.length === 0) break;
+      const last = page.at(-1)!.seq;
+      const results = await processItemsIsolated(tx, scope, { correlationId: job.correlation_id, jobId: job.id }, page.map((c) => c.item), { firstIndex: page[0].seq - 1 });
+      // items refused when the job was created are placeholders: their recorded error is their result
+      const refused = new Map((await repo.jobErrorsBetween(tx, job.id, through, last)).map((e) => [e.seq, e]));
+      for (const r of results) {
+        const e = refused.get(r.index + 1);
+        if (e) Object.assign(r, { status: 'REJECTED', source_id: e.source_id, code: e.code, reason: e.reason });
+      }
+      await repo.insertJobErrors(tx, job.id, results.filter(isError).map((r) => ({
+        seq: r.index + 1, source_id: r.source_id, status: r.status as 'QUARANTINED' | 'REJECTED', code: r.code!, reason: r.reason!, quarantine_id: r.quarantine_id ?? null,
+      })));
+      const n = summarize(results);
+      for (const k of Object.keys(totals) as (keyof typeof totals)[]) totals[k] += n[k];
+      through = last;
+      if (page.length < limit) break;
+    }
+    // another worker got here first (a resumed or expired run): ours rolls back and leaves the job to it
+    if (through > from && !(await repo.advanceJob(tx, job.id, from, through, totals))) throw new ChunkTaken();
+    return through;
   }
 
   /**

@@ -7,10 +7,12 @@ import { assign, emit, enqueueActions, setup } from 'xstate';
  * `provision`). Each leg is attempted up to `maxAttempts` times: an attempt is DISPATCHed (the
  * gateway calls the backend), then ends with the backend's RESULT, a failed call
  * (ATTEMPT_FAILED) or a TIMEOUT; a failed attempt with attempts left waits `retryDelay(n)`
- * (doubling) and is dispatched again. The run SUCCEEDS when the last leg succeeds and FAILS when
- * a leg runs out of attempts, fails permanently, or the run is ABORTed (the thing left
- * PROVISIONED meanwhile). Pure: time comes in events (`at`); the saga's jobs act on what this
- * machine decides (the `due` leg to dispatch, the RUNNING leg to time out).
+ * (doubling) and is dispatched again. The run ENDS when the last leg succeeds, or when a leg runs
+ * out of attempts, fails permanently, or the run is ABORTed (the thing left PROVISIONED
+ * meanwhile); once the thing has moved (IN_FACTORY, or back to ROLLEDOFF: THING_DONE) the run is
+ * SUCCEEDED or FAILED. Pure: time comes in events (`at`). `nextStep` says which step is due and
+ * when (a leg to dispatch, an attempt to time out, the thing to move); the saga's one job kind
+ * carries it out at that time.
  */
 export type LegName = 'identify' | 'provision';
 export type LegState = 'PENDING' | 'RUNNING' | 'SUCCEEDED' | 'FAILED';
@@ -52,9 +54,14 @@ export interface ProvisioningRunInput {
   maxAttempts: number;
   /** seconds before the second attempt; doubled for each further one */
   retrySeconds: number;
+  /** how long a dispatched attempt waits for its result */
+  timeoutSeconds: number;
   at: string;
   by: string;
 }
+
+/** How the legs ended, while the thing is being moved (state ENDING). */
+export interface RunEnding { outcome: 'SUCCEEDED' | 'FAILED'; error: string | null; at: string }
 
 export interface ProvisioningRunContext {
   id: string;
@@ -63,7 +70,11 @@ export interface ProvisioningRunContext {
   thing: RunThing;
   maxAttempts: number;
   retrySeconds: number;
+  /** absent in runs started before it was recorded (DEFAULT_TIMEOUT_SECONDS) */
+  timeoutSeconds?: number;
   legs: Leg[];
+  /** set when the legs ended; null (absent in older runs) before */
+  ending?: RunEnding | null;
   startedAt: string;
   startedBy: string;
   finishedAt: string | null;
@@ -76,14 +87,39 @@ export type ProvisioningRunEvent =
   /** the call to the backend failed (network, TLS, non-2xx); `permanent`: retrying cannot help */
   | { type: 'ATTEMPT_FAILED'; leg: LegName; attempt: number; at: string; error: string; permanent?: boolean }
   | { type: 'TIMEOUT'; leg: LegName; attempt: number; at: string }
-  | { type: 'ABORT'; at: string; reason: string };
+  | { type: 'ABORT'; at: string; reason: string }
+  /** the thing moved as the run ended (or had moved on already): the run is finished */
+  | { type: 'THING_DONE'; at: string };
 
 const MAX_RETRY_SECONDS = 3600;
+/** The leg timeout of runs that did not record theirs (PROVISION_LEG_TIMEOUT_SECONDS' default). */
+const DEFAULT_TIMEOUT_SECONDS = 600;
+
+const addSeconds = (at: string, seconds: number) => new Date(Date.parse(at) + seconds * 1000).toISOString();
 
 /** When attempt `next` (2, 3, ...) is due after a failure at `at`. */
 export function retryDue(at: string, retrySeconds: number, next: number): string {
-  const delay = Math.min(MAX_RETRY_SECONDS, retrySeconds * 2 ** Math.max(0, next - 2));
-  return new Date(Date.parse(at) + delay * 1000).toISOString();
+  return addSeconds(at, Math.min(MAX_RETRY_SECONDS, retrySeconds * 2 ** Math.max(0, next - 2)));
+}
+
+/** A step of the run that no request drives, and when it is due. */
+export type SagaStep =
+  /** the PENDING leg's next attempt, at its `due` time */
+  | { step: 'DISPATCH'; leg: LegName; attempt: number; at: string }
+  /** the RUNNING attempt, when its timeout has passed */
+  | { step: 'TIMEOUT'; leg: LegName; attempt: number; at: string }
+  /** the legs ended: the thing is to move (IN_FACTORY, or back to ROLLEDOFF) */
+  | { step: 'END'; outcome: 'SUCCEEDED' | 'FAILED'; at: string };
+
+/** What the run waits for next, and from when; undefined once it is finished. */
+export function nextStep(c: ProvisioningRunContext): SagaStep | undefined {
+  if (c.finishedAt !== null) return undefined;
+  if (c.ending) return { step: 'END', outcome: c.ending.outcome, at: c.ending.at };
+  const l = current(c);
+  if (!l) return undefined;
+  if (l.state === 'PENDING') return l.due ? { step: 'DISPATCH', leg: l.name, attempt: l.attempts + 1, at: l.due } : undefined;
+  const dispatchedAt = l.history[l.history.length - 1]?.dispatched_at ?? l.started_at ?? c.startedAt;
+  return { step: 'TIMEOUT', leg: l.name, attempt: l.attempts, at: addSeconds(dispatchedAt, c.timeoutSeconds ?? DEFAULT_TIMEOUT_SECONDS) };
 }
 
 type Ctx = { context: ProvisioningRunContext };
@@ -141,25 +177,34 @@ export const provisioningRunMachine = setup({
     },
     allDone: ({ context }: Ctx) => context.legs.every((l) => l.state === 'SUCCEEDED'),
     anyFailed: ({ context }: Ctx) => context.legs.some((l) => l.state === 'FAILED'),
+    endsSucceeded: ({ context }: Ctx) => context.ending?.outcome === 'SUCCEEDED',
   },
   actions: {
     legEnded: enqueueActions(({ context, event, enqueue }) => {
-      if (event.type === 'DISPATCH' || event.type === 'ABORT') return;
+      if (event.type === 'DISPATCH' || event.type === 'ABORT' || event.type === 'THING_DONE') return;
       const l = context.legs.find((x) => x.name === event.leg)!;
       const last = l.history[l.history.length - 1];
       enqueue.emit({ type: 'provisioningRun.legEnded' as const, runId: context.id, thingId: context.thingId, leg: l.name, outcome: last?.outcome ?? l.state, attempt: l.attempts, error: last?.error ?? null, at: event.at });
     }),
-    finished: enqueueActions(({ context, event, enqueue }, params: { outcome: 'SUCCEEDED' | 'FAILED' }) => {
-      const failed = context.legs.find((l) => l.state === 'FAILED');
-      const error = event.type === 'ABORT' ? event.reason : failed ? `leg ${failed.name} failed: ${failed.error}` : null;
+    /** the legs ended: kept until the thing has moved */
+    ending: assign({
+      ending: ({ context, event }, params: { outcome: 'SUCCEEDED' | 'FAILED' }) => {
+        const failed = context.legs.find((l) => l.state === 'FAILED');
+        const error = event.type === 'ABORT' ? event.reason : failed ? `leg ${failed.name} failed: ${failed.error}` : null;
+        return { outcome: params.outcome, error, at: event.at };
+      },
+    }),
+    finished: enqueueActions(({ context, event, enqueue }) => {
+      const { outcome, error } = context.ending!;
       enqueue.assign({ finishedAt: event.at, error });
-      enqueue.emit({ type: 'provisioningRun.finished' as const, runId: context.id, thingId: context.thingId, outcome: params.outcome, error, at: event.at });
+      enqueue.emit({ type: 'provisioningRun.finished' as const, runId: context.id, thingId: context.thingId, outcome, error, at: event.at });
     }),
   },
 }).createMachine({
   id: 'provisioningRun',
   context: ({ input }) => ({
     id: input.id, accountId: input.accountId, thingId: input.thingId, thing: input.thing, maxAttempts: input.maxAttempts, retrySeconds: input.retrySeconds,
+    timeoutSeconds: input.timeoutSeconds, ending: null,
     legs: input.legs.map((l, i) => ({
       name: l.name, factory_service_id: l.factoryServiceId, state: 'PENDING' as const, attempts: 0, due: i === 0 ? input.at : null,
       started_at: null, finished_at: null, error: null, result: null, history: [],
@@ -171,8 +216,8 @@ export const provisioningRunMachine = setup({
   states: {
     RUNNING: {
       always: [
-        { guard: 'anyFailed', target: 'FAILED', actions: { type: 'finished', params: { outcome: 'FAILED' } } },
-        { guard: 'allDone', target: 'SUCCEEDED', actions: { type: 'finished', params: { outcome: 'SUCCEEDED' } } },
+        { guard: 'anyFailed', target: 'ENDING', actions: { type: 'ending', params: { outcome: 'FAILED' } } },
+        { guard: 'allDone', target: 'ENDING', actions: { type: 'ending', params: { outcome: 'SUCCEEDED' } } },
       ],
       on: {
         DISPATCH: {
@@ -215,16 +260,25 @@ export const provisioningRunMachine = setup({
           ],
         },
         ABORT: {
-          target: 'FAILED',
+          target: 'ENDING',
           actions: [
             assign({
               legs: ({ context, event }) => context.legs.map((l) => (l.state === 'PENDING' || l.state === 'RUNNING'
                 ? { ...l, state: 'FAILED' as const, due: null, finished_at: event.at, error: (event as Extract<E, { type: 'ABORT' }>).reason, history: endAttempt(l, event.at, 'FAILED', (event as Extract<E, { type: 'ABORT' }>).reason) }
                 : l)),
             }),
-            { type: 'finished', params: { outcome: 'FAILED' } },
+            { type: 'ending', params: { outcome: 'FAILED' } },
           ],
         },
+      },
+    },
+    /** the legs ended; the run finishes once the thing has moved (projected as RUNNING until then) */
+    ENDING: {
+      on: {
+        THING_DONE: [
+          { guard: 'endsSucceeded', target: 'SUCCEEDED', actions: 'finished' },
+          { target: 'FAILED', actions: 'finished' },
+        ],
       },
     },
     SUCCEEDED: { type: 'final' },

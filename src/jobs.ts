@@ -111,6 +111,12 @@ export class Jobs {
     return id;
   }
 
+  /** Wakes this node's worker of a queue (a job due now was queued in a transaction that has just committed). */
+  wake(name: string): void {
+    const worker = this.workers.get(name);
+    if (worker && this.started) this.boss.notifyWorker(worker);
+  }
+
   async stop(): Promise<void> {
     if (!this.started) return;
     this.started = false;

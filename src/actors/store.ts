@@ -147,6 +147,15 @@ export class UnitOfWork {
     return { snapshot: snapshot as SnapshotFrom<M>, state, version: current.version + 1, events };
   }
 
+  /**
+   * Deletes a stored actor: garbage collection of a resource whose domain row goes in the same
+   * unit of work (its domain events stay). False when there was none.
+   */
+  async delete(kind: AnyActorKind, id: string): Promise<boolean> {
+    const deleted = await this.sql`delete from actors where type = ${kind.type} and id = ${id}`;
+    return deleted.count > 0;
+  }
+
   /** Records a domain event that no machine emitted (plain-row resources). */
   async emit(actorType: string, actorId: string, event: EmittedEvent, accountId?: string | null): Promise<StoredEvent> {
     const [stored] = await this.insertEvents(actorType, actorId, accountId ?? null, [event]);

@@ -2,7 +2,8 @@ import { defineDomain } from '../gateway.js';
 import { factoryRoutes, provisioningRoutes } from './routes.js';
 import { noFaults } from '../lib/faults.js';
 import { FactoryBackends } from './backend.js';
-import { LEG_JOB, LEG_TIMEOUT_JOB, ProvisioningSaga, provisioningRunKind, type LegJob } from './provisioning.js';
+import { ProvisioningSaga, provisioningRunKind } from './provisioning.js';
+import { SAGA_JOB, type QueuedJob } from './sagaJobs.js';
 import { resealAll, Sealer, type SealedColumn } from '../pki/sealer.js';
 import { COLLECT_JOB, DRAIN_JOB, FactoryServices, SWEEP_JOB, factoryServiceKind } from './service.js';
 import { ReplayGuard, SignedRequests, SigningIdentities } from './signing.js';
@@ -21,7 +22,6 @@ const SEALED_COLUMNS: SealedColumn[] = [
   { table: 'factory_services', key: 'id', column: 'pending_secret_sealed' },
 ];
 const sealers = new WeakMap<object, Sealer>();
-const sagas = new WeakMap<object, ProvisioningSaga>();
 
 /** Domain module of src/factory/: factory services, SVC-HMAC-SHA256 signed requests, the PROVISION saga. */
 export const factoryDomain = defineDomain({
@@ -60,24 +60,21 @@ export const factoryDomain = defineDomain({
       settings: { attempts: config.PROVISION_LEG_ATTEMPTS, retrySeconds: config.PROVISION_LEG_RETRY_SECONDS, timeoutSeconds: config.PROVISION_LEG_TIMEOUT_SECONDS },
       publicBaseUrl: config.PUBLIC_BASE_URL,
     });
-    // each leg attempt is one job; a failed call is an answer the machine records, not a job failure
-    // legs of many things run side by side (each waits on its backend for up to 10 s)
-    jobs.define<LegJob>(LEG_JOB, (job) => provisioningSaga.runLeg(job), { retryLimit: 5, retryDelay: 5, batchSize: 50 });
-    jobs.define<LegJob>(LEG_TIMEOUT_JOB, (job) => provisioningSaga.timeout(job), { retryLimit: 5, retryDelay: 5, batchSize: 50 });
-    jobs.define(SWEEP_JOB, async () => {
-      await factoryServices.sweep();
-      await provisioningSaga.sweep();
-    }, { schedule: '* * * * *', retryLimit: 1 });
-    sagas.set(gw, provisioningSaga);
+    // the saga's one job kind: each step its run's machine made due. A failed leg call is an answer
+    // the machine records, never a job failure; pg-boss redelivers a step only when its handler
+    // failed (database error, crash), and the step then does what the machine says at that time.
+    // Steps of many runs run side by side (a leg waits on its backend for up to 10 s).
+    jobs.define<QueuedJob>(SAGA_JOB, (job) => provisioningSaga.runStep(job), { retryLimit: 5, retryDelay: 5, batchSize: 50 });
+    jobs.define(SWEEP_JOB, () => factoryServices.sweep(), { schedule: '* * * * *', retryLimit: 1 });
     return { factoryServices, provisioningSaga };
   },
   async routes(app, _gw, { factoryServices, provisioningSaga }) {
     await factoryRoutes(app, factoryServices);
     await provisioningRoutes(app, provisioningSaga);
   },
-  async start(gw) {
-    // legs whose jobs a crash lost are queued again at once, not only at the next sweep
-    await sagas.get(gw)!.sweep({ atStart: true });
+  async start(gw, { provisioningSaga }) {
+    // every running run's next step is queued again (duplicates collapse): see ProvisioningSaga.recover
+    await provisioningSaga.recover();
     const sealed = await resealAll(gw.sql, sealers.get(gw)!, SEALED_COLUMNS);
     if (sealed.unreadable) gw.log.warn(sealed, 'some factory-service secrets open with no sealing key');
     else if (sealed.resealed) gw.log.info(sealed, 'factory-service secrets moved to the current sealing key');

@@ -1,7 +1,6 @@
 import crypto from 'node:crypto';
-import type { SnapshotFrom } from 'xstate';
-import type { ActorKind, ActorStore, UnitOfWork } from '../actors/store.js';
-import type { Sql } from '../db/client.js';
+import type { ActorKind, ActorStore } from '../actors/store.js';
+import type { Db, Sql } from '../db/client.js';
 import type { Jobs } from '../jobs.js';
 import type { Logger } from '../log.js';
 import { isoNow, type Clock } from '../lib/clock.js';
@@ -11,8 +10,9 @@ import type { FaultHook } from '../lib/faults.js';
 import type { Sealer } from '../pki/sealer.js';
 import { isUuid } from '../http/auth/principal.js';
 import type { Services } from '../gateway.js';
-import { provisioningRunMachine, type Leg, type LegName, type ProvisioningRunContext, type ProvisioningRunEvent } from '../../machines/provisioningRun.js';
+import { nextStep, provisioningRunMachine, type Leg, type LegName, type ProvisioningRunContext, type ProvisioningRunEvent, type SagaStep } from '../../machines/provisioningRun.js';
 import { BackendCallError, type FactoryBackends } from './backend.js';
+import { asStep, cancelStep, jobOf, queueStep, SAGA_JOB, stepKey, type QueuedJob, type StepJob } from './sagaJobs.js';
 import * as runs from './runsRepo.js';
 
 export const provisioningRunKind: ActorKind<typeof provisioningRunMachine> = {
@@ -22,22 +22,22 @@ export const provisioningRunKind: ActorKind<typeof provisioningRunMachine> = {
   projection: {
     table: 'provisioning_runs',
     columns: ['state', 'error', 'finished_at'],
-    project: (s, state) => ({ state, error: s.context.error, finished_at: s.context.finishedAt }),
+    // ENDING (the thing is being moved) still shows as RUNNING: the run is finished once the thing moved
+    project: (s, state) => ({ state: state === 'ENDING' ? 'RUNNING' : state, error: s.context.error, finished_at: s.context.finishedAt }),
   },
 };
 
- /** The trust domain's thing lifecycle (its PROVISION steps run inside the saga's transactions). */
-type Lifecycle = Pick<Services['thingLifecycle'], 'startProvisioning' | 'provisioningBlocked' | 'provisioningEnded' | 'state'>;
+/** The trust domain's thing lifecycle: the saga asks it for the thing's steps (each in trust's own transaction). */
+type Lifecycle = Pick<Services['thingLifecycle'], 'provisioningStep' | 'factoryEligibility' | 'state'>;
 /** Whose things a caller sees (a factory service: its model's only). */
 export type ThingScope = Parameters<Services['thingLifecycle']['state']>[0];
 
-export const LEG_JOB = 'factory.provision-leg';
-export const LEG_TIMEOUT_JOB = 'factory.provision-leg-timeout';
-/** A due leg whose job has not run this long after is re-queued by the sweep (a job lost in a crash). */
-const LOST_JOB_SECONDS = 60;
+/**
+ * A step a request began (a start, the thing's move at the end) is finished by its job when the
+ * request has not finished it within the leg timeout, kept between these bounds.
+ */
+const REQUEST_GRACE_SECONDS = { min: 5, max: 60 };
 const CALL_TIMEOUT_MS = 10_000;
-
-export interface LegJob { runId: string; leg: LegName; attempt: number }
 
 export interface SagaSettings { attempts: number; retrySeconds: number; timeoutSeconds: number }
 
@@ -66,70 +66,114 @@ export interface LegReport {
 /** Who calls: the thing scope, who they are, and the factory service when signed. */
 export interface SagaCaller { scope: ThingScope; sub: string; factoryServiceId?: string }
 
-type RunSnapshot = SnapshotFrom<typeof provisioningRunMachine>;
+type Refusal = { refused: true; state: string; context: ProvisioningRunContext };
 
 /**
  * The PROVISION saga (spec: POST /api/v1/things/{id}/provision replies 202; the factory backend
  * reports each leg through POST .../provisioning-result). The provisioningRun machine decides
- * every step; each step is one transaction; the legs' calls run as durable jobs (pg-boss), the
- * machine refusing a repeated or stale step makes every job idempotent, and a sweep (every
- * minute and at start-up) re-queues what a crash lost, so a run resumes after a restart.
+ * every step and when the next one is due (`nextStep`); each step is one transaction, which also
+ * queues the job of the step it made due (pg-boss shares the database): one job kind carries out
+ * every step nobody's request drives (dispatch a leg, time an attempt out, move the thing at the
+ * end). The thing's steps are asked of the trust domain's service, in trust's own transactions.
  */
 export class ProvisioningSaga {
   constructor(private readonly d: {
-    sql: Sql; actors: ActorStore; clock: Clock; jobs: Pick<Jobs, 'send'>; log: Logger; faults: FaultHook; sealer: Sealer;
+    sql: Sql; actors: ActorStore; clock: Clock; jobs: Pick<Jobs, 'boss' | 'wake'>; log: Logger; faults: FaultHook; sealer: Sealer;
     backends: FactoryBackends; lifecycle: Lifecycle;
     settings: SagaSettings; publicBaseUrl: string;
   }) {}
 
-  /** ROLLEDOFF -> PROVISIONED and a new run, in one transaction; its first leg is queued. */
+  private get grace(): number {
+    return Math.max(REQUEST_GRACE_SECONDS.min, Math.min(REQUEST_GRACE_SECONDS.max, this.d.settings.timeoutSeconds));
+  }
+
+  /**
+   * ROLLEDOFF -> PROVISIONED (trust) and a new run (its first leg queued). The model's services
+   * are checked before the thing moves; a start that dies after the thing moved but before its
+   * run committed is undone by its UNDO_START job, which the run's transaction cancels.
+   */
   async start(caller: SagaCaller, thingId: string): Promise<RunView> {
     const id = crypto.randomUUID();
-    const at = isoNow(this.d.clock);
-    const snapshot = await this.d.actors.run(async (uow) => {
-      const thing = await this.d.lifecycle.startProvisioning(uow, caller.scope, thingId);
-      const services = await runs.activeServicesOfModel(uow.sql, thing.modelId);
-      const provision = services.find((s) => s.role === 'provision');
-      if (!provision) throw conflict(`model ${thing.model} has no active provision-role factory service: register one (POST /api/v1/factory-services) before provisioning`);
-      const identify = services.find((s) => s.role === 'identify');
-      const legs = [...(identify ? [{ name: 'identify' as const, factoryServiceId: identify.id }] : []), { name: 'provision' as const, factoryServiceId: provision.id }];
-      await runs.insert(uow.sql, { id, accountId: caller.scope.accountId, thingId, modelId: thing.modelId, startedBy: caller.sub, createdAt: at });
-      const created = await uow.create(provisioningRunKind, id, {
-        id, accountId: caller.scope.accountId, thingId, legs, at, by: caller.sub,
-        thing: { model: thing.model, modelId: thing.modelId, manufacturer: thing.manufacturer, serial: thing.serial },
-        maxAttempts: this.d.settings.attempts, retrySeconds: this.d.settings.retrySeconds,
-      });
-      return created.snapshot;
+    const { model_id: modelId } = await this.d.lifecycle.factoryEligibility(caller.scope, thingId); // 404 outside the caller's things
+    // an unregistered model (no id) has no services: trust refuses its PROVISION below
+    const legs = modelId ? await this.legsOf(modelId) : [];
+    const undo: StepJob = { runId: id, step: 'UNDO_START', thingId };
+    await queueStep(this.d.jobs, this.d.sql, undo, this.grace);
+    const thing = await this.d.lifecycle.provisioningStep({ step: 'PROVISION', scope: caller.scope, thingId }).then(({ thing: t }) => t!, async (err) => {
+      await cancelStep(this.d.jobs, this.d.sql, undo); // refused: nothing to undo
+      throw err;
     });
+    await this.d.faults('provision.thing-provisioned');
+    const at = isoNow(this.d.clock);
+    let dueNow: boolean;
+    try {
+      dueNow = await this.d.actors.run(async (uow) => {
+        await runs.insert(uow.sql, { id, accountId: caller.scope.accountId, thingId, modelId: thing.modelId, startedBy: caller.sub, createdAt: at });
+        const created = await uow.create(provisioningRunKind, id, {
+          id, accountId: caller.scope.accountId, thingId, legs, at, by: caller.sub,
+          thing: { model: thing.model, modelId: thing.modelId, manufacturer: thing.manufacturer, serial: thing.serial },
+          maxAttempts: this.d.settings.attempts, retrySeconds: this.d.settings.retrySeconds, timeoutSeconds: this.d.settings.timeoutSeconds,
+        });
+        await cancelStep(this.d.jobs, uow.sql, undo);
+        return this.queueNext(uow.sql, created.snapshot.context);
+      });
+    } catch (err) {
+      // no run: the thing goes back now (if that fails too, the undo job does it)
+      await this.d.lifecycle.provisioningStep({ step: 'PROVISION_FAILED', thingId })
+        .then(() => cancelStep(this.d.jobs, this.d.sql, undo))
+        .catch((e: Error) => this.d.log.warn({ runId: id, thingId, error: e.message }, 'a start without its run is left to its undo job'));
+      if ((err as { code?: string }).code === '23505') throw conflict(`the previous PROVISION saga of thing ${thingId} is still finishing; try again`);
+      throw err;
+    }
+    if (dueNow) this.d.jobs.wake(SAGA_JOB);
     this.d.log.info({ runId: id, thingId, by: caller.sub }, 'PROVISION saga started');
-    await this.queueDue(snapshot.context);
     return this.get(caller.scope, id);
   }
 
-  /** The job of one leg attempt: DISPATCH (committed first), then the call to the backend. */
-  async runLeg(job: LegJob): Promise<void> {
+  /** The legs of a run of the model: identify when it has an ACTIVE identify-role service, then provision (409 without one). */
+  private async legsOf(modelId: string): Promise<{ name: LegName; factoryServiceId: string }[]> {
+    const services = await runs.activeServicesOfModel(this.d.sql, modelId);
+    const provision = services.find((s) => s.role === 'provision');
+    if (!provision) throw conflict(`model ${modelId} has no active provision-role factory service: register one (POST /api/v1/factory-services) before provisioning`);
+    const identify = services.find((s) => s.role === 'identify');
+    return [...(identify ? [{ name: 'identify' as const, factoryServiceId: identify.id }] : []), { name: 'provision' as const, factoryServiceId: provision.id }];
+  }
+
+  /** The saga's job: the step it names, if the run's machine still says it is the next one (else done meanwhile, or a duplicate). */
+  async runStep(queued: QueuedJob): Promise<void> {
+    const job = asStep(queued);
+    if (job.step === 'UNDO_START') return this.undoStart(job.runId, job.thingId);
+    const run = await this.d.actors.get(provisioningRunKind, job.runId);
+    const next = run && nextStep(run.snapshot.context);
+    if (!run || !next || stepKey(jobOf(job.runId, next)) !== stepKey(job)) return;
     const at = isoNow(this.d.clock);
+    if (next.step === 'DISPATCH') await this.dispatch(run.snapshot.context, next);
+    else if (next.step === 'TIMEOUT') await this.settle({ type: 'TIMEOUT', leg: next.leg, attempt: next.attempt, at }, job.runId);
+    else await this.end(job.runId);
+  }
+
+  /** One leg attempt: may the thing go on (trust), DISPATCH (committed with the attempt's timeout job), then the call to the backend. */
+  private async dispatch(run: ProvisioningRunContext, step: Extract<SagaStep, { step: 'DISPATCH' }>): Promise<void> {
+    const { blocked } = await this.d.lifecycle.provisioningStep({ step: 'CHECK', thingId: run.thingId });
+    if (blocked) {
+      await this.settle({ type: 'ABORT', at: isoNow(this.d.clock), reason: blocked }, run.id);
+      return;
+    }
+    const { leg: name, attempt } = step;
     const dispatched = await this.d.actors.run(async (uow) => {
-      const run = await uow.load(provisioningRunKind, job.runId);
-      if (!run || run.state !== 'RUNNING') return undefined;
-      const blocked = await this.d.lifecycle.provisioningBlocked(uow, run.snapshot.context.thingId);
-      if (blocked) {
-        await this.step(uow, job.runId, { type: 'ABORT', at, reason: blocked });
-        return undefined;
-      }
-      const sent = await uow.trySend(provisioningRunKind, job.runId, { type: 'DISPATCH', leg: job.leg, attempt: job.attempt, at });
-      if ('refused' in sent) return undefined; // a repeated or stale job: the machine has moved on
-      const leg = sent.snapshot.context.legs.find((l) => l.name === job.leg)!;
+      const sent = await uow.trySend(provisioningRunKind, run.id, { type: 'DISPATCH', leg: name, attempt, at: isoNow(this.d.clock) });
+      if ('refused' in sent) return undefined; // the machine has moved on
+      const leg = sent.snapshot.context.legs.find((l) => l.name === name)!;
       const service = await runs.signingOf(uow.sql, leg.factory_service_id);
-      if (service) await runs.addLegRef(uow.sql, service.id, legRef(job.runId, job.leg));
+      if (service) await runs.addLegRef(uow.sql, service.id, legRef(run.id, name));
+      await this.queueNext(uow.sql, sent.snapshot.context);
       return { context: sent.snapshot.context, service };
     });
     if (!dispatched) return;
     await this.d.faults('provision.leg-dispatched');
-    await this.d.jobs.send(LEG_TIMEOUT_JOB, job, { startAfter: this.d.settings.timeoutSeconds, singletonKey: `${job.runId}:${job.leg}:${job.attempt}` });
     const { context, service } = dispatched;
     if (!service || service.state !== 'ACTIVE') {
-      await this.settle({ type: 'ATTEMPT_FAILED', leg: job.leg, attempt: job.attempt, at: isoNow(this.d.clock), error: `factory service ${service?.id ?? '(gone)'} is no longer active`, permanent: true }, job.runId);
+      await this.settle({ type: 'ATTEMPT_FAILED', leg: name, attempt, at: isoNow(this.d.clock), error: `factory service ${service?.id ?? '(gone)'} is no longer active`, permanent: true }, run.id);
       return;
     }
     try {
@@ -139,22 +183,17 @@ export class ProvisioningSaga {
         at: this.d.clock.now(),
         timeoutMs: CALL_TIMEOUT_MS,
         body: {
-          run_id: job.runId, thing_id: context.thingId, leg: job.leg, attempt: job.attempt,
+          run_id: run.id, thing_id: context.thingId, leg: name, attempt,
           model_id: context.thing.modelId, model: context.thing.model, manufacturer: context.thing.manufacturer, serial: context.thing.serial,
           result_url: `${this.d.publicBaseUrl}/api/v1/things/${context.thingId}/provisioning-result`,
         },
       });
-      this.d.log.info({ runId: job.runId, leg: job.leg, attempt: job.attempt }, 'saga leg dispatched');
+      this.d.log.info({ runId: run.id, leg: name, attempt }, 'saga leg dispatched');
     } catch (err) {
       const permanent = err instanceof BackendCallError && err.permanent;
-      this.d.log.warn({ runId: job.runId, leg: job.leg, attempt: job.attempt, error: (err as Error).message, permanent }, 'saga leg call failed');
-      await this.settle({ type: 'ATTEMPT_FAILED', leg: job.leg, attempt: job.attempt, at: isoNow(this.d.clock), error: (err as Error).message, permanent }, job.runId);
+      this.d.log.warn({ runId: run.id, leg: name, attempt, error: (err as Error).message, permanent }, 'saga leg call failed');
+      await this.settle({ type: 'ATTEMPT_FAILED', leg: name, attempt, at: isoNow(this.d.clock), error: (err as Error).message, permanent }, run.id);
     }
-  }
-
-  /** The timeout job: the attempt still running this long is a failed attempt. */
-  async timeout(job: LegJob): Promise<void> {
-    await this.settle({ type: 'TIMEOUT', leg: job.leg, attempt: job.attempt, at: isoNow(this.d.clock) }, job.runId);
   }
 
   /**
@@ -169,7 +208,7 @@ export class ProvisioningSaga {
     if (!runId || !row || row.thing_id !== thingId) {
       throw notFound(body.run_id ? `provisioning run ${body.run_id} of thing ${thingId} not found` : `thing ${thingId} has no running PROVISION saga`);
     }
-    const outcome = await this.settle({
+    const refusal = await this.settle({
       type: 'RESULT', leg: body.leg, outcome: body.outcome, at: isoNow(this.d.clock), detail: body.detail, retryable: body.retryable, result: body.result, attempt: body.attempt,
     }, runId, (context) => {
       const leg = context.legs.find((l) => l.name === body.leg);
@@ -178,85 +217,109 @@ export class ProvisioningSaga {
         throw refused(`the ${body.leg} leg is reported by factory service ${leg.factory_service_id}, not by ${caller.factoryServiceId}`);
       }
     });
-    if ('refused' in outcome) throw legConflict(runId, body, outcome.context, outcome.state);
+    if (refusal) throw legConflict(runId, body, refusal.context, refusal.state);
     return this.get(caller.scope, runId);
   }
 
   async list(scope: ThingScope, q: runs.ListFilter): Promise<{ items: RunView[]; next_cursor: string | null }> {
     const rows = await runs.list(this.d.sql, scope, { ...q, limit: q.limit + 1 });
-    const items = rows.slice(0, q.limit).map(present);
+    const items = await Promise.all(rows.slice(0, q.limit).map((r) => this.present(r)));
     return { items, next_cursor: rows.length > q.limit ? items[items.length - 1].id : null };
   }
 
   async get(scope: ThingScope, id: string): Promise<RunView> {
     const row = isUuid(id) ? await runs.find(this.d.sql, scope.accountId, id, scope.modelId) : undefined;
     if (!row) throw notFound(`provisioning run ${id} not found`);
-    return present(row);
+    return this.present(row);
   }
 
   /**
-   * Scheduled (every minute) and at start-up: due legs whose job a crash lost are queued again,
-   * and attempts past their timeout whose timeout job was lost are timed out.
+   * At start-up: every running run's next step is queued again. Each step's job was queued with
+   * the change that made it due; this covers jobs that ran out of pg-boss's redeliveries and runs
+   * of earlier versions (whose timeouts were a job kind of their own). Duplicates collapse.
    */
-  async sweep(opts: { atStart?: boolean } = {}): Promise<void> {
-    const now = this.d.clock.now().getTime();
-    // at start-up nothing of this node is in flight: every due leg is queued again (duplicates are refused by the machine)
-    const lostAfterMs = opts.atStart ? 0 : LOST_JOB_SECONDS * 1000;
-    for (const row of await runs.running(this.d.sql, 500)) {
-      const leg = row.legs.find((l) => l.state === 'PENDING' || l.state === 'RUNNING');
-      if (!leg) continue;
-      if (leg.state === 'PENDING' && leg.due && Date.parse(leg.due) <= now - lostAfterMs) {
-        await this.d.jobs.send(LEG_JOB, { runId: row.id, leg: leg.name, attempt: leg.attempts + 1 }, { singletonKey: `${row.id}:${leg.name}:${leg.attempts + 1}` });
-      }
-      const dispatchedAt = leg.history[leg.history.length - 1]?.dispatched_at;
-      if (leg.state === 'RUNNING' && dispatchedAt && Date.parse(dispatchedAt) + this.d.settings.timeoutSeconds * 1000 <= now) {
-        await this.timeout({ runId: row.id, leg: leg.name, attempt: leg.attempts });
+  async recover(): Promise<number> {
+    let queued = 0;
+    for (let after: string | undefined, ids: string[]; (ids = await runs.running(this.d.sql, after, 500)).length > 0; after = ids[ids.length - 1]) {
+      for (const id of ids) {
+        const run = await this.d.actors.get(provisioningRunKind, id);
+        if (run && (await this.queueNext(this.d.sql, run.snapshot.context))) queued++;
       }
     }
+    if (queued > 0) this.d.jobs.wake(SAGA_JOB);
+    return queued;
   }
 
   // --- steps
 
   /**
    * One saga step in its own transaction: the machine decides; legs that ended release their
-   * hold on the factory service; a finished run moves the thing (IN_FACTORY or back to ROLLEDOFF).
-   * After commit the next due leg is queued. `check` runs on the locked run before the event.
+   * hold on the factory service; the job of the next step is queued in the same transaction.
+   * When the legs ended, the thing moves at once (`end`). `check` runs on the locked run first.
+   * Answers the machine's refusal, if it refused.
    */
-  private async settle(event: ProvisioningRunEvent, runId: string, check?: (context: ProvisioningRunContext) => void): Promise<RunSnapshot | { refused: true; state: string; context: ProvisioningRunContext }> {
-    const outcome = await this.d.actors.run(async (uow) => {
+  private async settle(event: ProvisioningRunEvent, runId: string, check?: (context: ProvisioningRunContext) => void): Promise<Refusal | undefined> {
+    const outcome = await this.d.actors.run(async (uow): Promise<Refusal | { state: string; dueNow: boolean }> => {
       const current = await uow.load(provisioningRunKind, runId);
       if (!current) throw notFound(`provisioning run ${runId} not found`);
       check?.(current.snapshot.context);
-      const sent = await this.step(uow, runId, event);
-      return 'refused' in sent ? { refused: true as const, state: sent.state, context: sent.snapshot.context } : sent.snapshot;
+      const sent = await uow.trySend(provisioningRunKind, runId, event);
+      if ('refused' in sent) return { refused: true as const, state: sent.state, context: sent.snapshot.context };
+      for (const leg of sent.snapshot.context.legs) {
+        if (leg.state !== 'RUNNING') await runs.removeLegRef(uow.sql, leg.factory_service_id, legRef(runId, leg.name));
+      }
+      return { state: sent.state, dueNow: await this.queueNext(uow.sql, sent.snapshot.context) };
     });
     if ('refused' in outcome) return outcome;
     await this.d.faults('provision.step-committed');
-    await this.queueDue(outcome.context);
-    return outcome;
+    if (outcome.dueNow) this.d.jobs.wake(SAGA_JOB);
+    if (outcome.state === 'ENDING') await this.end(runId);
+    return undefined;
   }
 
-  private async step(uow: UnitOfWork, runId: string, event: ProvisioningRunEvent) {
-    const sent = await uow.trySend(provisioningRunKind, runId, event);
-    if ('refused' in sent) return sent;
-    const { context } = sent.snapshot;
-    for (const leg of context.legs) {
-      if (leg.state !== 'RUNNING') await runs.removeLegRef(uow.sql, leg.factory_service_id, legRef(runId, leg.name));
-    }
-    if (sent.state !== 'RUNNING') {
-      await this.d.lifecycle.provisioningEnded(uow, context.thingId, sent.state as 'SUCCEEDED' | 'FAILED');
-      this.d.log.info({ runId, thingId: context.thingId, outcome: sent.state, error: context.error }, 'PROVISION saga finished');
-    }
-    return sent;
+  /**
+   * The legs ended: the thing moves (trust: IN_FACTORY, or back to ROLLEDOFF; a no-op when it
+   * moved on meanwhile), then THING_DONE finishes the run. Run by whoever ended the legs, and by
+   * the END job after a grace period if that did not finish it (a crash).
+   */
+  private async end(runId: string): Promise<void> {
+    const run = await this.d.actors.get(provisioningRunKind, runId);
+    const next = run && nextStep(run.snapshot.context);
+    if (!run || next?.step !== 'END') return;
+    const { thingId } = run.snapshot.context;
+    await this.d.lifecycle.provisioningStep({ step: next.outcome === 'SUCCEEDED' ? 'FACTORY_DONE' : 'PROVISION_FAILED', thingId });
+    await this.d.faults('provision.thing-moved');
+    const sent = await this.d.actors.run((uow) => uow.trySend(provisioningRunKind, runId, { type: 'THING_DONE', at: isoNow(this.d.clock) }));
+    if ('refused' in sent) return;
+    this.d.log.info({ runId, thingId, outcome: sent.state, error: sent.snapshot.context.error }, 'PROVISION saga finished');
   }
 
-  /** Queues the job of the leg that is due (now or after its backoff). */
-  private async queueDue(context: ProvisioningRunContext): Promise<void> {
-    const leg = context.legs.find((l) => l.state === 'PENDING' || l.state === 'RUNNING');
-    if (!leg || leg.state !== 'PENDING' || !leg.due) return;
-    const delay = Math.max(0, Math.ceil((Date.parse(leg.due) - this.d.clock.now().getTime()) / 1000));
-    const attempt = leg.attempts + 1;
-    await this.d.jobs.send(LEG_JOB, { runId: context.id, leg: leg.name, attempt }, { startAfter: delay, singletonKey: `${context.id}:${leg.name}:${attempt}` });
+  /** UNDO_START: the run never committed (a crash during the start), so the thing goes back to ROLLEDOFF unless another run holds it. */
+  private async undoStart(runId: string, thingId: string): Promise<void> {
+    if (await runs.exists(this.d.sql, runId)) return;
+    if (await runs.runningOf(this.d.sql, thingId)) return;
+    await this.d.lifecycle.provisioningStep({ step: 'PROVISION_FAILED', thingId });
+    this.d.log.warn({ runId, thingId }, 'PROVISION saga start undone: its run was never created');
+  }
+
+  /**
+   * Queues, in `db`, the job of the run's next step at the time the machine says (the END job
+   * after a grace period: whoever ended the legs moves the thing at once). True when it is due now.
+   */
+  private async queueNext(db: Db, context: ProvisioningRunContext): Promise<boolean> {
+    const next = nextStep(context);
+    if (!next) return false;
+    const delay = Math.max(0, Math.ceil((Date.parse(next.at) - this.d.clock.now().getTime()) / 1000)) + (next.step === 'END' ? this.grace : 0);
+    await queueStep(this.d.jobs, db, jobOf(context.id, next), delay);
+    return delay === 0;
+  }
+
+  private async present(r: runs.RunRow): Promise<RunView> {
+    const run = await this.d.actors.get(provisioningRunKind, r.id);
+    return {
+      id: r.id, thing_id: r.thing_id, model_id: r.model_id, state: r.state, started_at: iso(r.created_at), started_by: r.started_by,
+      finished_at: iso(r.finished_at), error: r.error, legs: run?.snapshot.context.legs ?? [],
+    };
   }
 }
 
@@ -264,16 +327,11 @@ const legRef = (runId: string, leg: LegName) => `${runId}:${leg}`;
 
 function legConflict(runId: string, body: LegReport, context: ProvisioningRunContext, state: string) {
   const leg = context.legs.find((l) => l.name === body.leg)!;
-  const extra = { run_state: state, leg_state: leg.state, attempt: leg.attempts };
+  const extra = { run_state: state === 'ENDING' ? 'RUNNING' : state, leg_state: leg.state, attempt: leg.attempts };
+  if (state === 'ENDING') return conflict(`provisioning run ${runId} is finishing (${context.ending?.outcome}): its legs are finished`, { extra });
   if (state !== 'RUNNING') return conflict(`provisioning run ${runId} is ${state}: its legs are finished`, { extra });
   if (leg.state === 'SUCCEEDED' || leg.state === 'FAILED') return conflict(`the ${body.leg} leg of run ${runId} is finished (${leg.state})`, { extra });
   if (leg.state === 'PENDING') return conflict(`the ${body.leg} leg of run ${runId} is not dispatched (PENDING${leg.due ? `, due ${leg.due}` : ''}); report it after its call`, { extra });
   return conflict(`the report is of attempt ${body.attempt}, but the ${body.leg} leg of run ${runId} is at attempt ${leg.attempts}`, { extra });
 }
 
-function present(r: runs.RunRow): RunView {
-  return {
-    id: r.id, thing_id: r.thing_id, model_id: r.model_id, state: r.state, started_at: iso(r.created_at), started_by: r.started_by,
-    finished_at: iso(r.finished_at), error: r.error, legs: r.legs,
-  };
-}

@@ -51,7 +51,9 @@ export async function insert(db: Db, row: {
   id: string; account_id: string; role: string; model_id: string; registrar_id: string | null; endpoint_url: string;
   access_key_id: string; secret_sealed: Buffer; created_at: Date;
 }): Promise<void> {
-  await db`insert into factory_services ${db({ ...row, updated_at: row.created_at })}`;
+  // the projected columns (state, rotation_pending, deleted_at, drained_at) are the store's: the actor is created next
+  await db`insert into factory_services (id, account_id, role, model_id, registrar_id, endpoint_url, access_key_id, secret_sealed, created_at, updated_at)
+    values (${row.id}, ${row.account_id}, ${row.role}, ${row.model_id}, ${row.registrar_id}, ${row.endpoint_url}, ${row.access_key_id}, ${row.secret_sealed}, ${row.created_at}, ${row.created_at})`;
 }
 
 /** A service of the account that is not hard-deleted (others read as absent). */
@@ -117,12 +119,10 @@ export async function activeLegCount(db: Db, id: string): Promise<number> {
   return n;
 }
 
-/** Garbage collection of a hard-deleted service: its row (leg refs cascade) and its actor. */
+/** Garbage collection of a hard-deleted service's row (leg refs cascade); the store deletes its actor in the same unit of work. */
 export async function purge(db: Db, id: string): Promise<boolean> {
   const rows = await db`delete from factory_services where id = ${id} and state = 'HARD_DELETED'`;
-  if (rows.count === 0) return false;
-  await db`delete from actors where type = 'factoryService' and id = ${id}`;
-  return true;
+  return rows.count > 0;
 }
 
 /** Hard-deleted services not yet collected (a crash may have lost their job). */

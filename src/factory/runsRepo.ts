@@ -1,7 +1,6 @@
 import type { Db } from '../db/client.js';
-import type { Leg } from '../../machines/provisioningRun.js';
 
-/** SQL of PROVISION saga runs (table provisioning_runs; legs from the run actor's snapshot). */
+/** SQL of PROVISION saga runs (table provisioning_runs; the legs are in the run actor's snapshot, read through the store). */
 
 export interface RunRow {
   id: string;
@@ -13,7 +12,6 @@ export interface RunRow {
   state: 'RUNNING' | 'SUCCEEDED' | 'FAILED';
   error: string | null;
   finished_at: Date | null;
-  legs: Leg[];
 }
 
 export interface ListFilter {
@@ -24,9 +22,8 @@ export interface ListFilter {
 }
 
 const SELECT = (db: Db) => db`
-  select r.id, r.account_id, r.thing_id, r.model_id, r.started_by, r.created_at, r.state, r.error, r.finished_at,
-    coalesce(a.snapshot -> 'context' -> 'legs', '[]') as legs
-  from provisioning_runs r join actors a on a.type = 'provisioningRun' and a.id = r.id::text`;
+  select r.id, r.account_id, r.thing_id, r.model_id, r.started_by, r.created_at, r.state, r.error, r.finished_at
+  from provisioning_runs r`;
 
 export async function insert(db: Db, r: { id: string; accountId: string; thingId: string; modelId: string; startedBy: string; createdAt: string }): Promise<void> {
   await db`insert into provisioning_runs (id, account_id, thing_id, model_id, started_by, created_at)
@@ -51,14 +48,20 @@ export async function list(db: Db, scope: { accountId: string; modelId?: string 
     order by r.id limit ${f.limit}`;
 }
 
+export async function exists(db: Db, id: string): Promise<boolean> {
+  return (await db`select 1 from provisioning_runs where id = ${id}`).length > 0;
+}
+
 export async function runningOf(db: Db, thingId: string): Promise<string | undefined> {
   const [row] = await db<{ id: string }[]>`select id from provisioning_runs where thing_id = ${thingId} and state = 'RUNNING'`;
   return row?.id;
 }
 
-/** Runs still going, oldest first (the sweep). */
-export async function running(db: Db, limit: number): Promise<RunRow[]> {
-  return db<RunRow[]>`${SELECT(db)} where r.state = 'RUNNING' order by r.created_at limit ${limit}`;
+/** Ids of the runs still going, in keyset pages by id. */
+export async function running(db: Db, after: string | undefined, limit: number): Promise<string[]> {
+  const rows = await db<{ id: string }[]>`
+    select id from provisioning_runs where state = 'RUNNING' ${after ? db`and id > ${after}` : db``} order by id limit ${limit}`;
+  return rows.map((r) => r.id);
 }
 
 /** The model's ACTIVE factory services (the legs' backends). */

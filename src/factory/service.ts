@@ -233,7 +233,12 @@ export class FactoryServices {
 
   /** Garbage collection: the hard-deleted row, its sealed secrets and its actor go. */
   async collect(id: string): Promise<void> {
-    if (await repo.purge(this.d.sql, id)) this.d.log.info({ factoryServiceId: id }, 'factory service collected');
+    const collected = await this.d.actors.run(async (uow) => {
+      if (!(await repo.purge(uow.sql, id))) return false;
+      await uow.delete(factoryServiceKind, id);
+      return true;
+    });
+    if (collected) this.d.log.info({ factoryServiceId: id }, 'factory service collected');
   }
 
   /**

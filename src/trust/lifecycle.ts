@@ -109,6 +109,22 @@ export class ThingLifecycleService {
     await uow.trySend(thingKind, thingId, { type: outcome === 'SUCCEEDED' ? 'FACTORY_DONE' : 'PROVISION_FAILED', at: isoNow(this.gw.clock) });
   }
 
+  /**
+   * The PROVISION saga (factory domain) asks for the thing's steps here, each in trust's own
+   * transaction; the thing machine decides. PROVISION: ROLLEDOFF -> PROVISIONED, answers the thing
+   * (404 outside the scope, 409 naming the state). CHECK: may a leg go on (PROVISIONED, not
+   * revoked)? answers why not. FACTORY_DONE, PROVISION_FAILED: the run ended (a no-op when the
+   * thing moved on meanwhile).
+   */
+  async provisioningStep(request: { step: 'PROVISION'; scope: ThingScope; thingId: string } | { step: 'CHECK' | 'FACTORY_DONE' | 'PROVISION_FAILED'; thingId: string }): Promise<{ thing?: SagaThing; blocked?: string }> {
+    return this.gw.actors.run(async (uow) => {
+      if (request.step === 'PROVISION') return { thing: await this.startProvisioning(uow, request.scope, request.thingId) };
+      if (request.step === 'CHECK') return { blocked: await this.provisioningBlocked(uow, request.thingId) };
+      await this.provisioningEnded(uow, request.thingId, request.step === 'FACTORY_DONE' ? 'SUCCEEDED' : 'FAILED');
+      return {};
+    });
+  }
+
   private async row(scope: ThingScope, thingId: string): Promise<StateRow> {
     const row = isUuid(thingId) ? await lifecycleRepo.state(this.gw.sql, scope, thingId) : undefined;
     if (!row) throw notFound(`thing ${thingId} not found`);

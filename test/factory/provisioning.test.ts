@@ -90,6 +90,11 @@ describe('the PROVISION saga', () => {
     const log = await gw.db.sql`select from_state, to_state, event from thing_state_changes where thing_id = ${t} order by seq`;
     expect(log.map((r) => `${r.from_state}>${r.to_state}:${r.event}`)).toEqual(['REGISTERED>ROLLEDOFF:ENROLL', 'ROLLEDOFF>PROVISIONED:PROVISION', 'PROVISIONED>IN_FACTORY:FACTORY_DONE']);
     expect((await gw.db.sql`select count(*)::int as n from factory_service_leg_refs`)[0].n).toBe(0);
+    // one job kind carried the saga, one job per step (a step queued twice is one job); the start's undo was cancelled with the run's commit
+    const jobs = await gw.db.sql`select name, singleton_key, state from pgboss.job where data ->> 'runId' = ${done.id}`;
+    expect(new Set(jobs.map((j) => j.name))).toEqual(new Set(['factory.provision-leg']));
+    expect(jobs.map((j) => j.singleton_key.slice(done.id.length + 1)).sort()).toEqual(['DISPATCH:identify:1', 'DISPATCH:provision:1', 'END', 'TIMEOUT:identify:1', 'TIMEOUT:provision:1', 'UNDO_START']);
+    expect(jobs.find((j) => j.singleton_key.endsWith(':UNDO_START'))!.state).toBe('cancelled');
     // the reported leg cannot be reported again: 409
     const again = await signedFetch(`${gw.httpUrl}/api/v1/things/${t}/provisioning-result`, m.services.provision!.creds, { method: 'POST', body: { run_id: done.id, leg: 'provision', outcome: 'SUCCEEDED' } });
     expect(again.status).toBe(409);
@@ -153,6 +158,30 @@ describe('the PROVISION saga', () => {
       expect(done.legs[0].history.map((h: any) => h.outcome)).toEqual(['TIMED_OUT', 'TIMED_OUT']);
       expect(done.error).toMatch(/no provisioning-result within the leg timeout/);
       expect(await state(a, t)).toBe('ROLLEDOFF');
+    } finally {
+      backend.behave = () => ({ status: 202, report: { outcome: 'SUCCEEDED' } });
+    }
+  });
+});
+
+describe('a thing revoked during the saga', () => {
+  it('aborts the run at its next leg (trust says the thing may not go on)', async () => {
+    const m = await model(a, ['identify', 'provision']);
+    const t = await thing(a, m);
+    backend.behave = (call) => (call.thing_id === t ? { status: 202 } : { status: 202, report: { outcome: 'SUCCEEDED' } });
+    try {
+      const started = (await provision(a, t)).body;
+      await waitFor(async () => (await run(a, started.id)).legs[0].state === 'RUNNING' || undefined, 10_000, 'identify running');
+      expect((await gw.http.delete(`/api/v1/things/${t}`, { token: a.operator })).status).toBeLessThan(300);
+      const reported = await gw.http.post(`/api/v1/things/${t}/provisioning-result`, { leg: 'identify', outcome: 'SUCCEEDED' }, { token: a.admin });
+      expect(reported.status, reported.text).toBe(200);
+      const done = await finished(a, started.id);
+      expect(done).toMatchObject({ state: 'FAILED', error: `thing ${t} was revoked` });
+      expect(done.legs.map((l: any) => [l.name, l.state])).toEqual([['identify', 'SUCCEEDED'], ['provision', 'FAILED']]);
+      expect(backend.callsOf('provision', started.id)).toHaveLength(0);
+      // the failed run gives the thing back (the thing machine accepts PROVISION_FAILED of a revoked thing)
+      expect(await state(a, t)).toBe('ROLLEDOFF');
+      expect((await gw.db.sql`select count(*)::int as n from factory_service_leg_refs where leg_id like ${`${started.id}:%`}`)[0].n).toBe(0);
     } finally {
       backend.behave = () => ({ status: 202, report: { outcome: 'SUCCEEDED' } });
     }

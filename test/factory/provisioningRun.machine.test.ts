@@ -1,6 +1,6 @@
 import { createActor } from 'xstate';
 import { describe, expect, it } from 'vitest';
-import { provisioningRunMachine, retryDue, type ProvisioningRunEvent } from '../../machines/provisioningRun.js';
+import { nextStep, provisioningRunMachine, retryDue, type ProvisioningRunEvent } from '../../machines/provisioningRun.js';
 
 /** The provisioningRun machine alone: what it accepts, what it decides, what it emits. */
 const T0 = '2026-11-23T10:00:00.000Z';
@@ -10,7 +10,7 @@ function start(legs: ('identify' | 'provision')[] = ['identify', 'provision'], m
   const emitted: string[] = [];
   const actor = createActor(provisioningRunMachine, {
     input: {
-      id: 'run-1', accountId: 'acc', thingId: 'thing', at: T0, by: 'tester', maxAttempts, retrySeconds: 10,
+      id: 'run-1', accountId: 'acc', thingId: 'thing', at: T0, by: 'tester', maxAttempts, retrySeconds: 10, timeoutSeconds: 60,
       thing: { model: 'FFF1:0001', modelId: 'm', manufacturer: 'acme', serial: 'S' },
       legs: legs.map((name) => ({ name, factoryServiceId: `svc-${name}` })),
     },
@@ -22,7 +22,7 @@ function start(legs: ('identify' | 'provision')[] = ['identify', 'provision'], m
     if (accepted) actor.send(e);
     return accepted;
   };
-  return { actor, send, emitted, leg: (name: string) => actor.getSnapshot().context.legs.find((l) => l.name === name)! };
+  return { actor, send, emitted, leg: (name: string) => actor.getSnapshot().context.legs.find((l) => l.name === name)!, next: () => nextStep(actor.getSnapshot().context) };
 }
 
 describe('provisioningRun machine', () => {
@@ -39,7 +39,13 @@ describe('provisioningRun machine', () => {
     expect(r.send({ type: 'RESULT', leg: 'provision', outcome: 'SUCCEEDED', at: at(3) })).toBe(false); // not dispatched
     r.send({ type: 'DISPATCH', leg: 'provision', attempt: 1, at: at(3) });
     expect(r.send({ type: 'RESULT', leg: 'provision', outcome: 'SUCCEEDED', at: at(4) })).toBe(true);
+    // the legs ended: the thing moves, then the run is finished
+    expect(r.actor.getSnapshot().value).toBe('ENDING');
+    expect(r.next()).toEqual({ step: 'END', outcome: 'SUCCEEDED', at: at(4) });
+    expect(r.send({ type: 'RESULT', leg: 'provision', outcome: 'SUCCEEDED', at: at(4) })).toBe(false);
+    expect(r.send({ type: 'THING_DONE', at: at(4) })).toBe(true);
     expect(r.actor.getSnapshot().value).toBe('SUCCEEDED');
+    expect(r.next()).toBeUndefined();
     expect(r.actor.getSnapshot().context.finishedAt).toBe(at(4));
     expect(r.emitted).toEqual(['provisioningRun.started', 'provisioningRun.legEnded', 'provisioningRun.legEnded', 'provisioningRun.finished:SUCCEEDED']);
     expect(r.send({ type: 'RESULT', leg: 'provision', outcome: 'SUCCEEDED', at: at(5) })).toBe(false);
@@ -56,7 +62,10 @@ describe('provisioningRun machine', () => {
     expect(r.leg('provision').due).toBe(at(32)); // 10 s, then 20 s
     r.send({ type: 'DISPATCH', leg: 'provision', attempt: 3, at: at(32) });
     r.send({ type: 'RESULT', leg: 'provision', outcome: 'FAILED', at: at(33), detail: 'no chip' });
+    expect(r.next()).toEqual({ step: 'END', outcome: 'FAILED', at: at(33) });
+    r.send({ type: 'THING_DONE', at: at(34) });
     expect(r.actor.getSnapshot().value).toBe('FAILED');
+    expect(r.actor.getSnapshot().context.finishedAt).toBe(at(34));
     expect(r.leg('provision').history.map((h) => h.outcome)).toEqual(['FAILED', 'TIMED_OUT', 'FAILED']);
     expect(r.actor.getSnapshot().context.error).toBe('leg provision failed: no chip');
   });
@@ -65,12 +74,39 @@ describe('provisioningRun machine', () => {
     const r = start(['provision'], 5);
     r.send({ type: 'DISPATCH', leg: 'provision', attempt: 1, at: at(0) });
     r.send({ type: 'ATTEMPT_FAILED', leg: 'provision', attempt: 1, at: at(1), error: 'target refused', permanent: true });
+    expect(r.actor.getSnapshot().value).toBe('ENDING');
+    r.send({ type: 'THING_DONE', at: at(1) });
     expect(r.actor.getSnapshot().value).toBe('FAILED');
     const s = start();
     expect(s.send({ type: 'ABORT', at: at(1), reason: 'thing was revoked' })).toBe(true);
+    expect(s.send({ type: 'ABORT', at: at(1), reason: 'again' })).toBe(false);
+    s.send({ type: 'THING_DONE', at: at(2) });
     expect(s.actor.getSnapshot().value).toBe('FAILED');
     expect(s.actor.getSnapshot().context.legs.map((l) => l.state)).toEqual(['FAILED', 'FAILED']);
     expect(s.actor.getSnapshot().context.error).toBe('thing was revoked');
+  });
+
+  it('says which step is due next and when: the due leg, the running attempt\'s timeout, the thing\'s move', () => {
+    const r = start(['identify', 'provision'], 2);
+    expect(r.next()).toEqual({ step: 'DISPATCH', leg: 'identify', attempt: 1, at: T0 });
+    r.send({ type: 'DISPATCH', leg: 'identify', attempt: 1, at: at(5) });
+    expect(r.next()).toEqual({ step: 'TIMEOUT', leg: 'identify', attempt: 1, at: at(65) }); // timeoutSeconds 60
+    r.send({ type: 'TIMEOUT', leg: 'identify', attempt: 1, at: at(65) });
+    expect(r.next()).toEqual({ step: 'DISPATCH', leg: 'identify', attempt: 2, at: at(75) }); // retrySeconds 10
+    r.send({ type: 'DISPATCH', leg: 'identify', attempt: 2, at: at(75) });
+    r.send({ type: 'RESULT', leg: 'identify', outcome: 'SUCCEEDED', at: at(80) });
+    expect(r.next()).toEqual({ step: 'DISPATCH', leg: 'provision', attempt: 1, at: at(80) });
+    r.send({ type: 'DISPATCH', leg: 'provision', attempt: 1, at: at(81) });
+    r.send({ type: 'TIMEOUT', leg: 'provision', attempt: 1, at: at(141) });
+    r.send({ type: 'DISPATCH', leg: 'provision', attempt: 2, at: at(151) });
+    expect(r.send({ type: 'THING_DONE', at: at(152) })).toBe(false); // the legs have not ended
+    r.send({ type: 'ATTEMPT_FAILED', leg: 'provision', attempt: 2, at: at(152), error: '503' });
+    expect(r.next()).toEqual({ step: 'END', outcome: 'FAILED', at: at(152) });
+    // projected as running until the thing moved: no error, no finish time yet
+    expect(r.actor.getSnapshot().context).toMatchObject({ finishedAt: null, error: null });
+    r.send({ type: 'THING_DONE', at: at(153) });
+    expect(r.actor.getSnapshot().context).toMatchObject({ finishedAt: at(153), error: 'leg provision failed: 503' });
+    expect(r.emitted.at(-1)).toBe('provisioningRun.finished:FAILED');
   });
 
   it('caps the backoff at one hour', () => {

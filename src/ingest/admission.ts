@@ -66,3 +66,24 @@ export class JobAdmission {
     return { jobs: this.jobs, bytes: this.reserved };
   }
 }
+
+/** At most `n` holders at once; the others wait in order. */
+export class Slots {
+  private readonly waiting: (() => void)[] = [];
+
+  constructor(private free: number) {}
+
+  /** Waits for a slot: call the returned release once done. */
+  async take(): Promise<() => void> {
+    if (this.free > 0) this.free--;
+    else await new Promise<void>((resolve) => this.waiting.push(resolve));
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      const next = this.waiting.shift();
+      if (next) next();
+      else this.free++;
+    };
+  }
+}

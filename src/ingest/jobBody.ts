@@ -17,6 +17,7 @@ import { isUtf8 } from 'node:buffer';
 import crypto from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import sjson from 'secure-json-parse';
 import { invalid } from '../lib/errors.js';
 import { badCharacter, fieldPath, findRefusedText } from '../lib/text.js';
@@ -436,6 +437,9 @@ export async function readJobUpload(source: AsyncIterable<Buffer | string>, o: R
       if (received > o.limitBytes) throw new BodyTooLarge(o.limitBytes);
       scanner.push(buf);
       if (pendingBytes >= FLUSH_BYTES) await flush();
+      // one chunk per turn of the event loop: chunks that arrived together (up to megabytes
+      // per socket) would otherwise be scanned in one go, and every other request wait for it
+      await nextTurn();
     }
     if (received === 0) throw invalid('request body is empty; send a JSON document or no Content-Type', { title: 'Malformed JSON' });
     scanner.end();

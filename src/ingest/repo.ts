@@ -240,10 +240,18 @@ export async function jobsPage(db: Db, accountId: string, warehouseId: string, f
     order by seq desc limit ${filter.limit}`;
 }
 
-/** Staged items after `afterSeq`, in order. */
-export async function jobItems(db: Db, jobId: string, afterSeq: number, limit: number): Promise<{ seq: number; item: unknown }[]> {
+/**
+ * Staged items after `afterSeq`, in order: at most `limit`, and no more once `maxBytes` of
+ * their JSON are reached (at least one item).
+ */
+export async function jobItems(db: Db, jobId: string, afterSeq: number, limit: number, maxBytes: number): Promise<{ seq: number; item: unknown }[]> {
   return db<{ seq: number; item: unknown }[]>`
-    select seq, item from ingest_job_items where job_id = ${jobId} and seq > ${afterSeq} order by seq limit ${limit}`;
+    select seq, item from (
+      select seq, item, sum(octet_length(item::text)) over (order by seq) - octet_length(item::text) as before
+      from (select seq, item from ingest_job_items where job_id = ${jobId} and seq > ${afterSeq} order by seq limit ${limit}) page
+    ) sized
+    where before < ${maxBytes}
+    order by seq`;
 }
 
 /** Item errors recorded for items in (afterSeq, throughSeq]: before the worker reached them, those refused when staged. */

@@ -9,6 +9,7 @@ import { iso } from '../lib/encoding.js';
 import { DomainError, conflict, notFound, refused, unavailable, unprocessable } from '../lib/errors.js';
 import { ingestJobMachine } from '../../machines/ingestJob.js';
 import * as repo from './repo.js';
+import { Slots } from './admission.js';
 import { SPOOL_DELIMITER, type IntakeError, type JobUpload } from './jobBody.js';
 import { processItems, processItemsIsolated, refusedByDatabase, summarize, type ItemResult } from './pipeline.js';
 import type { ResourceName } from './resources.js';
@@ -29,10 +30,13 @@ export const RUN_JOB = 'ingest.run-job';
 export const SWEEP_JOB = 'ingest.sweep';
 /** Items a job processes per transaction (one checkpoint each). */
 export const JOB_CHUNK = 5000;
+/** Jobs a node stages into the database at once (the others wait, their bodies spooled). */
+export const JOB_STAGING_AT_ONCE = 2;
 /** Spooled rows staged per statement while a job is created. */
 export const STAGE_BLOCK_BYTES = 1024 * 1024;
-/** Items the worker reads and processes at once within a chunk: its working set (items hold up to 64 KiB). */
-export const JOB_PAGE = 250;
+/** Items the worker reads and processes at once within a chunk, at most JOB_PAGE_BYTES of their JSON (and one more item): its working set. */
+export const JOB_PAGE = 1000;
+export const JOB_PAGE_BYTES = 1024 * 1024;
 export const ERRORS_KEPT_DAYS = 30;
 /** How long a correlation_id keeps its first answer. */
 export const REQUESTS_KEPT_DAYS = 7;
@@ -110,6 +114,11 @@ export interface IngestDeps {
 export class IngestService {
   /** false until the domain started on this node and again while it stops: 503 */
   private accepting = false;
+  /**
+   * Jobs this node stages at once (each a transaction that parses its items' JSON in the
+   * database): more would take that many connections of the pool and CPU from the database.
+   */
+  private readonly staging = new Slots(JOB_STAGING_AT_ONCE);
 
   constructor(private readonly d: IngestDeps) {}
 
@@ -199,6 +208,16 @@ export class IngestService {
     await this.checkEnvelope(caller, body, upload.items, this.d.jobMaxItems, 'bulk job');
     if (upload.items === 0) throw unprocessable('a bulk job needs at least one item');
     const scope: Scope = { accountId: caller.accountId, warehouseId: body.warehouse_id, resource: body.resource };
+    const release = await this.staging.take();
+    try {
+      return await this.stageJob(caller, upload, scope);
+    } finally {
+      release();
+    }
+  }
+
+  private stageJob(caller: Caller, upload: JobUpload, scope: Scope): Promise<Answer<unknown>> {
+    const body = upload.envelope;
     return this.idempotent(caller, body.correlation_id, upload.hash, async (tx, uow) => {
       await repo.lockScope(tx, scope);
       const inFlight = await repo.inFlightJobs(tx, scope);
@@ -334,7 +353,7 @@ export class IngestService {
 
   /**
    * One chunk of a job in the caller's transaction: up to JOB_CHUNK items after `from`, read
-   * and processed JOB_PAGE at a time (so the worker holds one page of items, not the chunk),
+   * and processed a page (JOB_PAGE items, JOB_PAGE_BYTES) at a time (so the worker holds one page, not the chunk),
    * then the checkpoint. Returns the last item's sequence number (`from` when none was left).
    */
   private async runChunk(tx: Tx, job: repo.JobRow, scope: Scope, from: number): Promise<number> {
@@ -342,7 +361,7 @@ export class IngestService {
     let through = from;
     while (through - from < JOB_CHUNK) {
       const limit = Math.min(JOB_PAGE, JOB_CHUNK - (through - from));
-      const page = await repo.jobItems(tx, job.id, through, limit);
+      const page = await repo.jobItems(tx, job.id, through, limit, JOB_PAGE_BYTES);
       if (page.length === 0) break;
       const last = page.at(-1)!.seq;
       const results = await processItemsIsolated(tx, scope, { correlationId: job.correlation_id, jobId: job.id }, page.map((c) => c.item), { firstIndex: page[0].seq - 1 });
@@ -358,7 +377,6 @@ export class IngestService {
       const n = summarize(results);
       for (const k of Object.keys(totals) as (keyof typeof totals)[]) totals[k] += n[k];
       through = last;
-      if (page.length < limit) break;
     }
     // another worker got here first (a resumed or expired run): ours rolls back and leaves the job to it
     if (through > from && !(await repo.advanceJob(tx, job.id, from, through, totals))) throw new ChunkTaken();

@@ -202,10 +202,32 @@ export interface Gateway {
 
 export type ZodApp = FastifyInstance<RawServerDefault, RawRequestDefaultExpression, RawReplyDefaultExpression, FastifyBaseLogger, ZodTypeProvider>;
 
+/**
+ * Test hooks of the domains, by domain name: what a domain lets tests observe or trigger below its
+ * public interface (HTTP, MQTT, /metrics). A domain declares its entry like Services
+ * (`declare module '../gateway.js' { interface TestHooks { ota: OtaTestHooks } }`) and returns
+ * it from `init` as `testHooks`; RunningGateway.testHooks collects them. Nothing in the gateway calls them.
+ */
+export interface TestHooks {}
+
+/**
+ * What a domain's own `routes`, `start`, `stop` and `ready` get: the services it requires and
+ * everything its `init` returned (the services it provides and its internal state). A domain's
+ * state lives there, not in module-level maps keyed by the gateway.
+ */
+export type DomainView<R extends keyof Services, S> = Pick<Services, R> & S;
+
+/** A domain's own state takes no name of a service it does not provide (it would shadow one in its DomainView). */
+export type NoOtherService<P extends keyof Services> = { [K in Exclude<keyof Services, P>]?: never };
+
 /** A domain folder's entry point (`src/<domain>/index.ts`), listed in src/domains.ts. */
-export interface DomainModule<P extends keyof Services = keyof Services, R extends keyof Services = keyof Services> {
+export interface DomainModule<
+  P extends keyof Services = keyof Services,
+  R extends keyof Services = keyof Services,
+  S extends Pick<Services, P> = Pick<Services, P>,
+> {
   name: string;
-  /** the services `init` returns (exactly these) */
+  /** the services `init` returns under these names, for the domains after it (the cross-domain contract) */
   provides?: readonly P[];
   /** the services of earlier domains (in src/domains.ts) that this domain uses */
   requires?: readonly R[];
@@ -213,20 +235,22 @@ export interface DomainModule<P extends keyof Services = keyof Services, R exten
   kinds?: readonly AnyActorKind[];
   /**
    * Creates the domain's services from its requirements and registers jobs, auth schemes and
-   * layers; runs before routes. Returns the services it `provides`.
+   * layers; runs before routes. Returns the services it `provides` and, beside them, whatever
+   * else the domain's own hooks need (its internal state; `testHooks`, see TestHooks): only the
+   * declared `provides` reach other domains.
    */
-  init?(gw: Gateway, required: Pick<Services, R>): Promise<Pick<Services, P> | void> | Pick<Services, P> | void;
-  /** a Fastify plugin: schemas and handlers only; `services` holds what it provides and requires */
-  routes?(app: ZodApp, gw: Gateway, services: Pick<Services, P | R>): Promise<void>;
+  init?(gw: Gateway, required: Pick<Services, R>): Promise<(S & NoOtherService<P>) | void> | (S & NoOtherService<P>) | void;
+  /** a Fastify plugin: schemas and handlers only */
+  routes?(app: ZodApp, gw: Gateway, services: DomainView<R, S>): Promise<void>;
   /** after the HTTP server listens: listeners, workers */
-  start?(gw: Gateway, services: Pick<Services, P | R>): Promise<void>;
+  start?(gw: Gateway, services: DomainView<R, S>): Promise<void>;
   /** on shutdown, in reverse order, after HTTP stopped accepting */
-  stop?(gw: Gateway, services: Pick<Services, P | R>): Promise<void>;
+  stop?(gw: Gateway, services: DomainView<R, S>): Promise<void>;
   /** readiness check for /readyz; throw or return false when not ready */
-  ready?(gw: Gateway, services: Pick<Services, P | R>): Promise<boolean> | boolean;
+  ready?(gw: Gateway, services: DomainView<R, S>): Promise<boolean> | boolean;
 }
 
-/** Declares a domain module with its provided and required services typed. */
-export function defineDomain<P extends keyof Services = never, R extends keyof Services = never>(d: DomainModule<P, R>): DomainModule {
+/** Declares a domain module with its provided and required services and its own state (what `init` returns) typed. */
+export function defineDomain<P extends keyof Services = never, R extends keyof Services = never, S extends Pick<Services, P> = Pick<Services, P>>(d: DomainModule<P, R, S>): DomainModule {
   return d as unknown as DomainModule;
 }

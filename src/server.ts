@@ -17,7 +17,7 @@ import { Auth } from './http/auth/plugin.js';
 import { createMetrics } from './http/metrics.js';
 import { buildHttp } from './http/app.js';
 import { startHttpsListener, type HttpsListener } from './http/httpsListener.js';
-import type { DomainModule, Gateway, Services, ZodApp } from './gateway.js';
+import type { DomainModule, Gateway, Services, TestHooks, ZodApp } from './gateway.js';
 import { systemClock, type Clock } from './lib/clock.js';
 import type { FaultHook } from './lib/faults.js';
 import { checkWiring, servicesOf, wireDomains } from './wiring.js';
@@ -25,8 +25,10 @@ import { domains as allDomains } from './domains.js';
 
 export interface RunningGateway {
   gw: Gateway;
-  /** every domain service (tests and benchmarks reach into them) */
+  /** every domain's declared services (benchmarks, and tests of domains without test hooks yet) */
   services: Services;
+  /** the test hooks the domains declare (src/gateway.ts TestHooks), by domain name */
+  testHooks: TestHooks;
   app: ZodApp;
   httpUrl: string;
   /** the devices' mutual-TLS listener (HTTPS_PORT set) */
@@ -110,8 +112,9 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     const jobs = new Jobs(databaseUrl, log.child({ component: 'jobs' }));
     const gw: Gateway = { config, log, sql, databaseUrl, cluster, bus, actors, clock: options.clock ?? systemClock, faults: options.faults, jobs, pki, auth, devIssuer, metrics: createMetrics() };
 
-    const services = await wireDomains(domains, gw);
-    const app = await buildHttp(gw, domains, services);
+    const wired = await wireDomains(domains, gw);
+    const { services } = wired;
+    const app = await buildHttp(gw, domains, wired);
     // Shutdown, in this order: stop accepting and finish in-flight requests, then the domains
     // (broker) in reverse, then the jobs, then cluster, database and embedded Postgres.
     const started: DomainModule[] = [];
@@ -119,7 +122,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     let httpsListener: HttpsListener | undefined;
     cleanups.push(async () => {
       await Promise.all([httpsListener?.close(config.SHUTDOWN_TIMEOUT_MS), closeHttp(app, config.SHUTDOWN_TIMEOUT_MS, log)]);
-      for (const d of started.reverse()) await d.stop!(gw, servicesOf(d, services)).catch((err) => log.error({ err, domain: d.name }, 'domain stop failed'));
+      for (const d of started.reverse()) await d.stop!(gw, servicesOf(d, wired)).catch((err) => log.error({ err, domain: d.name }, 'domain stop failed'));
       if (jobsStarted) await jobs.stop();
     });
     await app.listen({ host: config.HTTP_HOST, port: config.HTTP_PORT });
@@ -132,10 +135,10 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     }
     for (const d of domains) {
       if (!d.start) continue;
-      await d.start(gw, servicesOf(d, services));
+      await d.start(gw, servicesOf(d, wired));
       if (d.stop) started.push(d);
     }
-    return { gw, services, app, httpUrl: gw.httpUrl, httpsPort: httpsListener?.port, mqttPort: services.mqttEndpoint.port, databaseUrl, stop: stopAll };
+    return { gw, services, testHooks: wired.testHooks, app, httpUrl: gw.httpUrl, httpsPort: httpsListener?.port, mqttPort: services.mqttEndpoint.port, databaseUrl, stop: stopAll };
   } catch (err) {
     await stopAll();
     throw err;

@@ -35,10 +35,8 @@ export class ConnectivityHub {
   private readonly byAccount = new Map<string, Set<Listener>>();
   private timer?: NodeJS.Timeout;
   private readonly handler = (ev: StoredEvent) => this.dispatch(ev);
-  /** called for each stream cut for its backlog (the metric) */
-  onCut: () => void = () => {};
-
-  constructor(private readonly bus: DomainBus, private readonly heartbeatMs: number) {}
+  /** `onCut` is called for each stream cut for its backlog (the metric) */
+  constructor(private readonly bus: DomainBus, private readonly heartbeatMs: number, private readonly onCut: () => void) {}
 
   get size(): number {
     let n = 0;

@@ -8,15 +8,28 @@ import type { CrlWatcher } from './crl.js';
  * the services created at init reach it through this host, which says plainly when it is not
  * running instead of leaving optional fields on each service.
  */
-export class BrokerHost implements MqttEndpoint {
-  private running?: { broker: Broker; crl: CrlWatcher; commands: CommandRouter };
+export interface BrokerRuntime { broker: Broker; crl: CrlWatcher; commands: CommandRouter }
 
-  attach(running: { broker: Broker; crl: CrlWatcher; commands: CommandRouter }): void {
+export class BrokerHost implements MqttEndpoint {
+  private running?: BrokerRuntime;
+
+  attach(running: BrokerRuntime): void {
     this.running = running;
   }
 
   detach(): void {
     this.running = undefined;
+  }
+
+  /** The running parts; throws while the broker is not running (between the broker domain's start and stop it is). */
+  runtime(): BrokerRuntime {
+    if (!this.running) throw new Error('the MQTT broker is not running on this node');
+    return this.running;
+  }
+
+  /** the MQTT listener accepts connections (readiness) */
+  get listening(): boolean {
+    return this.running?.broker.server.listening ?? false;
   }
 
   get port(): number | undefined {

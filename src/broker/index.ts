@@ -1,4 +1,5 @@
 import { Counter, Gauge } from 'prom-client';
+import type { Client } from 'aedes';
 import { defineDomain, type CertificateUse, type Gateway } from '../gateway.js';
 import { Broker, clientCertificate, type BrokerHooks } from './broker.js';
 import type { Logger } from '../log.js';
@@ -34,10 +35,25 @@ const NODE_TTL_SECONDS = 20;
 /** creates telemetry history partitions ahead and drops those past retention */
 const HISTORY_PARTITIONS_JOB = 'telemetry.partitions';
 
-const parts = new WeakMap<Gateway, {
-  ingest: IngestBuffer; sessions: ClusterSessions; offline?: OfflineCommands; history?: TelemetryHistory; connectivity?: ConnectivityHub;
-  renewal?: MqttRenewal; channel?: DeviceChannel; streamsCut?: Counter<'stream'>;
-}>();
+/** What tests of the broker observe and do below its public interface (RunningGateway.testHooks.broker); each throws while the broker is not running. */
+export interface BrokerTestHooks {
+  /** device publishes the fast lane took on this node (a figure of the implementation: no metric) */
+  fastLaneTaken(): number;
+  /** whether this node holds an MQTT session of the device now (the connectivity route reads the log written in batches) */
+  isConnected(thingId: string): boolean;
+  /** publishes as the gateway on any topic */
+  publish(packet: Parameters<Broker['publish']>[0]): Promise<void>;
+  /** Aedes' client of a device connected to this node: the socket and parser the fast lane works on */
+  aedesClient(thingId: string): Client | undefined;
+  /** loads the CRL again now (a new TLS secure context) */
+  reloadCrl(): Promise<void>;
+}
+
+declare module '../gateway.js' {
+  interface TestHooks {
+    broker: BrokerTestHooks;
+  }
+}
 
 /**
  * Cluster-wide device sessions: a disconnect reaches whichever node holds the device. Its own
@@ -49,14 +65,13 @@ export const deviceSessionsDomain = defineDomain({
   init(gw) {
     const host = new BrokerHost();
     const sessions = new ClusterSessions(gw, host);
-    parts.set(gw, { sessions, ingest: undefined as never });
     return { deviceSessions: sessions, mqttEndpoint: host, brokerHost: host };
   },
-  async start(gw) {
-    await parts.get(gw)!.sessions.start();
+  async start(_gw, { deviceSessions }) {
+    await deviceSessions.start();
   },
-  async stop(gw) {
-    await parts.get(gw)!.sessions.stop();
+  async stop(_gw, { deviceSessions }) {
+    await deviceSessions.stop();
   },
 });
 
@@ -69,16 +84,17 @@ export const brokerDomain = defineDomain({
   provides: ['devices', 'deviceMessaging'],
   requires: ['brokerHost', 'crl', 'thingDirectory', 'deviceSessions', 'certificateUse', 'certificateRenewal'],
   kinds: [deviceCommandKind],
-  init(gw, { brokerHost, thingDirectory }) {
+  init(gw, { brokerHost, thingDirectory, certificateRenewal }) {
     const repo = new BrokerRepo(gw.sql);
     const historyRepo = new TelemetryHistoryRepo(gw.sql);
     const history = new TelemetryHistory(historyRepo, gw.config.TELEMETRY_RETENTION_DAYS, gw.log.child({ component: 'telemetry-history' }));
     const ingest = new IngestBuffer(repo, gw.log.child({ component: 'ingest' }), gw.config.TELEMETRY_HISTORY ? historyRepo : undefined, gw.config.TELEMETRY_BATCH_BYTES);
     const devices = new ConnectedDeviceService(gw, repo, ingest, brokerHost, thingDirectory);
     const offline = new OfflineCommands(gw, brokerHost);
-    const connectivity = new ConnectivityHub(gw.bus, gw.config.SSE_HEARTBEAT_SECONDS * 1000);
+    const streamsCut = new Counter({ name: 'device_streams_cut_total', help: 'Connectivity and telemetry streams dropped because their unsent backlog passed 1 MiB', labelNames: ['stream'], registers: [gw.metrics] });
+    const connectivity = new ConnectivityHub(gw.bus, gw.config.SSE_HEARTBEAT_SECONDS * 1000, () => streamsCut.inc({ stream: 'connectivity' }));
     const channel = new DeviceChannel(brokerHost, gw.log.child({ component: 'device-messaging' }));
-    Object.assign(parts.get(gw)!, { ingest, history, offline, connectivity, channel });
+    const renewal = new MqttRenewal(gw, certificateRenewal);
     gw.jobs.define(EXPIRE_COMMANDS_JOB, async () => void (await offline.expireDue()), { schedule: '* * * * *', retryLimit: 1 });
     // hourly: partitions stay DAYS_AHEAD days ahead and retention is applied (also run at start)
     gw.jobs.define(HISTORY_PARTITIONS_JOB, () => history.maintain(), { schedule: '7 * * * *', retryLimit: 1 });
@@ -86,22 +102,17 @@ export const brokerDomain = defineDomain({
     new Gauge({ name: 'connectivity_streams_open', help: 'Open connectivity streams (WebSocket) on this node', registers: [gw.metrics], collect() {
       this.set(connectivity.size);
     } });
-    const streamsCut = new Counter({ name: 'device_streams_cut_total', help: 'Connectivity and telemetry streams dropped because their unsent backlog passed 1 MiB', labelNames: ['stream'], registers: [gw.metrics] });
-    connectivity.onCut = () => streamsCut.inc({ stream: 'connectivity' });
-    parts.get(gw)!.streamsCut = streamsCut;
-    return { devices, deviceMessaging: channel };
+    return { devices, deviceMessaging: channel, repo, history, ingestBuffer: ingest, offline, connectivity, renewal, streamsCut, testHooks: brokerTestHooks(brokerHost) };
   },
-  async routes(app, gw, { devices, deviceSessions }) {
-    const p = parts.get(gw)!;
-    await brokerRoutes(app, gw, devices, deviceSessions, p.offline!, p.history!, () => p.streamsCut?.inc({ stream: 'telemetry' }));
-    await offlineCommandRoutes(app, devices, parts.get(gw)!.offline!);
-    await connectivityStreamRoute(app, devices, parts.get(gw)!.connectivity!);
+  async routes(app, gw, { devices, deviceSessions, offline, history, connectivity, streamsCut }) {
+    await brokerRoutes(app, gw, devices, deviceSessions, offline, history, () => streamsCut.inc({ stream: 'telemetry' }));
+    await offlineCommandRoutes(app, devices, offline);
+    await connectivityStreamRoute(app, devices, connectivity);
   },
-  async start(gw, { devices, brokerHost, crl: crlSource, certificateUse, certificateRenewal }) {
-    const p = parts.get(gw)!;
-    await new BrokerRepo(gw.sql).releaseDeadNodes(gw.cluster.nodeId, NODE_TTL_SECONDS);
+  async start(gw, { devices, brokerHost, crl: crlSource, certificateUse, repo, history, ingestBuffer, offline, connectivity, renewal, deviceMessaging: channel }) {
+    await repo.releaseDeadNodes(gw.cluster.nodeId, NODE_TTL_SECONDS);
     // the partitions of today and the next days exist before the first message is written
-    await p.history!.maintain();
+    await history.maintain();
     const broker = await Broker.start({
       host: gw.config.MQTT_HOST,
       port: gw.config.MQTT_PORT,
@@ -117,30 +128,41 @@ export const brokerDomain = defineDomain({
     const commands = new CommandRouter(broker);
     await commands.start();
     brokerHost.attach({ broker, crl, commands });
-    await p.offline!.start(broker);
-    p.renewal = new MqttRenewal(gw, certificateRenewal, broker);
-    p.renewal.start();
-    await p.channel!.start(broker);
-    p.ingest.start();
-    p.connectivity!.start();
+    await offline.start(broker);
+    renewal.start(broker);
+    await channel.start(broker);
+    ingestBuffer.start();
+    connectivity.start();
   },
-  async stop(gw, { devices, brokerHost }) {
-    const p = parts.get(gw)!;
-    devices.stopping = true;
-    p.connectivity?.stop();
-    brokerHost.crl?.stop();
-    await p.offline?.stop().catch(() => {});
-    p.renewal?.stop();
-    await p.channel?.stop().catch(() => {});
-    await brokerHost.commands?.stop().catch(() => {});
-    await brokerHost.broker?.close();
+  async stop(_gw, { devices, brokerHost, ingestBuffer, offline, connectivity, renewal, deviceMessaging: channel }) {
+    // stop runs only after start succeeded: the broker is running
+    const { broker, crl, commands } = brokerHost.runtime();
+    devices.beginStop();
+    connectivity.stop();
+    crl.stop();
+    await offline.stop().catch(() => {});
+    renewal.stop();
+    await channel.stop().catch(() => {});
+    await commands.stop().catch(() => {});
+    await broker.close();
     brokerHost.detach();
     // the devices of this node are disconnected now: record it before the database closes
     await devices.drainDisconnects();
-    await p.ingest.stop();
+    await ingestBuffer.stop();
   },
-  ready: (_gw, { brokerHost }) => Boolean(brokerHost.broker?.server.listening),
+  ready: (_gw, { brokerHost }) => brokerHost.listening,
 });
+
+function brokerTestHooks(host: BrokerHost): BrokerTestHooks {
+  const broker = () => host.runtime().broker;
+  return {
+    fastLaneTaken: () => broker().stats.fastLane,
+    isConnected: (thingId) => broker().isConnected(thingId),
+    publish: (packet) => broker().publish(packet),
+    aedesClient: (thingId) => broker().client(thingId),
+    reloadCrl: () => host.runtime().crl.refresh(),
+  };
+}
 
 /**
  * Where Aedes routes messages between nodes: Redis in cluster mode (REDIS_URL, also between the

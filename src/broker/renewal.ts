@@ -29,22 +29,23 @@ export class MqttRenewal {
   private readonly inFlight = new Set<string>();
   private off?: () => void;
 
-  constructor(private readonly gw: Gateway, private readonly renewal: CertificateRenewal, private readonly broker: Broker) {}
+  constructor(private readonly gw: Gateway, private readonly renewal: CertificateRenewal) {}
 
-  start(): void {
+  /** Answers the renewal requests of the devices connected to `broker` until stop. */
+  start(broker: Broker): void {
     const onPublish = (packet: AedesPublishPacket, client: Client | null) => {
       // every device publish on this node passes here: one endsWith for the others
-      if (client && packet.topic.endsWith(RENEW_SUFFIX) && ownTopicKind(client.id, packet.topic) === 'certificateRenew') this.receive(packet, client);
+      if (client && packet.topic.endsWith(RENEW_SUFFIX) && ownTopicKind(client.id, packet.topic) === 'certificateRenew') this.receive(broker, packet, client);
     };
-    this.broker.aedes.on('publish', onPublish);
-    this.off = () => void this.broker.aedes.off('publish', onPublish);
+    broker.aedes.on('publish', onPublish);
+    this.off = () => void broker.aedes.off('publish', onPublish);
   }
 
   stop(): void {
     this.off?.();
   }
 
-  private receive(packet: AedesPublishPacket, client: Client): void {
+  private receive(broker: Broker, packet: AedesPublishPacket, client: Client): void {
     const thingId = client.id;
     const props = (packet as { properties?: { responseTopic?: string; correlationData?: Buffer } }).properties;
     const to = { topic: replyTopic(thingId, props?.responseTopic), correlationData: props?.correlationData };
@@ -52,22 +53,22 @@ export class MqttRenewal {
     try {
       body = request.parse(JSON.parse(Buffer.from(packet.payload).toString('utf8')));
     } catch {
-      return this.send(to, { error: { kind: 'invalid', detail: 'the payload must be a JSON object {"csr": "<PEM PKCS#10>", "requestId"?: "<echoed>"}' } });
+      return this.send(broker, to, { error: { kind: 'invalid', detail: 'the payload must be a JSON object {"csr": "<PEM PKCS#10>", "requestId"?: "<echoed>"}' } });
     }
     const echo = body.requestId === undefined ? {} : { requestId: body.requestId };
     if (this.inFlight.has(thingId)) {
-      return this.send(to, { ...echo, error: { kind: 'too_many', type: 'renewal-in-progress', detail: 'a renewal of this device is in progress; wait for its answer' } });
+      return this.send(broker, to, { ...echo, error: { kind: 'too_many', type: 'renewal-in-progress', detail: 'a renewal of this device is in progress; wait for its answer' } });
     }
     this.inFlight.add(thingId);
     // no serial matches no certificate: refused
     void this.renewal.renew(thingId, body.csr, clientCertificate(client)?.serial ?? '')
       .then((renewed): RenewalReply => ({ ...echo, ...renewed }), (err: unknown): RenewalReply => ({ ...echo, error: errorOf(err, this.gw, thingId) }))
-      .then((reply) => this.send(to, reply))
+      .then((reply) => this.send(broker, to, reply))
       .finally(() => this.inFlight.delete(thingId));
   }
 
-  private send(to: { topic: string; correlationData?: Buffer }, reply: RenewalReply): void {
-    this.broker.publish({
+  private send(broker: Broker, to: { topic: string; correlationData?: Buffer }, reply: RenewalReply): void {
+    broker.publish({
       topic: to.topic, payload: JSON.stringify(reply), qos: 1,
       properties: { contentType: 'application/json', ...(to.correlationData ? { correlationData: to.correlationData } : {}) },
     }).catch((err) => this.gw.log.error({ err, topic: to.topic }, 'certificate renewal answer not published'));

@@ -46,8 +46,8 @@ function jsonObject(payload: Buffer | string): Record<string, unknown> | undefin
 export class ConnectedDeviceService {
   /** per MQTT connection: its session id */
   private readonly sessions = new WeakMap<Client, string>();
-  /** set on shutdown: disconnects are still recorded, but no lifecycle message goes to a closing broker */
-  stopping = false;
+  /** set on shutdown (beginStop): disconnects are still recorded, but no lifecycle message goes to a closing broker */
+  private stopping = false;
   /** connects and disconnects, written in batches off the handshake path (connectivityLog.ts) */
   private readonly connectivityLog: ConnectivityLog;
   /** Aedes' path: payloads parsed when their publish was checked, by payload buffer (Aedes passes it on), so onPublish does not parse again */
@@ -111,6 +111,11 @@ export class ConnectedDeviceService {
         }
       },
     };
+  }
+
+  /** Shutdown begins: from now on no lifecycle message is published (the broker is closing). */
+  beginStop(): void {
+    this.stopping = true;
   }
 
   /** Waits until the connects and disconnects seen so far are written (shutdown, tests). */

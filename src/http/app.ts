@@ -7,10 +7,10 @@ import swaggerUi from '@fastify/swagger-ui';
 import websocket from '@fastify/websocket';
 import { z } from 'zod';
 import { serializerCompiler, validatorCompiler, type ZodTypeProvider } from 'fastify-type-provider-zod';
-import type { DomainModule, Gateway, Services, ZodApp } from '../gateway.js';
+import type { DomainModule, Gateway, ZodApp } from '../gateway.js';
 import { frameworkErrorHandler, MAX_PARAM_LENGTH, registerErrorHandling } from './errors.js';
 import { installInputGuard } from './inputGuard.js';
-import { servicesOf } from '../wiring.js';
+import { servicesOf, type WiredDomains } from '../wiring.js';
 import { installHttpMetrics } from './metrics.js';
 import { traceIdOf, traceparentFor } from './trace.js';
 import { Problem, slugOf } from './problem.js';
@@ -52,7 +52,7 @@ function clientErrorResponder(baseUrl: string) {
 }
 
 /** Builds the Fastify app: errors, tracing, auth hook, OpenAPI, health, metrics, domain routes. */
-export async function buildHttp(gw: Gateway, domains: DomainModule[], services: Services): Promise<ZodApp> {
+export async function buildHttp(gw: Gateway, domains: DomainModule[], wired: WiredDomains): Promise<ZodApp> {
   const { config } = gw;
   const app = Fastify({
     loggerInstance: gw.log as FastifyBaseLogger,
@@ -126,7 +126,7 @@ export async function buildHttp(gw: Gateway, domains: DomainModule[], services: 
     const checks: Record<string, boolean> = {};
     checks.database = await gw.sql`select 1`.then(() => true, () => false);
     for (const d of domains) {
-      if (d.ready) checks[d.name] = await Promise.resolve(d.ready(gw, servicesOf(d, services))).catch(() => false);
+      if (d.ready) checks[d.name] = await Promise.resolve(d.ready(gw, servicesOf(d, wired))).catch(() => false);
     }
     const failed = Object.entries(checks).filter(([, ok]) => !ok).map(([k]) => k);
     if (failed.length) throw new Problem(503, `not ready: ${failed.join(', ')}`, { extra: { checks } });
@@ -139,7 +139,7 @@ export async function buildHttp(gw: Gateway, domains: DomainModule[], services: 
 
   if (gw.devIssuer) await app.register(async (scope) => devRoutes(scope as ZodApp, gw));
   for (const d of domains) {
-    if (d.routes) await app.register(async (scope) => d.routes!(scope as ZodApp, gw, servicesOf(d, services)));
+    if (d.routes) await app.register(async (scope) => d.routes!(scope as ZodApp, gw, servicesOf(d, wired)));
   }
   return app;
 }

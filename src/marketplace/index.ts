@@ -1,4 +1,4 @@
-import { defineDomain, type Gateway } from '../gateway.js';
+import { defineDomain } from '../gateway.js';
 import { marketplaceProductKind } from './kinds.js';
 import { ProductService } from './products.js';
 import { marketplaceRoutes } from './routes.js';
@@ -10,8 +10,6 @@ declare module '../gateway.js' {
   }
 }
 
-const byGateway = new WeakMap<Gateway, ProductService>();
-
 /**
  * Domain module of src/marketplace/: products that accounts holding publish_marketplace publish.
  * It reaches trust's models through the `models` service, so it comes after trust.
@@ -22,11 +20,9 @@ export const marketplaceDomain = defineDomain({
   requires: ['models'],
   kinds: [marketplaceProductKind],
   init(gw, { models }) {
-    const marketplace = new ProductService(gw, models);
-    byGateway.set(gw, marketplace);
-    return { marketplace };
+    return { marketplace: new ProductService(gw, models) };
   },
-  async routes(app, gw) {
-    await marketplaceRoutes(app, byGateway.get(gw)!);
+  async routes(app, _gw, { marketplace }) {
+    await marketplaceRoutes(app, marketplace);
   },
 });

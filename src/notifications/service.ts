@@ -67,10 +67,11 @@ export function isTimeZone(tz: string): boolean {
 export const hashToken = (token: string) => crypto.createHash('sha256').update(token, 'utf8').digest();
 
 export class NotificationsService {
-  /** publish outcomes (set by the domain module: the metrics registry is per gateway) */
-  published?: Counter<'status' | 'reason'>;
-
-  constructor(private readonly gw: Gateway, private readonly mailer: Mailer, readonly hub: StreamHub, private readonly accounts: Pick<Services['accounts'], 'get'>) {}
+  /** `published` counts publish outcomes (the gateway's metrics registry) */
+  constructor(
+    private readonly gw: Gateway, private readonly mailer: Mailer, readonly hub: StreamHub, private readonly accounts: Pick<Services['accounts'], 'get'>,
+    private readonly published: Counter<'status' | 'reason'>,
+  ) {}
 
   private get sql() {
     return this.gw.sql;
@@ -84,7 +85,7 @@ export class NotificationsService {
 
   async publish(publisher: Principal, req: PublishRequest, now = new Date()): Promise<PublishResult> {
     const result = await this.publishOnce(publisher, req, now);
-    this.published?.inc({ status: result.status, reason: result.status === 'dropped' ? result.reason : '' });
+    this.published.inc({ status: result.status, reason: result.status === 'dropped' ? result.reason : '' });
     return result;
   }
 

@@ -86,14 +86,13 @@ export class StreamHub {
   private readonly all = new Set<Connection>();
   private timer?: NodeJS.Timeout;
   private readonly off: () => void;
-  /** called for each stream cut for its backlog (the metric) */
-  onCut: (transport: StreamTransport) => void = () => {};
   private readonly cut = (c: Connection, backlog: number) => {
     this.log.info({ transport: c.sink.transport, backlog }, 'notification stream cut: unsent backlog over the bound');
     this.onCut(c.sink.transport);
   };
 
-  constructor(private readonly cluster: Cluster, private readonly heartbeatMs: number, private readonly log: Logger) {
+  /** `onCut` is called for each stream cut for its backlog (the metric) */
+  constructor(private readonly cluster: Cluster, private readonly heartbeatMs: number, private readonly log: Logger, private readonly onCut: (transport: StreamTransport) => void) {
     this.off = cluster.on<StreamEvent>(STREAM_TOPIC, (ev) => this.dispatch(ev));
   }
 

@@ -36,26 +36,15 @@ async function retried<T>(run: () => Promise<T>, attempts = 3): Promise<T> {
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /**
- * OTA over MQTT: update actions go out on `devices/{id}/ota/update` (correlation data = action
- * id) when a group starts, when the rollout resumes, when the device subscribes, and from the
- * resend sweep; the device's reports on `devices/{id}/ota/status` are written in bulk (one
- * statement per batch) and the groups they end are evaluated. A report that does not parse, or
- * names an action that is not the device's, is counted and dropped alone.
+ * OTA over MQTT, outbound: update actions go out on `devices/{id}/ota/update` (correlation data =
+ * action id) when a group starts, when the rollout resumes (`fanout`), when the device subscribes,
+ * and from the resend sweep.
  */
-export class OtaDelivery {
-  private buffer = new Map<string, Report>();
-  private flushing?: Promise<void>;
-  private readonly dirty = new Set<string>();
-  private evaluating?: Promise<void>;
-  private readonly reports: Counter<'result'>;
-
-  constructor(private readonly gw: Gateway, private readonly messaging: DeviceMessaging, private readonly rollouts: Rollouts, metrics: Registry) {
-    this.reports = new Counter({ name: 'ota_status_reports_total', help: 'OTA status reports from devices by result (applied: taken into a batch; rejected: malformed or without an action id; lost: the batch could not be written)', labelNames: ['result'], registers: [metrics] });
-    messaging.onMessage('otaStatus', (m) => this.onStatus(m));
+export class OtaSender {
+  constructor(private readonly gw: Gateway, private readonly messaging: DeviceMessaging) {
     messaging.onSubscribed('otaUpdate', (thingId) => {
       void this.deliverOpen(thingId).catch((err) => gw.log.error({ err, thingId }, 'OTA actions not delivered'));
     });
-    rollouts.fanout = (groupIds) => this.fanout(groupIds);
   }
 
   /** Publishes the pending actions of these groups (after the commit that started or resumed them). */
@@ -69,14 +58,6 @@ export class OtaDelivery {
     const due = await otaRepo.unsent(this.gw.sql, { pending: new Date(now - RESEND_PENDING_AFTER_MS), started: new Date(now - RESEND_STARTED_AFTER_MS) }, RESEND_BATCH);
     await this.send(due);
     return due.length;
-  }
-
-  /** Waits for the buffered reports and their evaluations (shutdown, tests). */
-  async drain(): Promise<void> {
-    while (this.flushing || this.evaluating || this.buffer.size) {
-      if (!this.flushing && this.buffer.size) this.scheduleFlush();
-      await Promise.all([this.flushing, this.evaluating]);
-    }
   }
 
   private async deliverOpen(thingId: string): Promise<void> {
@@ -100,6 +81,32 @@ export class OtaDelivery {
     } finally {
       // only the resend sweep reads sent_at: a failure here costs a resend at most
       await retried(() => otaRepo.markSent(this.gw.sql, sent, this.gw.clock.now())).catch((err) => this.gw.log.warn({ err }, 'OTA sent times not stored'));
+    }
+  }
+}
+
+/**
+ * OTA over MQTT, inbound: the device's reports on `devices/{id}/ota/status` are written in bulk
+ * (one statement per batch) and the groups they end are evaluated. A report that does not parse,
+ * or names an action that is not the device's, is counted and dropped alone.
+ */
+export class OtaReports {
+  private buffer = new Map<string, Report>();
+  private flushing?: Promise<void>;
+  private readonly dirty = new Set<string>();
+  private evaluating?: Promise<void>;
+  private readonly reports: Counter<'result'>;
+
+  constructor(private readonly gw: Gateway, messaging: DeviceMessaging, private readonly rollouts: Rollouts, metrics: Registry) {
+    this.reports = new Counter({ name: 'ota_status_reports_total', help: 'OTA status reports from devices by result (applied: taken into a batch; rejected: malformed or without an action id; lost: the batch could not be written)', labelNames: ['result'], registers: [metrics] });
+    messaging.onMessage('otaStatus', (m) => this.onStatus(m));
+  }
+
+  /** Waits for the buffered reports and their evaluations (shutdown, tests). */
+  async drain(): Promise<void> {
+    while (this.flushing || this.evaluating || this.buffer.size) {
+      if (!this.flushing && this.buffer.size) this.scheduleFlush();
+      await Promise.all([this.flushing, this.evaluating]);
     }
   }
 

@@ -1,6 +1,7 @@
-import { defineDomain, type Gateway } from '../gateway.js';
+import { defineDomain } from '../gateway.js';
 import type { StoredEvent } from '../actors/store.js';
-import { OtaDelivery } from './delivery.js';
+import { Listening } from '../lib/listening.js';
+import { OtaReports, OtaSender } from './delivery.js';
 import { TargetFilters } from './filters.js';
 import { rolloutGroupKind, rolloutKind } from './kinds.js';
 import { Rollouts } from './rollouts.js';
@@ -9,11 +10,17 @@ import { otaRoutes } from './routes.js';
 /** scheduled sweep: tallies the running groups (an evaluation lost with a crash) and re-sends pending actions */
 export const OTA_SWEEP_JOB = 'ota.sweep';
 
-interface OtaParts { filters: TargetFilters; rollouts: Rollouts; delivery: OtaDelivery; unsubscribe?: () => void }
-const parts = new WeakMap<Gateway, OtaParts>();
+/** What tests of OTA wait for below its public interface (RunningGateway.testHooks.ota). */
+export interface OtaTestHooks {
+  /** resolves once the devices' buffered status reports are written and the groups they ended evaluated */
+  drain(): Promise<void>;
+}
 
-/** The OTA parts of a gateway (tests and the benchmark drain its report buffer). */
-export const otaOf = (gw: Gateway): OtaParts | undefined => parts.get(gw);
+declare module '../gateway.js' {
+  interface TestHooks {
+    ota: OtaTestHooks;
+  }
+}
 
 /**
  * OTA rollouts (issue 20 items 2 and 3): target filters over the fleet registry, rollouts in groups
@@ -26,30 +33,28 @@ export const otaDomain = defineDomain({
   kinds: [rolloutKind, rolloutGroupKind],
   init(gw, { thingSearch, deviceMessaging }) {
     const filters = new TargetFilters(gw.sql, thingSearch, () => gw.clock.now());
-    const rollouts = new Rollouts(gw, filters, thingSearch);
-    const delivery = new OtaDelivery(gw, deviceMessaging, rollouts, gw.metrics);
-    parts.set(gw, { filters, rollouts, delivery });
+    const sender = new OtaSender(gw, deviceMessaging);
+    const rollouts = new Rollouts(gw, filters, thingSearch, sender);
+    const reports = new OtaReports(gw, deviceMessaging, rollouts, gw.metrics);
     gw.jobs.define(OTA_SWEEP_JOB, async () => {
       for (const groupId of await rollouts.runningGroups()) await rollouts.evaluate(groupId);
-      await delivery.resend();
+      await sender.resend();
     }, { schedule: '* * * * *', retryLimit: 1 });
-  },
-  async routes(app, gw) {
-    const p = parts.get(gw)!;
-    await otaRoutes(app, p.filters, p.rollouts);
-  },
-  async start(gw) {
-    const p = parts.get(gw)!;
     // every node hears every revocation; skipping is idempotent and the sweep's evaluations catch a lost one
-    const handler = (ev: StoredEvent) => {
-      void p.rollouts.revoked(ev.actorId).catch((err) => gw.log.error({ err, thingId: ev.actorId }, 'OTA actions of a revoked thing not skipped (the sweep retries)'));
-    };
-    gw.bus.on('thing.revoked', handler);
-    p.unsubscribe = () => gw.bus.off('thing.revoked', handler);
+    const revocations = new Listening(gw.bus, ['thing.revoked'], (ev: StoredEvent) => {
+      void rollouts.revoked(ev.actorId).catch((err) => gw.log.error({ err, thingId: ev.actorId }, 'OTA actions of a revoked thing not skipped (the sweep retries)'));
+    });
+    const testHooks: OtaTestHooks = { drain: () => reports.drain() };
+    return { filters, rollouts, reports, revocations, testHooks };
   },
-  async stop(gw) {
-    const p = parts.get(gw);
-    p?.unsubscribe?.();
-    await p?.delivery.drain();
+  async routes(app, _gw, { filters, rollouts }) {
+    await otaRoutes(app, filters, rollouts);
+  },
+  async start(_gw, { revocations }) {
+    revocations.start();
+  },
+  async stop(_gw, { revocations, reports }) {
+    revocations.stop();
+    await reports.drain();
   },
 });

@@ -7,6 +7,7 @@ import { notFound, unprocessable } from '../lib/errors.js';
 import type { rolloutMachine, RolloutState } from '../../machines/rollout.js';
 import type { RolloutGroupState } from '../../machines/rolloutGroup.js';
 import type { TargetFilters } from './filters.js';
+import type { OtaSender } from './delivery.js';
 import { rolloutGroupKind, rolloutKind } from './kinds.js';
 import { ACTION_STATUSES, otaRepo, type ActionRow, type ActionStatus, type GroupRow, type RolloutRow } from './repo.js';
 
@@ -57,10 +58,8 @@ const actionView = (a: ActionRow & { index: number }) => ({
  * sent to devices is published after the commit (`fanout`), never before.
  */
 export class Rollouts {
-  /** publishes a group's pending actions (set by the delivery once it exists) */
-  fanout: (groupIds: string[]) => Promise<void> = async () => {};
-
-  constructor(private readonly gw: Gateway, private readonly filters: TargetFilters, private readonly things: ThingSearch) {}
+  /** `sender` publishes the pending actions of groups (delivery.ts) */
+  constructor(private readonly gw: Gateway, private readonly filters: TargetFilters, private readonly things: ThingSearch, private readonly sender: Pick<OtaSender, 'fanout'>) {}
 
   async create(accountId: string, input: RolloutInput) {
     const filter = await this.filters.row(accountId, input.filter_id);
@@ -195,7 +194,7 @@ export class Rollouts {
    * this recursion is bounded by the groups).
    */
   private async started(settled: Settled): Promise<void> {
-    await this.fanout(settled.fanout);
+    await this.sender.fanout(settled.fanout);
     for (const groupId of settled.evaluate) await this.evaluate(groupId);
   }
 

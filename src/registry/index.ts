@@ -1,5 +1,6 @@
-import { defineDomain, type Gateway } from '../gateway.js';
+import { defineDomain } from '../gateway.js';
 import type { StoredEvent } from '../actors/store.js';
+import { Listening } from '../lib/listening.js';
 import { AccessRequests } from './accessRequests.js';
 import { DeviceDeeplinks } from './deeplinks.js';
 import { Eligibility } from './eligibility.js';
@@ -33,14 +34,11 @@ export interface RegistryServices {
   deeplinks: DeviceDeeplinks;
 }
 
-const byGateway = new WeakMap<Gateway, RegistryServices>();
-const unsubscribers = new WeakMap<Gateway, () => void>();
-
 /**
  * Domain module of src/registry/: vendors, registrars, access requests, factory registrations,
  * eligibility artifacts and grants, reference requests with their thing references, device deeplinks.
  */
-export const registryDomain = defineDomain<'registrarDirectory', 'models'>({
+export const registryDomain = defineDomain({
   name: 'registry',
   provides: ['registrarDirectory'],
   requires: ['models'],
@@ -54,7 +52,7 @@ export const registryDomain = defineDomain<'registrarDirectory', 'models'>({
     // a model that is a registrar's canonical model cannot be deleted: trust's 409 counts them through us
     models.referencedBy('registrars', (modelId) => registrarsOfModel(sql, modelId));
     const references = new References({ sql, actors, clock, log });
-    const services: RegistryServices = {
+    const parts: RegistryServices = {
       vendors,
       registrars: new Registrars({ sql, actors, clock, log }),
       accessRequests: new AccessRequests({ sql, actors, clock }),
@@ -63,23 +61,20 @@ export const registryDomain = defineDomain<'registrarDirectory', 'models'>({
       references,
       deeplinks: new DeviceDeeplinks({ sql, clock, publicBaseUrl }),
     };
-    byGateway.set(gw, services);
     gw.jobs.define(RECONCILE_JOB, async () => { await references.sweep(); }, { schedule: '* * * * *', retryLimit: 1 });
-    return { registrarDirectory: services.registrars };
-  },
-  async routes(app, gw) {
-    await registryRoutes(app, byGateway.get(gw)!);
-  },
-  async start(gw) {
-    const { references } = byGateway.get(gw)!;
     // every node hears every thing.enrolled; the reconcile is idempotent, the sweep catches what is missed
-    const handler = (ev: StoredEvent) => references.enrolled(ev.actorId);
-    gw.bus.on('thing.enrolled', handler);
-    unsubscribers.set(gw, () => gw.bus.off('thing.enrolled', handler));
-    references.sweep().catch((err) => gw.log.error({ err }, 'reference sweep at start failed'));
+    const enrolled = new Listening(gw.bus, ['thing.enrolled'], (ev: StoredEvent) => references.enrolled(ev.actorId));
+    return { registrarDirectory: parts.registrars, parts, enrolled };
   },
-  async stop(gw) {
-    unsubscribers.get(gw)?.();
-    await byGateway.get(gw)?.references.flush();
+  async routes(app, _gw, { parts }) {
+    await registryRoutes(app, parts);
+  },
+  async start(gw, { parts, enrolled }) {
+    enrolled.start();
+    parts.references.sweep().catch((err) => gw.log.error({ err }, 'reference sweep at start failed'));
+  },
+  async stop(_gw, { parts, enrolled }) {
+    enrolled.stop();
+    await parts.references.flush();
   },
 });

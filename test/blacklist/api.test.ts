@@ -6,7 +6,6 @@ import { signedHeaders, signingTimestamp, type Credentials } from '../../src/cli
 import { startTestGateway, expectProblem, type HttpResponse, type TestGateway } from '../helpers/gateway.js';
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { waitFor } from '../helpers/wait.js';
-import type { BlacklistService } from '../../src/blacklist/service.js';
 import { ListIndex } from '../../src/blacklist/listIndex.js';
 
 /**
@@ -251,7 +250,7 @@ describe('deltas and the signed snapshot', () => {
 
   it('a snapshot signed by a retired key is rebuilt with the current one', async () => {
     await gw.db.sql`update blacklist_snapshot set kid = 'retired-key'`;
-    await (gw.services.blacklist as unknown as BlacklistService).sweep();
+    await gw.testHooks.blacklist.sweep();
     const [row] = await gw.db.sql<{ kid: string }[]>`select kid from blacklist_snapshot`;
     expect(row.kid).toBe(gw.gw.pki.blacklistKeys.kid);
     const { jws } = await snapshot();
@@ -292,7 +291,7 @@ describe('deltas and the signed snapshot', () => {
     const old = await gw.http.get(`${BASE}/deltas?cursor=${payload.cursor}`, { token: a.viewer });
     expect(expectProblem(old, 410).detail).toContain('older than 72 hours');
     // pruned by the sweep: still 410, and the snapshot's cursor is the way back
-    const swept = await (gw.services.blacklist as unknown as BlacklistService).sweep();
+    const swept = await gw.testHooks.blacklist.sweep();
     expect(swept.pruned).toBeGreaterThan(0);
     expectProblem(await gw.http.get(`${BASE}/deltas?cursor=${payload.cursor}`, { token: a.viewer }), 410);
     const fresh = await snapshot();

@@ -4,7 +4,7 @@ import * as x509 from '@peculiar/x509';
 import mqtt from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ManualClock } from '../../src/lib/clock.js';
-import { SETTLE_AFTER_MS, type BlacklistService } from '../../src/blacklist/service.js';
+import { SETTLE_AFTER_MS } from '../../src/blacklist/service.js';
 import { startTestGateway, expectProblem, type TestGateway } from '../helpers/gateway.js';
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { createClaimGroup, enrollDevice, type EnrolledDevice } from '../helpers/devices.js';
@@ -31,7 +31,6 @@ beforeAll(async () => {
 afterAll(async () => gw?.close());
 
 const sn = () => `SN-${crypto.randomUUID().slice(0, 8)}`;
-const blacklist = () => gw.services.blacklist as unknown as BlacklistService;
 
 async function model(account: TestAccount): Promise<{ id: string; descriptor: string }> {
   const p = (pid++).toString(16).toUpperCase();
@@ -157,7 +156,7 @@ describe('adding an enrolled identity revokes it', () => {
       await tx`insert into blacklist_changes (op, model, sn, reason, by, at, settled) values ('add', 'sensor-crash', ${serial}, 'r', 'ops-2', ${at}, false)`;
     });
     expect(await revoked(device.thingId)).toBe(false);
-    const first = await blacklist().sweep();
+    const first = await gw.testHooks.blacklist.sweep();
     expect(first.enforced).toBeGreaterThanOrEqual(1);
     expect(await revoked(device.thingId)).toBe(true);
     expect(await crlSerials()).toContain(device.serial);
@@ -167,7 +166,7 @@ describe('adding an enrolled identity revokes it', () => {
     const late = await enrollDevice(gw, b, { model: 'sensor-crash-late', serial });
     await gw.db.sql`update things set model = 'sensor-crash' where id = ${late.thingId}`;
     clock.advance(SETTLE_AFTER_MS + 1000);
-    await blacklist().sweep();
+    await gw.testHooks.blacklist.sweep();
     expect(await revoked(late.thingId)).toBe(true);
     expect(await settled()).toBe(true);
     // the snapshot followed the change the node never built for

@@ -4,7 +4,7 @@ import { startTestGateway, expectProblem, type TestGateway } from '../helpers/ga
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { waitFor } from '../helpers/wait.js';
 import { enrollDevice, createClaimGroup, revokeDevice } from '../helpers/devices.js';
-import { closed, connectDevice, connectError, issueDevice, nextMessage, pubackCode, selfSigned, subackCodes, tlsOutcome, type TestDevice } from './fixtures.js';
+import { closed, connectDevice, connectError, issueDevice, metric, nextMessage, pubackCode, selfSigned, subackCodes, tlsOutcome, type TestDevice } from './fixtures.js';
 
 let gw: TestGateway;
 let port: number;
@@ -37,10 +37,11 @@ describe('authentication', () => {
 
   it('refuses a username other than the CN with CONNACK not authorized (0x87 in MQTT 5, 5 in 3.1.1)', async () => {
     const device = await ownedDevice();
-    const before = gw.services.brokerHost.broker!.stats.connectsRefused;
+    const refused = () => metric(gw, 'mqtt_connects_refused_total');
+    const before = await refused();
     expect((await connectError(port, device, { username: 'someone-else' })).code).toBe(0x87);
     expect((await connectError(port, device, { username: 'someone-else', protocolVersion: 4 })).code).toBe(5);
-    expect(gw.services.brokerHost.broker!.stats.connectsRefused - before).toBe(2);
+    expect((await refused()) - before).toBe(2);
   });
 
   it('takes a CONNECT without a username as the certificate CN (MQTT 5 and 3.1.1), as the ACL then sees it', async () => {
@@ -52,7 +53,7 @@ describe('authentication', () => {
       await client.subscribeAsync(topic, { qos: 1 });
       const own = nextMessage(client, topic);
       // the gateway publishes on the device's own topic: the subscription was let through the ACL
-      await gw.services.brokerHost.broker!.publish({ topic, payload: Buffer.from('{"x":1}'), qos: 1 });
+      await gw.testHooks.broker.publish({ topic, payload: Buffer.from('{"x":1}'), qos: 1 });
       expect((await own).payload.toString()).toBe('{"x":1}');
       await client.endAsync();
     }
@@ -70,13 +71,14 @@ describe('authentication', () => {
   it('fails the TLS handshake for a self-signed certificate and for an expired one', async () => {
     const device = await ownedDevice();
     const { keyPem, certPem } = await selfSigned(device.thingId);
-    const handshakesRefused = gw.services.brokerHost.broker!.stats.tlsHandshakesRefused;
+    const tlsRefused = () => metric(gw, 'mqtt_tls_handshakes_refused_total');
+    const handshakesRefused = await tlsRefused();
     const refused = await tlsOutcome(port, certPem, keyPem, device.caPem);
     expect(refused).not.toBe('open');
     expect(refused).toMatch(/alert|closed|reset|ECONNRESET/i);
     const expired = await issueDevice(gw, { days: 0 });
     expect(await tlsOutcome(port, expired.certPem, expired.keyPem, expired.caPem)).toMatch(/expired|alert|closed|reset/i);
-    await waitFor(() => gw.services.brokerHost.broker!.stats.tlsHandshakesRefused - handshakesRefused === 2, 5000, 'both refusals counted');
+    await waitFor(async () => (await tlsRefused()) - handshakesRefused === 2, 5000, 'both refusals counted');
     // the control: the enrolled certificate passes the same handshake
     expect(await tlsOutcome(port, device.certPem, device.keyPem, device.caPem)).toBe('open');
   });
@@ -289,21 +291,23 @@ describe('revocation and the management interface', () => {
   it('DELETE thing disconnects the device (DISCONNECT 0x98) before answering and refuses its reconnect at once', async () => {
     const device = await ownedDevice();
     const client = await connectDevice(port, device);
-    await waitFor(() => gw.services.brokerHost.broker!.isConnected(device.thingId), 5000, 'registered');
+    await waitFor(() => gw.testHooks.broker.isConnected(device.thingId), 5000, 'registered');
     const reason = new Promise<number | undefined>((resolve) => client.once('disconnect', (p) => resolve(p.reasonCode)));
     const revoked = await revokeDevice(gw, account, device.thingId);
     expect(revoked.disconnected).toBe(true);
-    expect(gw.services.brokerHost.broker!.isConnected(device.thingId)).toBe(false);
+    expect(gw.testHooks.broker.isConnected(device.thingId)).toBe(false);
     expect(await reason).toBe(0x98);
     // refused at the TLS layer (CRL) and, should that pass, by authenticate (revoked serial)
     expect(await tlsOutcome(port, device.certPem, device.keyPem, device.caPem)).toMatch(/revoked|alert|closed|reset/i);
-    expect(await gw.services.deviceSessions.disconnect(device.thingId)).toEqual({ disconnected: false });
+    // the management interface finds it connected nowhere
+    const platform = await gw.token({ realm: 'platform', sub: 'ops', roles: ['platform-admin'] });
+    expectProblem(await gw.http.delete(`/platform/v1/broker/sessions/${device.thingId}`, { token: platform }), 404);
   });
 
   it('the management interface disconnects by thingId: 204, then 404 when connected nowhere; platform roles only', async () => {
     const device = await ownedDevice();
     const client = await connectDevice(port, device);
-    await waitFor(() => gw.services.brokerHost.broker!.isConnected(device.thingId), 5000, 'registered');
+    await waitFor(() => gw.testHooks.broker.isConnected(device.thingId), 5000, 'registered');
     const platform = await gw.token({ realm: 'platform', sub: 'ops', roles: ['platform-admin'] });
     expectProblem(await gw.http.delete(`/platform/v1/broker/sessions/${device.thingId}`, { token: account.admin }), 403);
     const gone = closed(client);

@@ -3,7 +3,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { waitFor } from '../helpers/wait.js';
-import { issueDevice, type TestDevice } from './fixtures.js';
+import { issueDevice, metric, type TestDevice } from './fixtures.js';
 
 let gw: TestGateway;
 let devices: TestDevice[];
@@ -31,7 +31,7 @@ describe('clean DISCONNECT', () => {
       const errors = await runClients(burst);
       expect(errors).toHaveLength(100);
       expect(errors.flat()).toEqual([]);
-      await waitFor(() => gw.services.brokerHost.broker!.connectedCount === 0, 10_000, 'every session released');
+      await waitFor(async () => (await metric(gw, 'mqtt_connected_clients')) === 0, 10_000, 'every session released');
     }
   });
 });

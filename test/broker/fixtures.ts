@@ -116,3 +116,11 @@ export async function pubackCode(client: MqttClient, topic: string, payload: str
     return code;
   }
 }
+
+/** A series of the gateway's /metrics (the broker's public figures): `name` or `name{labels}`; 0 when absent. */
+export async function metric(gw: Pick<TestGateway, 'http'>, name: string, labels: Record<string, string> = {}): Promise<number> {
+  const text = (await gw.http.get('/metrics')).text;
+  const want = Object.entries(labels).map(([k, v]) => `${k}="${v}"`);
+  const line = text.split('\n').find((l) => (want.length ? l.startsWith(`${name}{`) && want.every((w) => l.includes(w)) : l.startsWith(`${name} `)));
+  return line ? Number(line.slice(line.lastIndexOf(' ') + 1)) : 0;
+}

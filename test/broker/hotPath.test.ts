@@ -2,20 +2,22 @@ import net from 'node:net';
 import { Duplex } from 'node:stream';
 import tls from 'node:tls';
 import { createRequire } from 'node:module';
+import WebSocket from 'ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import mqttPacket from 'mqtt-packet';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
-import { createAccount } from '../helpers/accounts.js';
+import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { createClaimGroup, enrollDevice, type EnrolledDevice } from '../helpers/devices.js';
 import { waitFor } from '../helpers/wait.js';
-import { connectDevice, nextMessage } from './fixtures.js';
+import { connectDevice, metric, nextMessage } from './fixtures.js';
 
 let gw: TestGateway;
+let account: TestAccount;
 let devices: EnrolledDevice[];
 
 beforeAll(async () => {
   gw = await startTestGateway();
-  const account = await createAccount(gw);
+  account = await createAccount(gw);
   const claimSecret = (await createClaimGroup(gw, account)).sharedSecret;
   devices = await Promise.all([0, 1].map(() => enrollDevice(gw, account, { claimSecret })));
 });
@@ -23,8 +25,13 @@ afterAll(async () => gw?.close());
 
 const v5 = { protocolVersion: 5 } as const;
 const encode = (packet: Record<string, unknown>) => mqttPacket.generate(packet as unknown as mqttPacket.Packet, v5);
-const received = () => gw.services.brokerHost.broker!.stats.messagesReceived;
-const laned = () => gw.services.brokerHost.broker!.stats.fastLane;
+const received = () => metric(gw, 'mqtt_messages_received_total');
+const laned = () => gw.testHooks.broker.fastLaneTaken();
+/** the thing's latest telemetry, as the tenant route reads it (the buffered batch written first) */
+const latestTelemetry = async <T = Record<string, unknown>>(thingId: string): Promise<T> =>
+  (await gw.http.get(`/api/v1/things/${thingId}/telemetry`, { token: account.viewer })).body.telemetry;
+/** Aedes' client of a device connected here (the fast lane works on its socket and parser) */
+const aedesClient = <T>(thingId: string) => gw.testHooks.broker.aedesClient(thingId) as unknown as T;
 
 /** A raw TLS socket with the device's certificate, so the test decides how the bytes fall into TLS records; `packets` collects what the broker sends. */
 async function rawSocket(d: EnrolledDevice) {
@@ -53,7 +60,7 @@ describe('fast lane (device publishes decoded in front of Aedes)', () => {
     const d = devices[0];
     const { socket, packets } = await rawDevice(d);
     const topic = `devices/${d.thingId}/telemetry`;
-    const before = received();
+    const before = await received();
     const lanedBefore = laned();
     const stream: Buffer[] = [];
     for (let i = 1; i <= 40; i++) {
@@ -84,16 +91,15 @@ describe('fast lane (device publishes decoded in front of Aedes)', () => {
     const acks = packets.filter((p): p is mqttPacket.IPubackPacket => p.cmd === 'puback');
     expect(acks.map((a) => a.messageId)).toEqual(qos1);
     expect(acks.every((a) => (a.reasonCode ?? 0) === 0)).toBe(true);
-    expect(received() - before).toBe(40);
+    expect(await received() - before).toBe(40);
     // the four with a property and those cut across records went through Aedes
     const onLane = laned() - lanedBefore;
     expect(onLane).toBeGreaterThanOrEqual(20);
     expect(onLane).toBeLessThanOrEqual(30);
 
     const stored = await waitFor(async () => {
-      await gw.services.devices.telemetry(d.thingId); // flushes the batch
-      const [row] = await gw.db.sql<{ telemetry: Record<string, number> }[]>`select telemetry from device_telemetry_latest where thing_id = ${d.thingId}`;
-      return row?.telemetry.seq === 40 ? row.telemetry : undefined;
+      const telemetry = await latestTelemetry<Record<string, number>>(d.thingId);
+      return telemetry.seq === 40 ? telemetry : undefined;
     }, 10_000, 'latest telemetry');
     // merged in order: the last message's values win
     expect(stored).toEqual({ seq: 40, k0: 39, k1: 40, k2: 38 });
@@ -104,14 +110,14 @@ describe('fast lane (device publishes decoded in front of Aedes)', () => {
     const [a, b] = devices;
     const A = await rawDevice(a);
     const B = await rawDevice(b);
-    const clients = (gw.services.brokerHost.broker!.aedes as unknown as { clients: Record<string, { conn: tls.TLSSocket }> }).clients;
+    const conn = (thingId: string) => aedesClient<{ conn: tls.TLSSocket }>(thingId).conn;
     const onreadBuffer = (conn: tls.TLSSocket) => {
       const slot = Object.getOwnPropertySymbols(conn).find((s) => s.description === 'kBuffer')!;
       return (conn as unknown as Record<symbol, unknown>)[slot];
     };
-    const shared = onreadBuffer(clients[a.thingId].conn);
+    const shared = onreadBuffer(conn(a.thingId));
     expect(Buffer.isBuffer(shared)).toBe(true);
-    expect(onreadBuffer(clients[b.thingId].conn)).toBe(shared);
+    expect(onreadBuffer(conn(b.thingId))).toBe(shared);
 
     // A: a lane publish and the first bytes of one with a property (Aedes' path) in one record
     const topicA = `devices/${a.thingId}/telemetry`;
@@ -126,13 +132,8 @@ describe('fast lane (device publishes decoded in front of Aedes)', () => {
     await waitFor(() => A.packets.filter((p) => p.cmd === 'puback').length === 2, 10_000, "A's PUBACKs");
     expect(A.packets.filter((p): p is mqttPacket.IPubackPacket => p.cmd === 'puback').map((p) => [p.messageId, p.reasonCode ?? 0])).toEqual([[1, 0], [2, 0]]);
 
-    const latest = async (thingId: string) => {
-      await gw.services.devices.telemetry(thingId); // flushes the batch
-      const [row] = await gw.db.sql<{ telemetry: Record<string, unknown> }[]>`select telemetry from device_telemetry_latest where thing_id = ${thingId}`;
-      return row?.telemetry;
-    };
-    expect(await latest(a.thingId)).toMatchObject({ a: 2, pad: 'aaaaaaaaaaaaaaaa' });
-    expect(await latest(b.thingId)).toMatchObject({ b: 20 });
+    expect(await latestTelemetry(a.thingId)).toMatchObject({ a: 2, pad: 'aaaaaaaaaaaaaaaa' });
+    expect(await latestTelemetry(b.thingId)).toMatchObject({ b: 20 });
     A.socket.destroy();
     B.socket.destroy();
   });
@@ -157,9 +158,8 @@ describe('fast lane (device publishes decoded in front of Aedes)', () => {
     // the four before the other topic on the lane; it and what follows it in the record go to Aedes
     expect(laned() - lanedBefore).toBe(4);
     const latest = await waitFor(async () => {
-      await gw.services.devices.telemetry(d.thingId); // flushes the batch
-      const [row] = await gw.db.sql<{ telemetry: Record<string, number> }[]>`select telemetry from device_telemetry_latest where thing_id = ${d.thingId}`;
-      return row?.telemetry.t === 3 ? row.telemetry : undefined;
+      const telemetry = await latestTelemetry<Record<string, number>>(d.thingId);
+      return telemetry.t === 3 ? telemetry : undefined;
     }, 10_000, 'latest telemetry');
     expect(latest).toMatchObject({ t: 3, u: 1 });
     const reported = await waitFor(async () => {
@@ -190,7 +190,8 @@ describe('fast lane (device publishes decoded in front of Aedes)', () => {
     const d = devices[1];
     const { socket, packets } = await rawDevice(d);
     const topic = `devices/${d.thingId}/telemetry`;
-    const rejected = gw.services.brokerHost.broker!.stats.payloadsRejected.not_json;
+    const notJson = () => metric(gw, 'broker_payloads_rejected_total', { reason: 'not_json' });
+    const rejected = await notJson();
     socket.write(Buffer.concat([
       encode({ cmd: 'publish', topic, payload: '{"a":1}', qos: 1, messageId: 1 }),
       encode({ cmd: 'publish', topic, payload: 'not json', qos: 1, messageId: 2 }),
@@ -199,7 +200,7 @@ describe('fast lane (device publishes decoded in front of Aedes)', () => {
     await waitFor(() => packets.filter((p) => p.cmd === 'puback').length >= 3, 5000, 'PUBACKs');
     const acks = packets.filter((p): p is mqttPacket.IPubackPacket => p.cmd === 'puback');
     expect(acks.map((a) => [a.messageId, a.reasonCode ?? 0])).toEqual([[1, 0], [2, 0x99], [3, 0]]);
-    expect(gw.services.brokerHost.broker!.stats.payloadsRejected.not_json).toBe(rejected + 1);
+    expect(await notJson()).toBe(rejected + 1);
     socket.destroy();
   });
 
@@ -266,14 +267,17 @@ describe('fast lane (device publishes decoded in front of Aedes)', () => {
     await client.publishAsync(topic, '{"n":3}', { qos: 1 });
     expect(laned()).toBe(lanedBefore + 2);
 
-    // and the gateway's own subscription (live telemetry) sees a device that nobody else follows
+    // and the gateway's own subscription (the live telemetry stream) sees a device that nobody else follows
     const other = await connectDevice(gw.mqttPort!, devices[1]);
-    const seen: unknown[] = [];
-    const unsubscribe = await gw.services.devices.streamTelemetry(devices[1].thingId, (m) => seen.push(m.telemetry));
+    const live = new WebSocket(`${gw.httpUrl.replace('http', 'ws')}/api/v1/things/${devices[1].thingId}/telemetry/stream`, { headers: { authorization: `Bearer ${account.viewer}` } });
+    const frames: { type?: string; telemetry?: unknown }[] = [];
+    live.on('message', (m) => frames.push(JSON.parse(m.toString())));
+    await waitFor(() => frames.some((f) => f.type === 'subscribed'), 10_000, 'stream subscribed');
     await other.publishAsync(`devices/${devices[1].thingId}/telemetry`, '{"live":true}', { qos: 0 });
-    await waitFor(() => seen.length > 0, 5000, 'live telemetry');
-    expect(seen).toEqual([{ live: true }]);
-    await unsubscribe();
+    const seen = () => frames.filter((f) => f.telemetry !== undefined).map((f) => f.telemetry);
+    await waitFor(() => seen().length > 0, 5000, 'live telemetry');
+    expect(seen()).toEqual([{ live: true }]);
+    live.close();
     await Promise.all([client.endAsync(), other.endAsync()]);
   });
 });
@@ -298,11 +302,11 @@ describe('keep-alive of devices whose publishes take the fast lane', () => {
     }
     await waitFor(() => laned() - lanedBefore === 16, 5000, 'the publishes taken');
     expect(closedAt).toBeUndefined();
-    expect(gw.services.brokerHost.broker!.isConnected(d.thingId)).toBe(true);
+    expect(gw.testHooks.broker.isConnected(d.thingId)).toBe(true);
     await waitFor(() => closedAt, 10_000, 'the silent device disconnected');
     // not before 1.5 x keepalive after its last packet (the broker received it after it was written)
     expect(closedAt! - lastWrite).toBeGreaterThanOrEqual(1_450);
-    await waitFor(() => !gw.services.brokerHost.broker!.isConnected(d.thingId), 5000, 'the session ended');
+    await waitFor(() => !gw.testHooks.broker.isConnected(d.thingId), 5000, 'the session ended');
   });
 
   it('keeps a device whose only packet comes just before 1.5 x keepalive, between two sweeps of the keep-alive timers', async () => {
@@ -321,7 +325,7 @@ describe('keep-alive of devices whose publishes take the fast lane', () => {
     await waitFor(() => laned() > lanedBefore, 2000, 'the publish taken');
     await sleep(Math.max(0, connackAt + 3500 - Date.now()));
     expect(closedAt).toBeUndefined();
-    expect(gw.services.brokerHost.broker!.isConnected(d.thingId)).toBe(true);
+    expect(gw.testHooks.broker.isConnected(d.thingId)).toBe(true);
     // and silence from then on ends it
     await waitFor(() => closedAt, 10_000, 'the silent device disconnected');
   });
@@ -341,7 +345,7 @@ describe('idle-timeout bookkeeping per TLS record (issue 19)', () => {
   it("is skipped while the socket has no timeout (the handshake's cleared timer dropped), and a timeout set later is refreshed by traffic as usual", async () => {
     const d = devices[0];
     const { socket } = await rawDevice(d);
-    const conn = (gw.services.brokerHost.broker!.aedes as unknown as { clients: Record<string, { conn: tls.TLSSocket }> }).clients[d.thingId].conn;
+    const conn = aedesClient<{ conn: tls.TLSSocket }>(d.thingId).conn;
     const symbol = (of: object, description: string) => Object.getOwnPropertySymbols(of).filter((s) => s.description === description);
     const slot = symbol(conn, 'timeout');
     expect(slot).toHaveLength(1);
@@ -390,7 +394,7 @@ describe('TLS session resumption', () => {
     expect(first.reused).toBe(false);
     expect(first.session).toBeDefined();
     expect((await handshake(devices[0], first.session)).reused).toBe(true);
-    await gw.services.brokerHost.crl!.refresh(); // a new secure context
+    await gw.testHooks.broker.reloadCrl(); // a new secure context
     expect((await handshake(devices[0], first.session)).reused).toBe(true);
   });
 });
@@ -413,7 +417,7 @@ describe('per-connection parser list (issue 19, memory per session)', () => {
       }
       if (bytes === connect) {
         await waitFor(() => packets.some((p) => p.cmd === 'connack'), 5000, 'CONNACK');
-        const client = (gw.services.brokerHost.broker!.aedes as unknown as { clients: Record<string, { _parser: { _list: object } }> }).clients[d.thingId];
+        const client = aedesClient<{ _parser: { _list: object } }>(d.thingId);
         const list = client._parser._list as { constructor: { name: string }; _readableState?: unknown };
         expect(list.constructor.name).toBe('BufferList');
         expect(list._readableState).toBeUndefined();

@@ -58,7 +58,7 @@ describe.skipIf(!available)('mosquitto_pub / mosquitto_sub', () => {
     let done = false;
     void sub.then(() => (done = true));
     while (!done) {
-      await gw.services.brokerHost.broker!.publish({ topic, payload: '{"t":1}' });
+      await gw.testHooks.broker.publish({ topic, payload: '{"t":1}' });
       await new Promise((r) => setTimeout(r, 100));
     }
     const got = await sub;
@@ -67,7 +67,7 @@ describe.skipIf(!available)('mosquitto_pub / mosquitto_sub', () => {
 
     const pub = await run('mosquitto_pub', [...common(device.thingId, f), '-t', topic, '-m', '{"temp":20}', '-q', '1']);
     expect(pub.code).toBe(0);
-    await waitFor(async () => (await gw.services.devices.telemetry(device.thingId)).telemetry.temp === 20, 10_000, 'telemetry stored');
+    await waitFor(async () => (await gw.http.get(`/api/v1/things/${device.thingId}/telemetry`, { token: account.viewer })).body.telemetry.temp === 20, 10_000, 'telemetry stored');
 
     const otherDevice = await enrollDevice(gw, account);
     const denied = await run('mosquitto_sub', [...common(device.thingId, f), '-t', `devices/${otherDevice.thingId}/telemetry`, '-E', '-W', '5']);

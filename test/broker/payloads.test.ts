@@ -4,7 +4,8 @@ import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { createClaimGroup, enrollDevice } from '../helpers/devices.js';
 import { waitFor } from '../helpers/wait.js';
-import { connectDevice, nextMessage, pubackCode, type TestDevice } from './fixtures.js';
+import { PAYLOAD_PROBLEMS, type PayloadProblem } from '../../src/broker/payload.js';
+import { connectDevice, metric, nextMessage, pubackCode, type TestDevice } from './fixtures.js';
 
 let gw: TestGateway;
 let accounts: { account: TestAccount; claimSecret: string }[];
@@ -20,7 +21,8 @@ beforeAll(async () => {
 afterAll(async () => gw?.close());
 
 const device = (i = 0): Promise<TestDevice> => enrollDevice(gw, accounts[i].account, { claimSecret: accounts[i].claimSecret });
-const rejected = () => ({ ...gw.services.brokerHost.broker!.stats.payloadsRejected });
+/** broker_payloads_rejected_total on /metrics, by reason */
+const rejected = async () => Object.fromEntries(await Promise.all(PAYLOAD_PROBLEMS.map(async (reason) => [reason, await metric(gw, 'broker_payloads_rejected_total', { reason })]))) as Record<PayloadProblem, number>;
 const telemetryTopic = (d: TestDevice) => `devices/${d.thingId}/telemetry`;
 
 type Stored = Map<string, Record<string, unknown>>;
@@ -55,7 +57,7 @@ describe('a payload the gateway cannot store is refused alone', () => {
     const poisoned = await device(0);
     const clients = await Promise.all(good.map((d, i) => connectDevice(gw.mqttPort!, d, { protocolVersion: i % 4 === 3 ? 4 : 5 })));
     const poisonedClient = await connectDevice(gw.mqttPort!, poisoned);
-    const before = rejected();
+    const before = await rejected();
 
     // all at once: three messages per good device, and NUL, lone surrogate, then a good value from the poisoned one
     const [goodCodes, poisonedCodes] = await Promise.all([
@@ -64,8 +66,8 @@ describe('a payload the gateway cannot store is refused alone', () => {
     ]);
     expect(goodCodes.flat()).toEqual(Array(48).fill(0));
     expect(poisonedCodes).toEqual([0x99, 0x99, 0]);
-    expect(rejected().nul - before.nul).toBe(1);
-    expect(rejected().lone_surrogate - before.lone_surrogate).toBe(1);
+    expect((await rejected()).nul - before.nul).toBe(1);
+    expect((await rejected()).lone_surrogate - before.lone_surrogate).toBe(1);
 
     const stored = await storedTelemetry([...good, poisoned].map((d) => d.thingId), (s) => good.every((d) => Object.keys(s.get(d.thingId)!).length === 3));
     expect(stored.size).toBe(17);
@@ -81,7 +83,7 @@ describe('a payload the gateway cannot store is refused alone', () => {
     const client = await connectDevice(gw.mqttPort!, d);
     const topic = telemetryTopic(d);
     const nested = (depth: number) => `{"a":${'['.repeat(depth - 1)}${']'.repeat(depth - 1)}}`;
-    const before = rejected();
+    const before = await rejected();
     const cases: [string, string | Buffer, number][] = [
       ['not JSON', 'temperature=21', 0x99],
       ['JSON but not an object', '[1,2]', 0x99],
@@ -101,7 +103,7 @@ describe('a payload the gateway cannot store is refused alone', () => {
     const codes: Record<string, number> = {};
     for (const [name, payload] of cases) codes[name] = await pubackCode(client, topic, payload);
     expect(codes).toEqual(Object.fromEntries(cases.map(([name, , code]) => [name, code])));
-    const after = rejected();
+    const after = await rejected();
     expect(Object.fromEntries(Object.keys(after).map((k) => [k, after[k as keyof typeof after] - before[k as keyof typeof before]]))).toEqual({
       too_large: 0, invalid_utf8: 1, nul: 2, lone_surrogate: 2, not_json: 1, not_object: 1, too_deep: 1, number_out_of_range: 1,
     });
@@ -131,9 +133,9 @@ describe('a payload the gateway cannot store is refused alone', () => {
   it('an oversized JSON payload (over 64 KiB) is refused with 0x99', async () => {
     const d = await device();
     const client = await connectDevice(gw.mqttPort!, d);
-    const before = rejected().too_large;
+    const before = (await rejected()).too_large;
     expect(await pubackCode(client, telemetryTopic(d), JSON.stringify({ a: 'x'.repeat(70 * 1024) }))).toBe(0x99);
-    expect(rejected().too_large - before).toBe(1);
+    expect((await rejected()).too_large - before).toBe(1);
     await client.endAsync();
   });
 
@@ -143,7 +145,7 @@ describe('a payload the gateway cannot store is refused alone', () => {
     await client.subscribeAsync(telemetryTopic(d), { qos: 1 });
     const received: string[] = [];
     client.on('message', (topic, payload) => received.push(payload.toString()));
-    const before = rejected();
+    const before = await rejected();
     await client.publishAsync(telemetryTopic(d), NUL_ESCAPED, { qos: 1 });
     await client.publishAsync(telemetryTopic(d), LONE_SURROGATE, { qos: 0 });
     await client.publishAsync(telemetryTopic(d), 'plain text', { qos: 1 });
@@ -153,10 +155,10 @@ describe('a payload the gateway cannot store is refused alone', () => {
     await delivered;
     // messages on one topic arrive in order: the refused ones, published first, were never forwarded
     expect(received).toEqual(['{"ok":true}']);
-    expect(rejected().nul - before.nul).toBe(1);
-    expect(rejected().lone_surrogate - before.lone_surrogate).toBe(1);
-    expect(rejected().not_json - before.not_json).toBe(1);
-    expect(rejected().not_object - before.not_object).toBe(1);
+    expect((await rejected()).nul - before.nul).toBe(1);
+    expect((await rejected()).lone_surrogate - before.lone_surrogate).toBe(1);
+    expect((await rejected()).not_json - before.not_json).toBe(1);
+    expect((await rejected()).not_object - before.not_object).toBe(1);
     expect(client.connected).toBe(true);
     expect((await storedTelemetry([d.thingId])).get(d.thingId)).toEqual({ ok: true });
     await client.endAsync();

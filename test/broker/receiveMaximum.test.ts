@@ -175,7 +175,7 @@ describe('MQTT 5 Receive Maximum (issue 40)', () => {
     const first = await RawDevice.connect(d, 10, session);
     await first.subscribe(`devices/${d.thingId}/twin/desired`);
     first.close();
-    await waitFor(() => !gw.services.brokerHost.broker!.isConnected(d.thingId), 5000, 'disconnected');
+    await waitFor(() => !gw.testHooks.broker.isConnected(d.thingId), 5000, 'disconnected');
     for (let v = 1; v <= 12; v += 1) {
       expect((await gw.http.put(`/api/v1/things/${d.thingId}/twin/desired`, { desired: { step: v } }, { token: account.operator })).status).toBe(200);
     }
@@ -194,8 +194,7 @@ describe('MQTT 5 Receive Maximum (issue 40)', () => {
     const d = await device();
     const dev = await RawDevice.connect(d, 1);
     await dev.subscribe(`devices/${d.thingId}/twin/desired`);
-    const broker = gw.services.brokerHost.broker!;
-    for (let i = 0; i < 1002; i += 1) await broker.publish({ topic: `devices/${d.thingId}/twin/desired`, payload: JSON.stringify({ version: i, desired: {} }), qos: 1 });
+    for (let i = 0; i < 1002; i += 1) await gw.testHooks.broker.publish({ topic: `devices/${d.thingId}/twin/desired`, payload: JSON.stringify({ version: i, desired: {} }), qos: 1 });
     await waitFor(() => dev.closed, 5000, 'the connection closed');
     expect(dev.publishes).toHaveLength(1);
     expect(dev.packets.find((p) => p.cmd === 'disconnect')).toMatchObject({ reasonCode: 0x97 });

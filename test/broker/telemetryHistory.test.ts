@@ -4,7 +4,7 @@ import { startTestGateway, expectProblem, type TestGateway } from '../helpers/ga
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { waitFor } from '../helpers/wait.js';
 import { enrollDevice, createClaimGroup } from '../helpers/devices.js';
-import { connectDevice, type TestDevice } from './fixtures.js';
+import { connectDevice, metric, type TestDevice } from './fixtures.js';
 import crypto from 'node:crypto';
 import { TelemetryHistoryRepo } from '../../src/broker/telemetryHistory.js';
 import { IngestBuffer } from '../../src/broker/ingest.js';
@@ -320,8 +320,8 @@ describe('backpressure when the database falls behind (TELEMETRY_BATCH_BYTES)', 
       const acc = await createAccount(small);
       const device = await enrollDevice(small, acc, { claimSecret: (await createClaimGroup(small, acc)).sharedSecret });
       const client = await connectDevice(small.mqttPort!, device);
-      const stats = small.services.brokerHost.broker!.stats;
-      const before = stats.messagesReceived;
+      const received = () => metric(small, 'mqtt_messages_received_total');
+      const before = await received();
       // the history table locked: the first flush's COPY waits, and the batch after it fills up
       await lock`begin`;
       await lock`lock table telemetry_history in access exclusive mode`;
@@ -331,7 +331,7 @@ describe('backpressure when the database falls behind (TELEMETRY_BATCH_BYTES)', 
       // the broker takes messages until the held batch is full, then reads no further
       let taken = -1;
       await waitFor(async () => {
-        const now = stats.messagesReceived - before;
+        const now = (await received()) - before;
         const steady = now > 0 && now === taken;
         taken = now;
         await new Promise((r) => setTimeout(r, 300));
@@ -349,7 +349,7 @@ describe('backpressure when the database falls behind (TELEMETRY_BATCH_BYTES)', 
         return all.length === total ? all : undefined;
       }, 30_000, 'every message stored');
       expect(seqs).toEqual(Array.from({ length: total }, (_, k) => k));
-      expect(stats.messagesReceived - before).toBe(total);
+      expect((await received()) - before).toBe(total);
       expect(client.connected).toBe(true);
       await client.endAsync();
     } finally {

@@ -43,7 +43,8 @@ const metric = async (name: string, labels: string): Promise<number> => {
   return line ? Number(line.split(' ').pop()) : 0;
 };
 
-const hub = () => gw.services.notifications.hub;
+/** open notification streams on the node (notification_streams_open) */
+const openStreams = async (): Promise<number> => Number(/^notification_streams_open (\S+)$/m.exec((await gw.http.get('/metrics')).text)?.[1]);
 
 /** A stream client of either transport that can stop reading its socket. */
 interface StallingClient {
@@ -122,7 +123,7 @@ describe.each([
     const { cookie } = await streamCookie(gw, await userToken(gw, account.id, sub), account.id);
     const cutsBefore = await metric('notification_streams_cut_total', `transport="${transport}"`);
     const client = await open(cookie);
-    await waitFor(() => hub().size === 1, 5_000, 'the stream attached');
+    await waitFor(async () => (await openStreams()) === 1, 5_000, 'the stream attached');
     const published: string[] = [];
     for (let i = 0; i < 3; i += 1) published.push(await publish(sub, `small ${i}`));
     await waitFor(() => client.read.length === 3, 10_000, 'the first three events');
@@ -130,7 +131,7 @@ describe.each([
     // the client stops reading; the gateway goes on publishing until the stream is gone
     client.pause();
     let bytes = 0;
-    while (hub().size > 0) {
+    while ((await openStreams()) > 0) {
       if (published.length > 1000) throw new Error('the stalled stream was never cut');
       published.push(await publish(sub, LARGE));
       bytes += 2 * LARGE.length;
@@ -159,7 +160,7 @@ describe.each([
     await waitFor(() => back.read.at(-1)?.notificationId === live, 10_000, 'a live event after the replay');
     expect(back.closed).toBe(false);
     back.close();
-    await waitFor(() => hub().size === 0, 5_000, 'the stream detached');
+    await waitFor(async () => (await openStreams()) === 0, 5_000, 'the stream detached');
   });
 });
 

@@ -194,11 +194,11 @@ describe('live stream (SSE and WebSocket) across two nodes', () => {
     const thingId = crypto.randomUUID();
     const [ev] = await n1.db.sql`insert into domain_events (actor_type, actor_id, type, account_id, payload)
       values ('thing', ${thingId}, 'thing.revoked', ${A.id}, ${n1.db.sql.json({ thingId, serial: 'SN-missed', by: 'x' })}) returning id`;
-    const [made1, made2] = await Promise.all([n1.services.notifications.catchUp(), n2.services.notifications.catchUp()]);
+    const [made1, made2] = await Promise.all([n1.testHooks.notifications.catchUp(), n2.testHooks.notifications.catchUp()]);
     expect(made1 + made2).toBe(1);
     const rows = await n1.db.sql`select title from notifications where source_event_id = ${ev.id}`;
     expect(rows.map((r) => r.title)).toEqual(['Device SN-missed was revoked']);
-    expect(await n1.services.notifications.catchUp()).toBe(0);
+    expect(await n1.testHooks.notifications.catchUp()).toBe(0);
   });
 
   it('graceful shutdown ends open streams', async () => {

@@ -4,7 +4,6 @@ import type { TestAccount } from '../helpers/accounts.js';
 import { createClaimGroup, enrollDevice, type EnrolledDevice } from '../helpers/devices.js';
 import { connectDevice } from '../broker/fixtures.js';
 import { joinOta, otaTopics, type OtaBehaviour } from '../../src/sim/ota.js';
-import { otaOf } from '../../src/ota/index.js';
 
 export const SOFTWARE = { version: '2.0.0', url: 'https://updates.example.com/fw-2.0.0.bin', sha256: 'a'.repeat(64), size: 1_048_576 };
 
@@ -91,4 +90,4 @@ export async function actionsOf(gw: TestGateway, account: TestAccount, id: strin
 }
 
 /** Waits until the gateway wrote the reports it got (no timing: the report buffer says when it is empty). */
-export const drained = (gw: TestGateway) => otaOf(gw.gw)!.delivery.drain();
+export const drained = (gw: TestGateway) => gw.testHooks.ota.drain();

@@ -90,6 +90,7 @@ describe('a rollout whose targets are revoked while it runs', () => {
     // a late result is still counted
     await report(answering[7], 'succeeded');
     await waitFor(async () => (await rolloutOf(gw, account, rollout.id)).actions.succeeded === 15, 10_000, 'late result counted');
+    await drained(gw); // and its group's evaluation, which tallies it
 
     const final = await rolloutOf(gw, account, rollout.id);
     expect(final.actions).toMatchObject({ succeeded: 15, skipped: 5, failed: 0, pending: 0, scheduled: 0, downloading: 0, cancelled: 0 });

@@ -6,6 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { domains } from '../src/domains.js';
 import { checkWiring } from '../src/wiring.js';
 import type { AnyActorKind } from '../src/actors/store.js';
+import { PUBLISHED_READ_MODELS, actorTableOffences, crossModuleOffences, lifecycleWriteOffences, migrationTables, migrationViews, projectedWriteOffences, viewOffences, viewsOf } from './architectureRules.js';
 
 const run = promisify(execFile);
 const root = path.resolve(import.meta.dirname, '..');
@@ -15,18 +16,6 @@ function sourceFiles(dir: string): string[] {
     const p = path.join(dir, e.name);
     return e.isDirectory() ? sourceFiles(p) : e.name.endsWith('.ts') ? [p] : [];
   });
-}
-
-/** `update <table> set <assignments>` statements in a file (SQL in template literals). */
-export function projectedWrites(source: string, table: string, columns: readonly string[]): string[] {
-  const found: string[] = [];
-  const statement = new RegExp(`update\\s+${table}\\s+(?:as\\s+\\w+\\s+|\\w+\\s+)?set\\b([\\s\\S]*?)(?:\\bwhere\\b|\\breturning\\b|\`|;)`, 'gi');
-  for (const m of source.matchAll(statement)) {
-    for (const col of columns) {
-      if (new RegExp(`(^|[\\s,(])${col}\\s*=`, 'i').test(m[1])) found.push(`${table}.${col}`);
-    }
-  }
-  return found;
 }
 
 describe('architecture', () => {
@@ -40,24 +29,85 @@ describe('architecture', () => {
     expect(result.code, result.out).toBe(0);
   }, 120_000);
 
-  it('no SQL outside the actor store writes a column an actor kind projects', () => {
-    const kinds = domains.flatMap((d) => (d.kinds ?? []) as AnyActorKind[]);
-    const projected = kinds.filter((k) => k.projection);
-    const offences: string[] = [];
-    for (const file of sourceFiles(path.join(root, 'src'))) {
-      if (file.includes(`${path.sep}actors${path.sep}`)) continue;
-      const text = fs.readFileSync(file, 'utf8');
-      for (const k of projected) {
-        for (const w of projectedWrites(text, k.projection!.table, k.projection!.columns)) offences.push(`${path.relative(root, file)} writes ${w} (projected by actor kind ${k.type})`);
-      }
-    }
+  const kinds = domains.flatMap((d) => (d.kinds ?? []) as AnyActorKind[]);
+  const projected = kinds.filter((k) => k.projection);
+  const projectedTables = new Set(projected.map((k) => k.projection!.table));
+  const src = sourceFiles(path.join(root, 'src')).map((file) => ({
+    file: path.relative(root, file),
+    module: path.relative(path.join(root, 'src'), file).split(path.sep)[0].replace(/\.ts$/, ''),
+    source: fs.readFileSync(file, 'utf8'),
+  }));
+  const outsideStore = src.filter((f) => f.module !== 'actors');
+
+  it('no SQL outside the actor store writes a column an actor kind projects (UPDATE, INSERT, dynamic column lists)', () => {
+    const offences = outsideStore.flatMap((f) => projected.flatMap((k) => projectedWriteOffences(f.source, k.projection!.table, k.projection!.columns).map((o) => `${f.file}: ${o} (projected by actor kind ${k.type})`)));
     expect(offences).toEqual([]);
   });
 
-  it('the projection check catches a hand-written lifecycle write', () => {
-    const sql = 'await db`update quota_requests set status = ${s}, decided_at = now() where id = ${id}`';
-    expect(projectedWrites(sql, 'quota_requests', ['status', 'decided_at'])).toEqual(['quota_requests.status', 'quota_requests.decided_at']);
-    expect(projectedWrites('update quota_requests set reason = 1 where id = 2', 'quota_requests', ['status'])).toEqual([]);
+  it('no SQL outside the actor store writes a lifecycle column of a table without a machine (exceptions: test/architectureRules.ts)', () => {
+    const offences = outsideStore.flatMap((f) => lifecycleWriteOffences(f.source, projectedTables).map((o) => `${f.file}: ${o}`));
+    expect(offences).toEqual([]);
+  });
+
+  it('no SQL outside the actor store reads, writes or deletes actor rows', () => {
+    const offences = outsideStore.flatMap((f) => actorTableOffences(f.source).map((o) => `${f.file}: ${o}`));
+    expect(offences).toEqual([]);
+  });
+
+  it('each module owns its tables: no SQL on another module\'s tables but its published read models', () => {
+    const migrations = path.join(root, 'src', 'db', 'migrations');
+    const tables = migrationTables(migrations);
+    const views = migrationViews(migrations);
+    expect(crossModuleOffences(src, new Set([...tables, ...views.keys()]))).toEqual([]);
+    // a published read model exists, and a view reads only its owner's tables
+    expect(viewOffences(src, tables, views)).toEqual([]);
+  });
+
+  it('no module-level state per gateway (WeakMap<Gateway>): a domain\'s state is what its init returns', () => {
+    expect(src.filter((f) => /WeakMap<\s*Gateway\b/.test(f.source)).map((f) => f.file)).toEqual([]);
+  });
+
+  it('the rules catch planted violations', () => {
+    const tables = new Set(['things', 'factory_services', 'quota_requests']);
+    // an INSERT of a projected lifecycle column, and a dynamic update of a projected table
+    expect(projectedWriteOffences("await sql`insert into things (id, lifecycle_state) values (${id}, 'ROLLEDOFF')`", 'things', ['lifecycle_state'])).toEqual(['insert things.lifecycle_state']);
+    expect(projectedWriteOffences('await db`update quota_requests set ${db(fields)} where id = ${id}`', 'quota_requests', ['status'])).toEqual(['update quota_requests with a dynamic column list']);
+    expect(projectedWriteOffences('await db`update quota_requests set status = ${s}, decided_at = now() where id = ${id}`', 'quota_requests', ['status', 'decided_at'])).toEqual(['update quota_requests.status', 'update quota_requests.decided_at']);
+    expect(projectedWriteOffences('update quota_requests set reason = 1 where id = 2', 'quota_requests', ['status'])).toEqual([]);
+    // a lifecycle column of a table no machine owns
+    expect(lifecycleWriteOffences('await sql`update webhook_things set revoked_at = now() where id = ${id}`', new Set())).toEqual(['update webhook_things.revoked_at']);
+    // actor rows read or deleted beside the store
+    expect(actorTableOffences("await sql`select snapshot from actors where type = 'x'`")).toEqual(['read actors']);
+    expect(actorTableOffences("await sql`delete from actors where id = ${id}`")).toEqual(['delete actors']);
+    // a read of factory_services from another domain
+    const planted = [
+      { module: 'factory', file: 'src/factory/repo.ts', source: 'sql`select * from factory_services where id = ${id}`' },
+      { module: 'trust', file: 'src/trust/repo.ts', source: 'sql`select f.id from things t join factory_services f on f.model_id = t.model_id`' },
+    ];
+    expect(crossModuleOffences(planted, tables)).toEqual(['src/trust/repo.ts: read factory_services (owned by factory)']);
+    // comments are not SQL
+    expect(crossModuleOffences([{ module: 'trust', file: 'x.ts', source: '// read from factory_services by the factory domain' }, planted[0]], tables)).toEqual([]);
+    // a published read model (a view) is read by other modules, never written; an unpublished view has no owner once two modules use it
+    const relations = new Set([...tables, 'thing_directory', 'trust_private_view']);
+    const readers = [
+      { module: 'feed', file: 'src/feed/repo.ts', source: 'sql`select t.serial from domain_events e join thing_directory t on t.id = e.actor_id::uuid`' },
+      { module: 'ota', file: 'src/ota/repo.ts', source: 'sql`update thing_directory set serial = ${s} where id = ${id}`' },
+      { module: 'trust', file: 'src/trust/repo.ts', source: 'sql`select 1 from trust_private_view`' },
+      { module: 'feed', file: 'src/feed/other.ts', source: 'sql`select 1 from trust_private_view`' },
+    ];
+    expect(crossModuleOffences(readers, relations)).toEqual([
+      'src/ota/repo.ts: update thing_directory (owned by trust)',
+      'src/trust/repo.ts: read trust_private_view: several modules use it and none is declared its owner (DECLARED_OWNERS)',
+      'src/feed/other.ts: read trust_private_view: several modules use it and none is declared its owner (DECLARED_OWNERS)',
+    ]);
+    // a published view over another module's table; a published read model no migration creates
+    const views = new Map([['thing_directory', ' select t.id, f.registrar_id from things t join factory_services f on f.model_id = t.model_id']]);
+    expect(viewOffences([...planted, readers[0]], tables, views)).toEqual([
+      ...Object.keys(PUBLISHED_READ_MODELS).filter((n) => n !== 'thing_directory').map((n) => `published read model ${n}: no migration creates it`),
+      'view thing_directory (owned by trust): read factory_services (owned by factory)',
+    ]);
+    expect(viewsOf('create or replace view thing_directory as\n  select id, serial -- from factory_services\n  from things;\ncreate view x (a) as select 1 from y;'))
+      .toEqual([['thing_directory', '\n  select id, serial \n  from things'], ['x', ' select 1 from y']]);
   });
 
   it('every actor kind is declared by exactly one domain', () => {

@@ -85,22 +85,49 @@ export class UnitOfWork {
 
   /** Starts a new actor from its machine's initial state; its entry events are stored. */
   async create<M extends AnyStateMachine>(kind: ActorKind<M>, id: string, input: InputFrom<M>): Promise<ActorResult<M>> {
-    const emitted: EmittedEvent[] = [];
-    const actor = createActor(kind.machine as AnyStateMachine, { input, id });
-    actor.on('*', (e: EmittedEvent) => emitted.push(e));
-    actor.start();
-    const snapshot = actor.getSnapshot() as AnyMachineSnapshot;
-    failIfErrored(kind, id, snapshot);
-    const state = stateName(snapshot.value);
-    const inserted = await this.sql`
-      insert into actors (type, id, state, snapshot, version)
-      values (${kind.type}, ${id}, ${state}, ${this.sql.json(actor.getPersistedSnapshot() as never)}, 1)
-      on conflict do nothing`;
-    actor.stop();
-    if (inserted.count === 0) throw conflict(`${kind.type} ${id} already exists`);
+    const { snapshot, state, persisted, emitted } = start(kind, id, input);
+    await this.insertActor(kind, id, state, persisted);
     await this.project(kind, id, snapshot, state);
     const events = await this.record(kind, id, snapshot, emitted);
     return { snapshot: snapshot as SnapshotFrom<M>, state, version: 1, events };
+  }
+
+  private async insertActor(kind: AnyActorKind, id: string, state: string, persisted: unknown): Promise<void> {
+    const inserted = await this.sql`
+      insert into actors (type, id, state, snapshot, version)
+      values (${kind.type}, ${id}, ${state}, ${this.sql.json(persisted as never)}, 1)
+      on conflict do nothing`;
+    if (inserted.count === 0) throw conflict(`${kind.type} ${id} already exists`);
+  }
+
+  /**
+   * Starts new actors born with their domain rows: each row is inserted with the columns given (the
+   * ones no machine decides) and the kind's projection of the machine's initial snapshot, all rows
+   * in one statement, in the order given (callers racing on a unique key give one order, so that
+   * concurrent inserts take its index entries alike). Every row names the same columns. A row that
+   * `onConflict` (the columns of a unique key) finds taken is skipped, after waiting for a concurrent
+   * inserter of it, and gets no actor. For rows whose key needs a projected column at insert (an owner
+   * in a unique key); `create` projects onto a row inserted before. The results by id, of those born.
+   */
+  async createWithRows<M extends AnyStateMachine>(kind: ActorKind<M>, births: { id: string; input: InputFrom<M>; row: Record<string, unknown> }[], onConflict?: readonly string[]): Promise<Map<string, ActorResult<M>>> {
+    const p = kind.projection;
+    if (!p) throw internal(`${kind.type} projects no row: create its actor with create()`);
+    if (births.length === 0) return new Map();
+    const key = p.key ?? 'id';
+    const started = births.map((b) => ({ id: b.id, row: b.row, ...start(kind, b.id, b.input) }));
+    const rows = started.map((s) => ({ ...s.row, [key]: s.id, ...pick(p.project(s.snapshot as SnapshotFrom<M>, s.state), p.columns) }));
+    const columns = Object.keys(rows[0]);
+    const inserted = await this.sql<{ id: string }[]>`
+      insert into ${this.sql(p.table)} ${this.sql(rows as Record<string, never>[], columns)}
+      ${onConflict ? this.sql`on conflict (${this.sql(onConflict as string[])}) do nothing` : this.sql``}
+      returning ${this.sql(key)}::text as id`;
+    const ids = new Set(inserted.map((r) => r.id.toLowerCase()));
+    const born = await Promise.all(started.filter((s) => ids.has(s.id.toLowerCase())).map(async (s): Promise<[string, ActorResult<M>]> => {
+      await this.insertActor(kind, s.id, s.state, s.persisted);
+      const events = await this.record(kind, s.id, s.snapshot, s.emitted);
+      return [s.id, { snapshot: s.snapshot as SnapshotFrom<M>, state: s.state, version: 1, events }];
+    }));
+    return new Map(born);
   }
 
   /**
@@ -218,6 +245,21 @@ export class UnitOfWork {
     return out;
   }
 }
+
+/** A new actor run from its machine's initial state: its snapshot, persisted form and entry events (nothing written). */
+function start(kind: AnyActorKind, id: string, input: unknown): { snapshot: AnyMachineSnapshot; state: string; persisted: unknown; emitted: EmittedEvent[] } {
+  const emitted: EmittedEvent[] = [];
+  const actor = createActor(kind.machine as AnyStateMachine, { input, id });
+  actor.on('*', (e: EmittedEvent) => emitted.push(e));
+  actor.start();
+  const snapshot = actor.getSnapshot() as AnyMachineSnapshot;
+  const persisted = actor.getPersistedSnapshot();
+  actor.stop();
+  failIfErrored(kind, id, snapshot);
+  return { snapshot, state: stateName(snapshot.value), persisted, emitted };
+}
+
+const pick = (values: Record<string, unknown>, columns: readonly string[]) => Object.fromEntries(columns.map((c) => [c, values[c]]));
 
 function failIfErrored(kind: ActorKind<AnyStateMachine>, id: string, snapshot: { status: string; error?: unknown }): void {
   if (snapshot.status === 'error') {

@@ -33,13 +33,13 @@ export async function lockWriters(tx: Tx): Promise<void> {
 
 /**
  * The model a device or caller names, as things carry it: a registered model's `VID:PID` for a
- * descriptor or a model id, else the name as given. Reads the trust domain's `models` table
- * (two columns, read only): the blacklist comes before trust in src/domains.ts, so it cannot
- * require trust's model service.
+ * descriptor or a model id, else the name as given. Reads trust's read model model_directory
+ * (migration 1700): the blacklist comes before trust in src/domains.ts, so it cannot require
+ * trust's model service.
  */
 export async function registeredModel(db: Db, ref: { vid: string; pid: string } | { id: string }): Promise<{ descriptor: string; account_id: string } | undefined> {
   const where = 'id' in ref ? db`id = ${ref.id}` : db`vid = ${ref.vid} and pid = ${ref.pid}`;
-  const [row] = await db<{ descriptor: string; account_id: string }[]>`select vid || ':' || pid as descriptor, account_id from models where ${where}`;
+  const [row] = await db<{ descriptor: string; account_id: string }[]>`select vid || ':' || pid as descriptor, account_id from model_directory where ${where}`;
   return row;
 }
 

@@ -3,8 +3,10 @@ import type { Position, Scope } from './cursor.js';
 
 /**
  * SQL of the feed domain. The log is `domain_events` (thing.enrolled and thing.stateChanged rows,
- * the view thing_state_changes of migration 0601); things and factory services are read, never
- * written, here (the model and serial of a change; the models a registrar serves).
+ * the view thing_state_changes of migration 0601). Things and factory services are other modules':
+ * read through the views they publish (trust's thing_directory, migration 1700; the factory's
+ * factory_service_directory, migration 1703): the model and serial of a change, the models a
+ * registrar serves.
  */
 
 export interface ChangeRow {
@@ -26,7 +28,7 @@ export interface ChangeRow {
 /** The things of the models a registrar serves: those of its account's factory services bound to it. */
 const inScope = (db: Db, scope: Scope) => scope.registrarId === null
   ? db``
-  : db`and t.model_id in (select f.model_id from factory_services f where f.account_id = ${scope.accountId} and f.registrar_id = ${scope.registrarId})`;
+  : db`and t.model_id in (select f.model_id from factory_service_directory f where f.account_id = ${scope.accountId} and f.registrar_id = ${scope.registrarId})`;
 
 /** the log's rows (the condition of the partial indexes of migration 0900) */
 const thingChange = (db: Db) => db`e.actor_type = 'thing' and e.type in ('thing.stateChanged', 'thing.enrolled')`;
@@ -44,7 +46,7 @@ export async function changesPage(db: Db, scope: Scope, from: Position, limit: n
       select e.seq::text as seq, e.xid::text as xid, e.actor_id as thing_id, e.account_id,
         e.payload ->> 'from' as from_state, e.payload ->> 'to' as to_state, e.payload ->> 'event' as event, e.payload ->> 'at' as at,
         t.model_id, t.model, t.manufacturer, t.serial
-      from domain_events e left join things t on t.id = e.actor_id::uuid
+      from domain_events e left join thing_directory t on t.id = e.actor_id::uuid
       where e.account_id = ${scope.accountId} and ${thingChange(db)}
         and (e.xid, e.seq) > (${from.xid.toString()}::xid8, ${from.seq.toString()}::bigint)
         and e.xid < h.xmin
@@ -78,7 +80,7 @@ export interface ThingKey { manufacturer: string; model: string; serial: string 
 export async function thingsPage(db: Db, scope: Scope, after: ThingKey | undefined, limit: number): Promise<ThingRow[]> {
   return db<ThingRow[]>`
     select t.id, t.model_id, t.model, t.manufacturer, t.serial, t.lifecycle_state as state, coalesce(t.lifecycle_updated_at, t.created_at) as updated_at
-    from things t
+    from thing_directory t
     where t.account_id = ${scope.accountId} and t.lifecycle_state <> 'REGISTERED'
       ${after ? db`and (t.manufacturer, t.model, t.serial) > (${after.manufacturer}, ${after.model}, ${after.serial})` : db``}
       ${inScope(db, scope)}
@@ -140,20 +142,22 @@ export async function listSubscriptions(db: Db, accountId: string, afterId: stri
     order by id limit ${limit}`;
 }
 
+/** An edit: the target and/or the filter (each kept as it is when not given); never a column of the subscription's machine. */
 export async function updateSubscription(db: Tx, id: string, changes: { target_url?: string; event_filter?: SubscriptionRow['event_filter'] }, at: Date): Promise<void> {
-  const values: Record<string, unknown> = { updated_at: at };
-  if (changes.target_url !== undefined) values.target_url = changes.target_url;
-  if (changes.event_filter !== undefined) {
-    const f = filterColumns(changes.event_filter);
-    Object.assign(values, { ...f, event_filter: f.event_filter === null ? null : db.json(f.event_filter as never) });
-  }
-  await db`update state_change_subscriptions set ${db(values as Record<string, never>)} where id = ${id}`;
+  const filter = changes.event_filter === undefined ? undefined : filterColumns(changes.event_filter);
+  const json = filter?.event_filter ? db.json(filter.event_filter as never) : null;
+  await db`
+    update state_change_subscriptions set updated_at = ${at},
+      target_url = coalesce(${changes.target_url ?? null}, target_url),
+      event_filter = case when ${filter !== undefined} then ${json}::jsonb else event_filter end,
+      new_states = case when ${filter !== undefined} then ${filter?.new_states ?? null}::text[] else new_states end,
+      thing_ids = case when ${filter !== undefined} then ${filter?.thing_ids ?? null}::uuid[] else thing_ids end
+    where id = ${id}`;
 }
 
-/** A deleted subscription goes with its pending deliveries (cascade) and its actor. */
+/** A deleted subscription's row goes with its pending deliveries (cascade); its actor goes through the store. */
 export async function purgeSubscription(db: Tx, id: string): Promise<void> {
   await db`delete from state_change_subscriptions where id = ${id}`;
-  await db`delete from actors where type = 'subscription' and id = ${id}`;
 }
 
 // --- dispatch: the log turned into deliveries, account by account
@@ -208,7 +212,7 @@ export async function activeSubscriptionsOf(tx: Tx, accountId: string): Promise<
   return tx<DispatchCandidate[]>`
     select s.id, s.account_id, s.registrar_id, s.new_states, s.thing_ids,
       case when s.registrar_id is null then null else array(
-        select f.model_id from factory_services f where f.account_id = s.account_id and f.registrar_id = s.registrar_id) end as registrar_models
+        select f.model_id from factory_service_directory f where f.account_id = s.account_id and f.registrar_id = s.registrar_id) end as registrar_models
     from state_change_subscriptions s
     where s.status = 'ACTIVE' and s.account_id = ${accountId}`;
 }

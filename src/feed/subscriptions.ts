@@ -154,6 +154,7 @@ export class Subscriptions {
     await this.d.actors.run(async (uow) => {
       await this.step(uow, id, { type: 'DELETE', at: this.d.clock.now().toISOString(), by: caller.sub });
       await repo.purgeSubscription(uow.sql, id);
+      await uow.delete(subscriptionKind, id);
     });
     this.d.log.info({ subscriptionId: id, by: caller.sub }, 'state-change subscription deleted');
   }

@@ -75,16 +75,16 @@ export const otaRepo = {
   },
 
   /**
-   * Skips the actions not ended whose thing is revoked (`things.revoked_at`, the thing actor's
-   * projection, read as the fleet registry reads it), of one group, rollout or thing; returns the
-   * groups that had any.
+   * Skips the actions not ended whose thing is revoked (`revoked_at`, the thing actor's projection,
+   * read through trust's read model thing_directory, migration 1700), of one group, rollout or
+   * thing; returns the groups that had any.
    */
   async skipRevoked(db: Db, of: { groupId: string } | { rolloutId: string } | { thingId: string }, at: Date): Promise<string[]> {
     const scope = 'groupId' in of ? db`a.group_id = ${of.groupId}` : 'rolloutId' in of ? db`a.rollout_id = ${of.rolloutId}` : db`a.thing_id = ${of.thingId}`;
     const rows = await db<{ group_id: string }[]>`
       update ota_actions set status = ${SKIP.to}, reason = ${SKIP.reason}, updated_at = ${at}
       where id in (
-        select a.id from ota_actions a join things t on t.id = a.thing_id
+        select a.id from ota_actions a join thing_directory t on t.id = a.thing_id
         where ${scope} and a.status = any(${skipFrom}::text[]) and t.revoked_at is not null
         order by a.id for update of a)
       returning group_id`;

@@ -114,13 +114,16 @@ export const repo = {
     return r.count === 1;
   },
 
-  /** Locks the account row: every membership change of one account serializes on it. */
+  /**
+   * Locks the account row: every membership change of one account serializes on it. Through iam's
+   * read model account_directory (migration 1702), a simple view: the lock reaches the account's row.
+   */
   async lockAccount(db: Db, accountId: string): Promise<boolean> {
-    const [row] = await db`select id from accounts where id = ${accountId} for update`;
+    const [row] = await db`select id from account_directory where id = ${accountId} for update`;
     return !!row;
   },
   async accountExists(db: Db, accountId: string): Promise<boolean> {
-    const [row] = await db`select 1 from accounts where id = ${accountId}`;
+    const [row] = await db`select 1 from account_directory where id = ${accountId}`;
     return !!row;
   },
   /** The account's membership; `leaving` (with its leave) while a leave of the account is unfinished. */

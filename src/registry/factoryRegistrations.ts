@@ -25,10 +25,10 @@ export class FactoryRegistrations {
     const accountId = accountOfCaller(c);
     const at = this.d.clock.now().toISOString();
     const created = await this.d.actors.run(async (uow) => {
-      if (await repo.insertFactoryRegistration(uow.sql, { accountId, note: note ?? null, at: new Date(at), by: c.sub })) {
-        await uow.create(factoryRegistrationKind, accountId, { accountId, requestedAt: at, requestedBy: c.sub, note: note ?? null });
-        return true;
-      }
+      // the row is born with its actor: the store inserts it with the machine's projection (the
+      // request's note, time and author), or skips it when the account has one
+      const born = await uow.createWithRows(factoryRegistrationKind, [{ id: accountId, input: { accountId, requestedAt: at, requestedBy: c.sub, note: note ?? null }, row: {} }], ['account_id']);
+      if (born.size === 1) return true;
       // an existing one: asked again after a refusal or revocation; else left as it is
       await uow.trySend(factoryRegistrationKind, accountId, { type: 'REQUEST', at, by: c.sub, note: note ?? null });
       return false;

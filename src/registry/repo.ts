@@ -5,7 +5,10 @@ import type { FACTORY_REGISTRATION_STATES } from '../../machines/factoryRegistra
 import type { ELIGIBILITY_GRANT_STATES } from '../../machines/eligibilityGrant.js';
 import type { REFERENCE_REQUEST_STATES } from '../../machines/referenceRequest.js';
 
-/** SQL of the registry domain. Every function takes the pool or the caller's transaction. */
+/**
+ * SQL of the registry domain. Every function takes the pool or the caller's transaction. Things and
+ * models are trust's: read through its read models thing_directory and model_directory (migration 1700).
+ */
 
 /** Keyset page: `limit + 1` rows asked for; the extra one says whether there is a next page. */
 export function page<R extends { id: string }, V>(rows: R[], limit: number, view: (r: R) => V): { items: V[]; next_cursor: string | null } {
@@ -34,7 +37,7 @@ export async function vendorByVid(db: Db, vid: string): Promise<VendorRow | unde
 export async function assignVendor(db: Db, accountId: string, by: string): Promise<VendorRow | undefined> {
   for (;;) {
     const [{ vid }] = await db<{ vid: string }[]>`select upper(lpad(to_hex(nextval('vendor_vid_seq')), 4, '0')) as vid`;
-    const [taken] = await db`select 1 from models where vid = ${vid} and account_id <> ${accountId} limit 1`;
+    const [taken] = await db`select 1 from model_directory where vid = ${vid} and account_id <> ${accountId} limit 1`;
     if (taken) continue;
     const [row] = await db<VendorRow[]>`
       insert into vendors (account_id, vid, created_by) values (${accountId}, ${vid}, ${by})
@@ -87,7 +90,7 @@ export async function registrarsOfModel(db: Db, modelId: string): Promise<number
   return n;
 }
 export async function ownModel(db: Db, accountId: string, modelId: string): Promise<boolean> {
-  const [row] = await db`select 1 from models where id = ${modelId} and account_id = ${accountId} and not internal`;
+  const [row] = await db`select 1 from model_directory where id = ${modelId} and account_id = ${accountId} and not internal`;
   return Boolean(row);
 }
 /** Reference requests still standing against a registrar (pending or approved). */
@@ -127,11 +130,6 @@ export async function listAccessRequests(db: Db, accountId: string, f: { role?: 
 export interface FactoryRegistrationRow {
   account_id: string; state: (typeof FACTORY_REGISTRATION_STATES)[number]; note: string | null; requested_at: Date; requested_by: string;
   decided_at: Date | null; decided_by: string | null; reason: string | null;
-}
-export async function insertFactoryRegistration(db: Db, r: { accountId: string; note: string | null; at: Date; by: string }): Promise<boolean> {
-  const rows = await db`insert into factory_registrations (account_id, note, requested_at, requested_by)
-    values (${r.accountId}, ${r.note}, ${r.at}, ${r.by}) on conflict do nothing`;
-  return rows.count === 1;
 }
 export async function factoryRegistration(db: Db, accountId: string): Promise<FactoryRegistrationRow | undefined> {
   const [row] = await db<FactoryRegistrationRow[]>`select * from factory_registrations where account_id = ${accountId}`;
@@ -231,7 +229,7 @@ export async function reconcile(db: Db, only: { requestId?: string; thingIds?: s
     select r.requester_account_id, t.id, r.owner_account_id, r.id, 'reference_request'
     from reference_requests r
       join registrars g on g.id = r.registrar_id and g.state <> 'DELETED'
-      join things t on t.model_id = g.canonical_model_id and t.account_id = r.owner_account_id
+      join thing_directory t on t.model_id = g.canonical_model_id and t.account_id = r.owner_account_id
     where r.state = 'APPROVED' and t.enrolled_at is not null
       and ${only.requestId ? db`r.id = ${only.requestId}` : db`true`}
       and ${only.thingIds ? db`t.id = any(${db.array(only.thingIds)}::uuid[])` : db`true`}
@@ -256,7 +254,7 @@ export interface ThingReferenceRow {
 }
 const referenceSelect = (db: Db) => db`
   select x.*, t.model_id, t.manufacturer, t.model, t.serial, t.lifecycle_state, m.vid || ':' || m.pid as descriptor
-  from thing_references x join things t on t.id = x.thing_id left join models m on m.id = t.model_id`;
+  from thing_references x join thing_directory t on t.id = x.thing_id left join model_directory m on m.id = t.model_id`;
 export async function listThingReferences(db: Db, accountId: string, f: { requestId?: string; after?: string; limit: number }): Promise<ThingReferenceRow[]> {
   return db<ThingReferenceRow[]>`${referenceSelect(db)}
     where x.account_id = ${accountId} and ${eq(db, 'x.reference_request_id', f.requestId)} and ${after(db, f.after, 'x.id')} order by x.id limit ${f.limit + 1}`;
@@ -322,6 +320,6 @@ export async function referenceFromDeeplink(db: Db, d: DeeplinkRow, accountId: s
   return { id: existing.id, created: false };
 }
 export async function thingOwner(db: Db, thingId: string): Promise<string | undefined> {
-  const [row] = await db<{ account_id: string }[]>`select account_id from things where id = ${thingId}`;
+  const [row] = await db<{ account_id: string }[]>`select account_id from thing_directory where id = ${thingId}`;
   return row?.account_id;
 }

@@ -3,7 +3,7 @@ import type { UnitOfWork } from '../actors/store.js';
 import { DomainError, invalid, unprocessable } from '../lib/errors.js';
 import { isoNow } from '../lib/clock.js';
 import { unstorableField } from '../lib/text.js';
-import { identityKey, repo } from './repo.js';
+import { THING_IDENTITY, identityKey, repo } from './repo.js';
 import { claimGroupKind, claimRefusal, thingKind } from './kinds.js';
 import { certificatesBorn } from './certificates.js';
 
@@ -121,26 +121,26 @@ export class ClaimBatcher {
     });
     accepted.sort((x, y) => x - y);
     for (const i of candidates) if (taken.has(identityKey(claims[i].thing))) outcomes[i] = 'repeat';
-    // 4. the accepted things and certificates, in one statement
-    const inserted = await repo.insertEnrolledThings(uow.sql, accepted.map((i) => ({
-      ...claims[i].thing, claimGroupId: claims[i].groupId,
-      certSerial: claims[i].certificate.serial, pem: claims[i].certificate.pem, sealedKey: claims[i].certificate.sealedKey, notAfter: claims[i].certificate.notAfter,
-    })));
+    // 4. the accepted Things are born with their rows (owner and enrollment projected), in one statement,
+    //    in identity order (concurrent batches take the unique-index entries in the same order)
+    const births = accepted.map((i) => claims[i])
+      .map((c) => ({ c, key: identityKey(c.thing) }))
+      .sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0))
+      .map(({ c: { thing: t, groupId } }) => ({
+        id: t.id,
+        input: { id: t.id, accountId: t.accountId, manufacturer: t.manufacturer, model: t.model, serial: t.serial, enrolledBy: 'claim_token', enrolledAt: at },
+        row: repo.thingRow(uow.sql, { ...t, claimGroupId: groupId }),
+      }));
+    const born = await uow.createWithRows(thingKind, births, THING_IDENTITY);
     // a claim counted by its group but whose identity another group's batch enrolled meanwhile:
     // roll back; retried alone, it finds that identity taken and answers as a repeat
-    if (inserted.size !== accepted.length) throw new IdentityRace();
+    if (born.size !== accepted.length) throw new IdentityRace();
     for (const i of accepted) outcomes[i] = 'claimed';
     for (const [i, earlier] of duplicates) outcomes[i] = outcomes[earlier] === 'claimed' ? 'repeat' : outcomes[earlier];
-    // 5. the Things (their enrollment projected) and their certificates (in use) are born, pipelined
-    await Promise.all([
-      ...accepted.map((i) => {
-        const t = claims[i].thing;
-        return uow.create(thingKind, t.id, {
-          id: t.id, accountId: t.accountId, manufacturer: t.manufacturer, model: t.model, serial: t.serial, enrolledBy: 'claim_token', enrolledAt: at,
-        });
-      }),
-      certificatesBorn(uow, accepted.map((i) => ({ serial: claims[i].certificate.serial, thingId: claims[i].thing.id, notAfter: claims[i].certificate.notAfter })), at),
-    ]);
+    // 5. their certificates, in one statement, then born in use (pipelined)
+    const certs = accepted.map((i) => ({ ...claims[i].certificate, thingId: claims[i].thing.id }));
+    await repo.insertCertificates(uow.sql, certs);
+    await certificatesBorn(uow, certs, at);
     return outcomes;
   }
 

@@ -4,7 +4,7 @@ import * as x509 from '@peculiar/x509';
 import type { Gateway, IdentityBlacklist, MqttEndpoint } from '../gateway.js';
 import type { UnitOfWork } from '../actors/store.js';
 import { conflict, invalid, refused, unauthenticated, type DomainError } from '../lib/errors.js';
-import { repo, type ClaimContextRow, type Identity, type ModelRow, type ThingRow } from './repo.js';
+import { THING_IDENTITY, repo, type ClaimContextRow, type Identity, type ModelRow, type ThingRow } from './repo.js';
 import { isUuid } from '../http/auth/principal.js';
 import { claimRefusal, enrollmentTokenKind, settleClaimGroup, thingKind, thingRevoked } from './kinds.js';
 import { certificatesBorn, thingStanding } from './certificates.js';
@@ -84,10 +84,7 @@ export class EnrollmentService {
     try {
       const response = await this.gw.actors.run(async (uow) => {
         const at = isoNow(this.gw.clock);
-        if (!(await repo.insertEnrolledThing(uow.sql, { id: thingId, accountId, modelId: model.id, ...tuple }, this.certificateRow(issued)))) {
-          throw new AlreadyEnrolled();
-        }
-        await this.birth(uow, { id: thingId, account_id: accountId, ...tuple }, FACTORY_METHOD, at, issued);
+        if (!(await this.birth(uow, { id: thingId, accountId, modelId: model.id, ...tuple }, FACTORY_METHOD, at, issued))) throw new AlreadyEnrolled();
         return this.response(thingId, issued);
       });
       return { created: true, thingId, response };
@@ -181,10 +178,7 @@ export class EnrollmentService {
     const { accountId, ...tuple } = identity;
     return this.firstEnrollment(identity, csr, () => this.gw.actors.run(async (uow) => {
       const at = isoNow(this.gw.clock);
-      if (!(await repo.insertEnrolledThing(uow.sql, { id: thingId, accountId, modelId: model.id, ...tuple }, this.certificateRow(issued)))) {
-        throw new AlreadyEnrolled();
-      }
-      await this.birth(uow, { id: thingId, account_id: accountId, ...tuple }, method, at, issued);
+      if (!(await this.birth(uow, { id: thingId, accountId, modelId: model.id, ...tuple }, method, at, issued))) throw new AlreadyEnrolled();
       return this.response(thingId, issued);
     }), method);
   }
@@ -321,15 +315,21 @@ export class EnrollmentService {
     };
   }
 
-  /** Births the Thing actor in ROLLEDOFF and its certificate's actor in use (same transaction as their rows). */
-  private async birth(uow: UnitOfWork, thing: Pick<ThingRow, 'id' | 'account_id' | 'manufacturer' | 'model' | 'serial'>, method: string, at: string, issued: Issued): Promise<void> {
-    await Promise.all([
-      uow.create(thingKind, thing.id, {
-        id: thing.id, accountId: thing.account_id, manufacturer: thing.manufacturer, model: thing.model, serial: thing.serial,
-        enrolledBy: method, enrolledAt: at,
-      }),
-      certificatesBorn(uow, [{ serial: issued.serial, thingId: thing.id, notAfter: issued.notAfter }], at),
-    ]);
+  /**
+   * Births the Thing in ROLLEDOFF with its row (owner and enrollment projected by the store), then its
+   * certificate (row, and actor in use); false, nothing written, when the identity is taken (after
+   * waiting for a concurrent inserter of it to finish).
+   */
+  private async birth(uow: UnitOfWork, thing: Omit<Identity, 'accountId'> & { id: string; accountId: string; modelId: string | null }, method: string, at: string, issued: Issued): Promise<boolean> {
+    const born = await uow.createWithRows(thingKind, [{
+      id: thing.id,
+      input: { id: thing.id, accountId: thing.accountId, manufacturer: thing.manufacturer, model: thing.model, serial: thing.serial, enrolledBy: method, enrolledAt: at },
+      row: repo.thingRow(uow.sql, thing),
+    }], THING_IDENTITY);
+    if (born.size === 0) return false;
+    await repo.insertCertificate(uow.sql, { thingId: thing.id, ...this.certificateRow(issued) });
+    await certificatesBorn(uow, [{ serial: issued.serial, thingId: thing.id, notAfter: issued.notAfter }], at);
+    return true;
   }
 
   private response(thingId: string, issued: Issued): EnrollmentResponse {

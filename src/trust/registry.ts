@@ -12,8 +12,9 @@ import type { ThingState } from '../../machines/thing.js';
 /**
  * The fleet registry read model (issue 18, item 1): things of an account listed with filters and
  * keyset pages, one thing's full view, tags, and claim groups listed. It reads trust's tables and,
- * for connectivity, twin versions and latest telemetry, the broker's tables in SQL (a read model
- * joins them; it does not import the broker domain).
+ * for connectivity, twin versions and latest telemetry, the read models the broker publishes
+ * (views device_status, device_twin_versions, device_latest_telemetry, migration 1701), never the
+ * broker's tables; it does not import the broker domain.
  */
 
 export const SORTS = ['created_at', '-created_at', 'last_seen', '-last_seen'] as const;
@@ -222,7 +223,7 @@ function present(r: ThingRow) {
   };
 }
 
-/** The sort key of a sort, as an expression over things t and device_connectivity c (never null, so keyset comparison is total). */
+/** The sort key of a sort, as an expression over things t and device_status c (never null, so keyset comparison is total). */
 const sortKey = (db: Db, sort: Sort) => sort.endsWith('last_seen') ? db`coalesce(c.last_seen, '-infinity'::timestamptz)` : db`t.created_at`;
 
 const columns = (db: Db, sort: Sort) => db`
@@ -231,12 +232,15 @@ const columns = (db: Db, sort: Sort) => db`
   coalesce((select array_agg(g.tag order by g.tag) from thing_tags g where g.thing_id = t.id), '{}') as tags,
   cert.serial as cert_serial, cert.not_after as cert_not_after, cert.revoked as cert_revoked,
   c.connected, c.connected_at, c.disconnected_at, c.last_seen, c.protocol_version`;
-/** the thing's newest certificate; its connectivity row (broker table, keyed by the thing id as text) */
+/**
+ * the thing's newest certificate; its connectivity (the broker's read model device_status, migration
+ * 1701, keyed by the thing id as text)
+ */
 const joins = (db: Db) => db`
   left join lateral (select serial, not_after, revoked from device_certificates where thing_id = t.id order by created_at desc limit 1) cert on true
-  left join device_connectivity c on c.thing_id = t.id::text`;
+  left join device_status c on c.thing_id = t.id::text`;
 
-/** The filters of a list query, as a where clause over things t and device_connectivity c. */
+/** The filters of a list query, as a where clause over things t and device_status c. */
 function matches(db: Db, scope: ThingScope, q: ThingFilter) {
   const byModel = q.model === undefined ? db`` : isUuid(q.model) ? db`and t.model_id = ${q.model}` : db`and t.model = ${q.model}`;
   return db`t.account_id = ${scope.accountId}
@@ -267,12 +271,12 @@ const registryRepo = {
   },
   async count(db: Db, scope: ThingScope, q: ThingFilter): Promise<number> {
     const [{ n }] = await db<{ n: number }[]>`
-      select count(*)::int as n from things t left join device_connectivity c on c.thing_id = t.id::text where ${matches(db, scope, q)}`;
+      select count(*)::int as n from things t left join device_status c on c.thing_id = t.id::text where ${matches(db, scope, q)}`;
     return n;
   },
   async ids(db: Db, scope: ThingScope, q: ThingFilter, max: number): Promise<string[]> {
     const rows = await db<{ id: string }[]>`
-      select t.id from things t left join device_connectivity c on c.thing_id = t.id::text
+      select t.id from things t left join device_status c on c.thing_id = t.id::text
       where ${matches(db, scope, q)} order by t.created_at, t.id limit ${max}`;
     return rows.map((r) => r.id);
   },
@@ -281,8 +285,8 @@ const registryRepo = {
       select ${columns(db, 'created_at')}, w.reported_version, w.reported_at, w.desired_version, w.desired_at,
         l.telemetry, l.updated_at as telemetry_at
       from things t ${joins(db)}
-        left join device_twins w on w.thing_id = t.id::text
-        left join device_telemetry_latest l on l.thing_id = t.id::text
+        left join device_twin_versions w on w.thing_id = t.id::text
+        left join device_latest_telemetry l on l.thing_id = t.id::text
       where t.id = ${id} and t.account_id = ${scope.accountId}
         ${scope.modelId === undefined ? db`` : db`and t.model_id = ${scope.modelId}`}`;
     return row;

@@ -84,6 +84,8 @@ export interface ClaimContextRow {
 export interface Identity { accountId: string; manufacturer: string; model: string; serial: string }
 /** One string per serial identity (tenant, manufacturer, model, serial). */
 export const identityKey = (i: Identity): string => JSON.stringify([i.accountId, i.manufacturer, i.model, i.serial]);
+/** The unique key of a thing's identity (index things_identity): concurrent registrations of one identity converge on it. */
+export const THING_IDENTITY = ['account_id', 'manufacturer', 'model', 'serial'] as const;
 
 /** SQL of the trust domain. Every function takes the pool or the caller's transaction. */
 export const repo = {
@@ -156,14 +158,18 @@ export const repo = {
   },
 
   // --- things
-  /** A registered thing; its enrollment, lifecycle and token columns are its actors' projections (kinds.ts). */
-  async insertThing(db: Db, t: { id: string; accountId: string; modelId: string | null; manufacturer: string; model: string; serial: string;
-    metadata?: Record<string, unknown>; tokenHash: Buffer }): Promise<boolean> {
-    const res = await db`
-      insert into things (id, account_id, model_id, manufacturer, model, serial, metadata, enrollment_token_hash)
-      values (${t.id}, ${t.accountId}, ${t.modelId}, ${t.manufacturer}, ${t.model}, ${t.serial}, ${db.json((t.metadata ?? {}) as never)}, ${t.tokenHash})
-      on conflict (account_id, manufacturer, model, serial) do nothing`;
-    return res.count === 1;
+  /**
+   * A new thing's row without what its machines decide: the store inserts it with the thing's
+   * projection (owner, enrollment, lifecycle: uow.createWithRows with THING_IDENTITY), the token's
+   * columns projected after. The model and identity, and the registration's or claim's extras.
+   */
+  thingRow(db: Db, t: { modelId: string | null; manufacturer: string; model: string; serial: string; metadata?: Record<string, unknown>; tokenHash?: Buffer; claimGroupId?: string }): Record<string, unknown> {
+    return {
+      model_id: t.modelId, manufacturer: t.manufacturer, model: t.model, serial: t.serial,
+      ...(t.metadata === undefined ? {} : { metadata: db.json(t.metadata as never) }),
+      ...(t.tokenHash === undefined ? {} : { enrollment_token_hash: t.tokenHash }),
+      ...(t.claimGroupId === undefined ? {} : { claim_group_id: t.claimGroupId }),
+    };
   },
   async thing(db: Db, id: string): Promise<ThingRow | undefined> {
     const [row] = await db<ThingRow[]>`select * from things where id = ${id}`;
@@ -220,23 +226,6 @@ export const repo = {
     return row?.serial;
   },
 
-  /**
-   * Inserts the thing and its first certificate in one statement; false (nothing written) when
-   * the identity is already taken, after waiting for a concurrent inserter of it to finish.
-   */
-  async insertEnrolledThing(db: Db, t: { id: string; accountId: string; modelId: string | null; manufacturer: string; model: string; serial: string;
-    claimGroupId?: string }, c: { serial: string; pem: string; sealedKey: Buffer | null; notAfter: Date }): Promise<boolean> {
-    const rows = await db`
-      with thing as (
-        insert into things (id, account_id, model_id, manufacturer, model, serial, claim_group_id)
-        values (${t.id}, ${t.accountId}, ${t.modelId}, ${t.manufacturer}, ${t.model}, ${t.serial}, ${t.claimGroupId ?? null})
-        on conflict (account_id, manufacturer, model, serial) do nothing
-        returning id)
-      insert into device_certificates (serial, thing_id, pem, sealed_private_key, not_after)
-      select ${c.serial}, id, ${c.pem}, ${c.sealedKey}, ${c.notAfter} from thing
-      returning thing_id`;
-    return rows.length === 1;
-  },
 
   /**
    * Identities of `ids` already enrolled (committed): the identity keys (JSON of account, manufacturer,
@@ -252,31 +241,14 @@ export const repo = {
     return new Set(rows.map((r) => identityKey({ accountId: r.account_id, manufacturer: r.manufacturer, model: r.model, serial: r.serial })));
   },
 
-  /**
-   * Batch form of insertEnrolledThing (rows inserted in identity order, so concurrent batches
-   * take the unique-index entries in the same order): the ids actually inserted.
-   */
-  async insertEnrolledThings(db: Db, rows: { id: string; accountId: string; modelId: string | null; manufacturer: string; model: string; serial: string;
-    claimGroupId: string; certSerial: string; pem: string; sealedKey: Buffer | null; notAfter: Date }[]): Promise<Set<string>> {
-    const input = rows.map((r) => ({
-      id: r.id, account_id: r.accountId, model_id: r.modelId, manufacturer: r.manufacturer, model: r.model, serial: r.serial,
-      claim_group_id: r.claimGroupId, cert_serial: r.certSerial, pem: r.pem,
-      sealed: r.sealedKey?.toString('base64') ?? null, not_after: r.notAfter.toISOString(),
-    }));
-    const inserted = await db<{ thing_id: string }[]>`
-      with input as (
-        select * from jsonb_to_recordset(${db.json(input as never)}::jsonb) as x(id uuid, account_id uuid, model_id uuid,
-          manufacturer text, model text, serial text, claim_group_id uuid, cert_serial text, pem text, sealed text, not_after timestamptz)),
-      thing as (
-        insert into things (id, account_id, model_id, manufacturer, model, serial, claim_group_id)
-        select id, account_id, model_id, manufacturer, model, serial, claim_group_id from input
-        order by account_id, manufacturer, model, serial
-        on conflict (account_id, manufacturer, model, serial) do nothing
-        returning id)
+  /** Batch form of insertCertificate: the certificates of the things a claim batch enrolled, in one statement. */
+  async insertCertificates(db: Db, certs: { serial: string; thingId: string; pem: string; sealedKey: Buffer | null; notAfter: Date }[]): Promise<void> {
+    if (certs.length === 0) return;
+    const input = certs.map((c) => ({ serial: c.serial, thing_id: c.thingId, pem: c.pem, sealed: c.sealedKey?.toString('base64') ?? null, not_after: c.notAfter.toISOString() }));
+    await db`
       insert into device_certificates (serial, thing_id, pem, sealed_private_key, not_after)
-      select i.cert_serial, i.id, i.pem, decode(i.sealed, 'base64'), i.not_after from input i join thing t on t.id = i.id
-      returning thing_id`;
-    return new Set(inserted.map((r) => r.thing_id));
+      select x.serial, x.thing_id, x.pem, decode(x.sealed, 'base64'), x.not_after
+      from jsonb_to_recordset(${db.json(input as never)}::jsonb) as x(serial text, thing_id uuid, pem text, sealed text, not_after timestamptz)`;
   },
 
   // --- claim groups

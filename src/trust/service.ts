@@ -1,7 +1,7 @@
 import crypto from 'node:crypto';
 import type { DeviceSessions, Gateway, ThingDirectory } from '../gateway.js';
 import { conflict, notFound, refused } from '../lib/errors.js';
-import { repo } from './repo.js';
+import { THING_IDENTITY, repo } from './repo.js';
 import { accessCodeKind, certificateRevoked, claimGroupKind, deviceCertificateKind, enrollmentTokenKind, settleClaimGroup, thingKind, thingRefusal, type ClaimGroupStatus } from './kinds.js';
 import { revokeCertificates } from './certificates.js';
 import type { CrlService } from './crl.js';
@@ -43,16 +43,15 @@ export class TrustService implements ThingDirectory {
     const expiresAt = new Date(issuedAt.getTime() + this.gw.config.ENROLLMENT_TOKEN_TTL * 1000).toISOString();
     const modelName = modelRef ? `${modelRef.vid}:${modelRef.pid}` : input.model;
     await this.gw.actors.run(async (uow) => {
-      const inserted = await repo.insertThing(uow.sql, {
-        id, accountId, modelId: modelRef?.id ?? null, manufacturer: input.manufacturer,
-        model: modelName, serial: input.serial,
-        metadata: input.metadata, tokenHash: sha256(enrollmentToken),
-      });
-      if (!inserted) throw conflict(`serial ${input.serial} of ${input.manufacturer} ${input.model} is already registered in this account`);
+      // REGISTERED until the token is used: every thing has its actor from its first row on; the row
+      // is born with it (its owner and lifecycle are the machine's), unless the identity is taken
+      const born = await uow.createWithRows(thingKind, [{
+        id, input: { id, accountId, manufacturer: input.manufacturer, model: modelName, serial: input.serial },
+        row: repo.thingRow(uow.sql, { modelId: modelRef?.id ?? null, manufacturer: input.manufacturer, model: modelName, serial: input.serial, metadata: input.metadata ?? {}, tokenHash: sha256(enrollmentToken) }),
+      }], THING_IDENTITY);
+      if (born.size === 0) throw conflict(`serial ${input.serial} of ${input.manufacturer} ${input.model} is already registered in this account`);
       // the token's lifecycle (its expiry and use are projected onto the row)
       await uow.create(enrollmentTokenKind, id, { thingId: id, accountId, issuedAt: issuedAt.toISOString(), expiresAt });
-      // REGISTERED until the token is used: every thing has its actor from its first row on
-      await uow.create(thingKind, id, { id, accountId, manufacturer: input.manufacturer, model: modelName, serial: input.serial });
     });
     return { thingId: id, enrollmentToken, expiresAt };
   }

@@ -4,6 +4,7 @@ import { claimGroupMachine } from '../../machines/claimGroup.js';
 import { Cluster, DomainBus } from '../../src/actors/cluster.js';
 import { ActorStore, type ActorKind, type StoredEvent } from '../../src/actors/store.js';
 import { DomainError } from '../../src/lib/errors.js';
+import { factoryRegistrationKind } from '../../src/registry/kinds.js';
 import { createLogger } from '../../src/log.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 
@@ -112,6 +113,43 @@ describe('actor store', () => {
     const ev = seenB.find((e) => e.actorId === g.id)!;
     expect(ev.payload.by).toBe('alice');
     expect(seenA.filter((e) => e.actorId === g.id)).toHaveLength(1);
+  });
+
+  it('births actors with their rows: each row inserted with the given columns and the initial projection; a taken key is skipped', async () => {
+    const [a, b] = [crypto.randomUUID(), crypto.randomUUID()];
+    for (const id of [a, b]) await db.sql`insert into accounts (id, name) values (${id}, 'birth')`;
+    const at = '2026-11-27T10:00:00.000Z';
+    const birth = (accountId: string, note: string) => ({ id: accountId, input: { accountId, requestedAt: at, requestedBy: 'alice', note }, row: {} });
+    const born = await nodeA.store.run((uow) => uow.createWithRows(factoryRegistrationKind, [birth(a, 'first'), birth(b, 'second')], ['account_id']));
+    expect([...born.keys()]).toEqual([a, b]);
+    expect(born.get(a)).toMatchObject({ state: 'REQUESTED', version: 1, events: [{ type: 'factoryRegistration.requested', actorId: a }] });
+    const rows = await db.sql`select account_id, state, note, requested_at, requested_by from factory_registrations where account_id in ${db.sql([a, b])} order by note`;
+    expect(rows).toEqual([
+      { account_id: a, state: 'REQUESTED', note: 'first', requested_at: new Date(at), requested_by: 'alice' },
+      { account_id: b, state: 'REQUESTED', note: 'second', requested_at: new Date(at), requested_by: 'alice' },
+    ]);
+    // the key is taken: no row, no actor, no event; a key free in the same batch is born
+    const c = crypto.randomUUID();
+    await db.sql`insert into accounts (id, name) values (${c}, 'birth')`;
+    const again = await nodeA.store.run((uow) => uow.createWithRows(factoryRegistrationKind, [birth(a, 'again'), birth(c, 'third')], ['account_id']));
+    expect([...again.keys()]).toEqual([c]);
+    expect((await nodeA.store.get(factoryRegistrationKind, a))?.snapshot.context.note).toBe('first');
+    const [{ n }] = await db.sql<{ n: number }[]>`select count(*)::int as n from domain_events where actor_id = ${a}`;
+    expect(n).toBe(1);
+    // without onConflict a taken key fails the unit of work
+    await expect(nodeA.store.run((uow) => uow.createWithRows(factoryRegistrationKind, [birth(a, 'again')]))).rejects.toMatchObject({ code: '23505' });
+    // a kind without a projection has no row to be born with
+    await expect(nodeA.store.run((uow) => uow.createWithRows(claimGroup, [{ id: a, input: { id: a, accountId: a, name: 'x', maxDevices: 1, ttlDays: 1, createdAt: now() }, row: {} }])))
+      .rejects.toMatchObject({ kind: 'internal' });
+  });
+
+  it('deletes an actor (its events stay); false when there is none', async () => {
+    const g = await newGroup(1);
+    expect(await nodeA.store.run((uow) => uow.delete(claimGroup, g.id))).toBe(true);
+    expect(await nodeA.store.get(claimGroup, g.id)).toBeUndefined();
+    expect(await nodeA.store.run((uow) => uow.delete(claimGroup, g.id))).toBe(false);
+    const [{ n }] = await db.sql<{ n: number }[]>`select count(*)::int as n from domain_events where actor_id = ${g.id}`;
+    expect(n).toBe(1);
   });
 
   it('does not publish events of a rolled-back transaction to other nodes', async () => {

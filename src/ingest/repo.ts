@@ -210,7 +210,9 @@ export interface JobRow {
 }
 
 export async function insertJob(db: Db, row: { id: string; account_id: string; correlation_id: string; warehouse_id: string; resource: string; mode: string; total_items: number; created_at: Date }): Promise<void> {
-  await db`insert into ingest_jobs ${db(row)}`;
+  await db`
+    insert into ingest_jobs (id, account_id, correlation_id, warehouse_id, resource, mode, total_items, created_at)
+    values (${row.id}, ${row.account_id}, ${row.correlation_id}, ${row.warehouse_id}, ${row.resource}, ${row.mode}, ${row.total_items}, ${row.created_at})`;
 }
 
 /**

@@ -1,4 +1,4 @@
-import { defineDomain, type Gateway } from '../gateway.js';
+import { defineDomain } from '../gateway.js';
 import { CrlService } from './crl.js';
 import { DdiService } from './ddi.js';
 import { EnrollmentService } from './enrollment.js';
@@ -43,10 +43,6 @@ const SEALED_COLUMNS: SealedColumn[] = [
   { table: 'device_certificates', key: 'serial', column: 'sealed_private_key' },
 ];
 
-const byGateway = new WeakMap<Gateway, TrustServices>();
-const sealers = new WeakMap<Gateway, Sealer>();
-const firstUse = new WeakMap<Gateway, FirstUseFilter>();
-
 /** Domain module of src/trust/: PKI services, models, things, claim groups, enrollment, revocation. */
 export const trustDomain = defineDomain({
   name: 'trust',
@@ -64,11 +60,8 @@ export const trustDomain = defineDomain({
       trust, models, crl, enrollment, ddi: new DdiService(gw, rotation), lifecycle: new ThingLifecycleService(gw, trust), enrollments: new FactoryEnrollments(gw.sql, models, enrollment),
       rotation,
     };
-    byGateway.set(gw, services);
     const certificateUse = new FirstUseFilter(gw, services.rotation);
-    firstUse.set(gw, certificateUse);
     blacklist.onAdded((identity) => revokeBlacklisted(gw, trust, identity));
-    sealers.set(gw, sealer);
     // devices authenticate through the auth hook (routes declare { schemes: ['device-token', 'device-cert'] })
     for (const [name, authenticator] of Object.entries(deviceAuthenticators(gw, services.ddi))) gw.auth.registerAuthenticator(name, authenticator);
     gw.jobs.define('trust.crl-refresh', () => crl.refreshIfOld(), { schedule: '17 * * * *' });
@@ -79,23 +72,25 @@ export const trustDomain = defineDomain({
     return {
       trust, models, enrollment, crl, thingDirectory: trust, thingLifecycle: services.lifecycle, certificateUse,
       certificateRenewal: services.rotation, thingSearch: thingSearch(new RegistryService(gw.sql, gw.actors, gw.clock)),
+      // own state, for the hooks below only
+      trustServices: services, sealer,
     };
   },
-  async routes(app, gw) {
-    await trustRoutes(app, gw, byGateway.get(gw)!);
-    await modelRoutes(app, byGateway.get(gw)!.models, gw.clock);
+  async routes(app, gw, { trustServices }) {
+    await trustRoutes(app, gw, trustServices);
+    await modelRoutes(app, trustServices.models, gw.clock);
     await registryRoutes(app, gw);
-    await rotationRoutes(app, byGateway.get(gw)!.rotation);
+    await rotationRoutes(app, trustServices.rotation);
   },
-  async start(gw) {
-    await byGateway.get(gw)!.crl.current();
-    await firstUse.get(gw)!.start();
+  async start(gw, { crl, certificateUse, sealer }) {
+    await crl.current();
+    await certificateUse.start();
     // values sealed with the legacy or a rotated-out key move to the current one
-    const sealed = await resealAll(gw.sql, sealers.get(gw)!, SEALED_COLUMNS);
+    const sealed = await resealAll(gw.sql, sealer, SEALED_COLUMNS);
     if (sealed.unreadable) gw.log.warn(sealed, 'some sealed values open with no sealing key');
     else if (sealed.resealed) gw.log.info(sealed, 'sealed values moved to the current sealing key');
   },
-  async stop(gw) {
-    firstUse.get(gw)?.stop();
+  async stop(_gw, { certificateUse }) {
+    certificateUse.stop();
   },
 });

@@ -1,4 +1,5 @@
-import { defineDomain, type Gateway } from '../gateway.js';
+import type { DomainBus } from '../actors/cluster.js';
+import { defineDomain } from '../gateway.js';
 import { resealAll, Sealer, type SealedColumn } from '../pki/sealer.js';
 import { Cursors } from './cursor.js';
 import { DeliveryWorker } from './delivery.js';
@@ -13,16 +14,22 @@ const CHANGE_EVENTS = ['thing.stateChanged', 'thing.enrolled'];
 /** The dispatcher also looks this often: the horizon may move on without a new change. */
 const DISPATCH_POLL_MS = 1000;
 
-interface Parts {
-  sealer: Sealer;
-  feed: StateChangeFeed;
-  subscriptions: Subscriptions;
-  dispatcher: Dispatcher;
-  worker: DeliveryWorker;
-  poll?: NodeJS.Timeout;
-  unlisten?: () => void;
+/** What wakes the dispatcher while the domain runs: the log's changes from any node, and a poll. */
+function dispatchWakeups(bus: DomainBus, dispatcher: Dispatcher) {
+  const wake = () => dispatcher.wake();
+  let poll: NodeJS.Timeout | undefined;
+  return {
+    start(): void {
+      for (const type of CHANGE_EVENTS) bus.on(type, wake);
+      poll = setInterval(wake, DISPATCH_POLL_MS);
+      poll.unref();
+    },
+    stop(): void {
+      clearInterval(poll);
+      for (const type of CHANGE_EVENTS) bus.off(type, wake);
+    },
+  };
 }
-const parts = new WeakMap<Gateway, Parts>();
 
 /** Domain module of src/feed/: the state-change feed, subscriptions and webhook delivery. */
 export const feedDomain = defineDomain({
@@ -43,31 +50,23 @@ export const feedDomain = defineDomain({
       },
     });
     const dispatcher = new Dispatcher({ sql, log: log.child({ component: 'feed-dispatch' }), clock, onDeliveries: () => worker.wake() });
-    parts.set(gw, { sealer, feed, subscriptions, dispatcher, worker });
+    return { sealer, feed, subscriptions, dispatcher, worker, wakeups: dispatchWakeups(gw.bus, dispatcher) };
   },
-  async routes(app, gw) {
-    const p = parts.get(gw)!;
-    await feedRoutes(app, p.feed, p.subscriptions);
+  async routes(app, _gw, { feed, subscriptions }) {
+    await feedRoutes(app, feed, subscriptions);
   },
-  async start(gw) {
-    const p = parts.get(gw)!;
-    const sealed = await resealAll(gw.sql, p.sealer, SEALED_COLUMNS);
+  async start(gw, { sealer, dispatcher, worker, wakeups }) {
+    const sealed = await resealAll(gw.sql, sealer, SEALED_COLUMNS);
     if (sealed.unreadable) gw.log.warn(sealed, 'some webhook secrets open with no sealing key');
     // JOBS=false: a node that serves requests only, while other nodes do the background work
     if (!gw.config.JOBS) return;
-    const wake = () => p.dispatcher.wake();
-    for (const type of CHANGE_EVENTS) gw.bus.on(type, wake);
-    p.unlisten = () => CHANGE_EVENTS.forEach((type) => gw.bus.off(type, wake));
-    p.poll = setInterval(wake, DISPATCH_POLL_MS);
-    p.poll.unref();
-    p.worker.start();
-    p.dispatcher.wake();
+    wakeups.start();
+    worker.start();
+    dispatcher.wake();
   },
-  async stop(gw) {
-    const p = parts.get(gw)!;
-    clearInterval(p.poll);
-    p.unlisten?.();
-    p.dispatcher.stop();
-    await p.worker.stop();
+  async stop(_gw, { dispatcher, worker, wakeups }) {
+    wakeups.stop();
+    dispatcher.stop();
+    await worker.stop();
   },
 });

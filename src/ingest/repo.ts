@@ -209,6 +209,7 @@ export interface JobRow {
   completed_at: Date | null;
 }
 
+/** The job's own columns; state, started_at and completed_at are its actor's projection (ingestJobKind). */
 export async function insertJob(db: Db, row: { id: string; account_id: string; correlation_id: string; warehouse_id: string; resource: string; mode: string; total_items: number; created_at: Date }): Promise<void> {
   await db`
     insert into ingest_jobs (id, account_id, correlation_id, warehouse_id, resource, mode, total_items, created_at)

@@ -37,7 +37,7 @@ export const factoryDomain = defineDomain({
     models.referencedBy('factory_services', (modelId) => servicesOfModel(sql, modelId));
     const identities = new SigningIdentities(sql, gw.cluster);
     const factoryServices = new FactoryServices({
-      sql, actors, clock, jobs, log, sealer, allowPrivateTargets: gw.config.ALLOW_PRIVATE_TARGETS, signingChanged: (key) => identities.changed(key), registrars: registrarDirectory,
+      sql, actors, clock, jobs, log, sealer, allowPrivateTargets: gw.config.ALLOW_PRIVATE_TARGETS, signingChanged: (key) => identities.changed(key), registrars: registrarDirectory, models,
       declaredAction: (action) => gw.auth.declares(action),
     });
     const signed = new SignedRequests({ identities, replays: new ReplayGuard(sql), clock, sealer });

@@ -42,11 +42,6 @@ const COLUMNS = `id, account_id, role, model_id, registrar_id, endpoint_url, acc
   deleted_at, drained_at, last_health_check_at, last_health_check_status, last_health_check_http_status,
   last_health_check_latency_ms, last_health_check_error, policy_allow, created_at, updated_at`;
 
-export async function modelOfAccount(db: Db, accountId: string, modelId: string): Promise<boolean> {
-  const rows = await db`select 1 from models where id = ${modelId} and account_id = ${accountId}`;
-  return rows.length > 0;
-}
-
 export async function insert(db: Db, row: {
   id: string; account_id: string; role: string; model_id: string; registrar_id: string | null; endpoint_url: string;
   access_key_id: string; secret_sealed: Buffer; created_at: Date;

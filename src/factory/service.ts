@@ -101,12 +101,14 @@ export class FactoryServices {
     signingChanged(accessKeyId: string): Promise<void>;
     /** which registrars an account may name (the registry domain's) */
     registrars: Services['registrarDirectory'];
+    /** whether an account owns a model (the trust domain's) */
+    models: Pick<Services['models'], 'isOwnedBy'>;
     /** whether some route declares an action (a policy naming another is a 400 "unknown action") */
     declaredAction(action: string): boolean;
   }) {}
 
   async create(caller: Caller, input: CreateInput): Promise<FactoryServiceView & { secret_access_key: string }> {
-    if (!(await repo.modelOfAccount(this.d.sql, caller.accountId, input.model_id))) {
+    if (!(await this.d.models.isOwnedBy(caller.accountId, input.model_id))) {
       throw invalid(`model_id ${input.model_id} names no model of your account`);
     }
     if (input.registrar_id && !(await this.d.registrars.mayActFor(caller.accountId, input.registrar_id))) {

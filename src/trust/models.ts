@@ -235,6 +235,12 @@ export class ModelService {
     return { model_id: row.id, descriptor: `${row.vid}:${row.pid}`, bundles: row.bundles as Bundle[] };
   }
 
+  /** Whether the account owns this model (its own, internal ones included; not one it imported). */
+  async isOwnedBy(accountId: string, modelId: string): Promise<boolean> {
+    const row = await repo.modelById(this.sql, modelId);
+    return row?.account_id === accountId;
+  }
+
   /** What a device names at enrollment: the `vid:pid` descriptor, or the model's id. */
   async resolve(reference: string): Promise<ModelRow | undefined> {
     const d = parseDescriptor(reference);

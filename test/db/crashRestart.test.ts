@@ -151,6 +151,8 @@ describe('crash restart with the embedded PostgreSQL', () => {
     // issue 32: the broker hook answers on the embedded default with the secret this start generated
     const secretFile = path.join(certs, INTERNAL_SECRET_FILE);
     expect(fs.statSync(secretFile).mode & 0o777).toBe(0o600);
+    // /readyz answers before the start has finished: the banner comes once it has
+    await waitFor(() => g.output().includes('X-Internal-Secret: the contents of'), 60_000, 'the start-up banner');
     expect(g.output()).toContain(`X-Internal-Secret: the contents of ${secretFile}`);
     const secret = fs.readFileSync(secretFile, 'utf8').trim();
     const ids = { clientid: 'c', username: 'c', cert_cn: 'c' };

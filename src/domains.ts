@@ -7,6 +7,7 @@ import { trustDomain } from './trust/index.js';
 import { brokerDomain, deviceSessionsDomain } from './broker/index.js';
 import { factoryDomain } from './factory/index.js';
 import { registryDomain } from './registry/index.js';
+import { vendorsDomain } from './registry/vendors.js';
 import { blacklistDomain } from './blacklist/index.js';
 import { ingestDomain } from './ingest/index.js';
 import { feedDomain } from './feed/index.js';
@@ -20,5 +21,5 @@ import { otaDomain } from './ota/index.js';
  * at start-up and names what to move). Stopped in reverse order.
  */
 export const domains: DomainModule[] = [
-  accountsDomain, quotasDomain, iamDomain, notificationsDomain, deviceSessionsDomain, blacklistDomain, trustDomain, registryDomain, marketplaceDomain, factoryDomain, feedDomain, ingestDomain, brokerDomain, consoleDomain, otaDomain,
+  accountsDomain, quotasDomain, iamDomain, notificationsDomain, deviceSessionsDomain, blacklistDomain, vendorsDomain, trustDomain, registryDomain, marketplaceDomain, factoryDomain, feedDomain, ingestDomain, brokerDomain, consoleDomain, otaDomain,
 ];

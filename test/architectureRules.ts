@@ -180,3 +180,17 @@ export function viewOffences(files: { module: string; source: string }[], tables
   }
   return [...new Set(out)];
 }
+
+/**
+ * Module-level state per gateway: a WeakMap declared at a module's top level (whatever its key
+ * type says: `WeakMap<Gateway, …>`, `WeakMap<object, …>`) that is keyed by a gateway (`gw`,
+ * `gateway`). A domain's state is what its `init` returns; such a map is a second, hidden wiring.
+ */
+export function perGatewayStateOffences(source: string): string[] {
+  const out: string[] = [];
+  if (/WeakMap<\s*Gateway\b/.test(source)) out.push('WeakMap<Gateway>');
+  for (const m of source.matchAll(/^(?:export\s+)?(?:const|let)\s+(\w+)\s*=\s*new\s+WeakMap\b/gm)) {
+    if (new RegExp(`\\b${m[1]}\\.(?:get|set|has)\\(\\s*(?:gw|gateway)\\b`).test(source)) out.push(`module-level WeakMap ${m[1]} keyed by a gateway`);
+  }
+  return out;
+}

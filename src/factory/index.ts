@@ -21,7 +21,6 @@ const SEALED_COLUMNS: SealedColumn[] = [
   { table: 'factory_services', key: 'id', column: 'secret_sealed' },
   { table: 'factory_services', key: 'id', column: 'pending_secret_sealed' },
 ];
-const sealers = new WeakMap<object, Sealer>();
 
 /** Domain module of src/factory/: factory services, SVC-HMAC-SHA256 signed requests, the PROVISION saga. */
 export const factoryDomain = defineDomain({
@@ -31,7 +30,6 @@ export const factoryDomain = defineDomain({
   kinds: [factoryServiceKind, provisioningRunKind],
   init(gw, { thingLifecycle, registrarDirectory, models }) {
     const sealer = new Sealer(gw.pki.sealingKeys);
-    sealers.set(gw, sealer);
     const { sql, actors, clock, jobs, log } = gw;
     // a model bound to factory services cannot be deleted: trust's 409 counts them through us
     models.referencedBy('factory_services', (modelId) => servicesOfModel(sql, modelId));
@@ -66,16 +64,16 @@ export const factoryDomain = defineDomain({
     // Steps of many runs run side by side (a leg waits on its backend for up to 10 s).
     jobs.define<QueuedJob>(SAGA_JOB, (job) => provisioningSaga.runStep(job), { retryLimit: 5, retryDelay: 5, batchSize: 50 });
     jobs.define(SWEEP_JOB, () => factoryServices.sweep(), { schedule: '* * * * *', retryLimit: 1 });
-    return { factoryServices, provisioningSaga };
+    return { factoryServices, provisioningSaga, sealer };
   },
   async routes(app, _gw, { factoryServices, provisioningSaga }) {
     await factoryRoutes(app, factoryServices);
     await provisioningRoutes(app, provisioningSaga);
   },
-  async start(gw, { provisioningSaga }) {
+  async start(gw, { provisioningSaga, sealer }) {
     // every running run's next step is queued again (duplicates collapse): see ProvisioningSaga.recover
     await provisioningSaga.recover();
-    const sealed = await resealAll(gw.sql, sealers.get(gw)!, SEALED_COLUMNS);
+    const sealed = await resealAll(gw.sql, sealer, SEALED_COLUMNS);
     if (sealed.unreadable) gw.log.warn(sealed, 'some factory-service secrets open with no sealing key');
     else if (sealed.resealed) gw.log.info(sealed, 'factory-service secrets moved to the current sealing key');
   },

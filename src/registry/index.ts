@@ -9,7 +9,7 @@ import { registryKinds } from './kinds.js';
 import { RECONCILE_JOB, References } from './references.js';
 import { Registrars } from './registrars.js';
 import { registryRoutes } from './routes.js';
-import { Vendors } from './vendors.js';
+import type { Vendors } from './vendors.js';
 import { registrarsOfModel } from './repo.js';
 
 /** Which registrars an account may name for its factory services. */
@@ -41,14 +41,11 @@ export interface RegistryServices {
 export const registryDomain = defineDomain({
   name: 'registry',
   provides: ['registrarDirectory'],
-  requires: ['models'],
+  requires: ['models', 'vendorNamespaces'],
   kinds: registryKinds,
-  init(gw, { models }) {
+  init(gw, { models, vendorNamespaces: vendors }) {
     const { sql, actors, clock, log } = gw;
     const publicBaseUrl = gw.config.PUBLIC_BASE_URL;
-    const vendors = new Vendors(sql);
-    // models are trust's; their VIDs live in the vendors' namespaces from now on
-    models.useVendorNamespaces(vendors);
     // a model that is a registrar's canonical model cannot be deleted: trust's 409 counts them through us
     models.referencedBy('registrars', (modelId) => registrarsOfModel(sql, modelId));
     const references = new References({ sql, actors, clock, log });

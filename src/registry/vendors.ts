@@ -1,4 +1,5 @@
 import type { Sql } from '../db/client.js';
+import { defineDomain } from '../gateway.js';
 import { iso } from '../lib/encoding.js';
 import { internal, notFound } from '../lib/errors.js';
 import * as repo from './repo.js';
@@ -6,7 +7,7 @@ import * as repo from './repo.js';
 export interface VendorView { account_id: string; vid: string; created_at: string }
 const view = (r: repo.VendorRow): VendorView => ({ account_id: r.account_id, vid: r.vid, created_at: iso(r.created_at) });
 
-/** The accounts' platform VID namespaces (trust's ModelService binds models to them: `useVendorNamespaces`) (one VID per account, assigned once from the pool). */
+/** The accounts' platform VID namespaces (one VID per account, assigned once from the pool); trust's ModelService binds models to them. */
 export class Vendors {
   constructor(private readonly sql: Sql) {}
 
@@ -35,3 +36,22 @@ export class Vendors {
     return (await repo.vendorByVid(this.sql, vid))?.account_id;
   }
 }
+
+declare module '../gateway.js' {
+  interface Services {
+    vendorNamespaces: Vendors;
+  }
+}
+
+/**
+ * The registry's VID namespaces as a domain of their own, started before trust: trust's models
+ * need them at construction and the rest of the registry needs trust's models, so neither is
+ * handed to the other after construction. The table stays the registry's (src/registry/).
+ */
+export const vendorsDomain = defineDomain({
+  name: 'vendors',
+  provides: ['vendorNamespaces'],
+  init(gw) {
+    return { vendorNamespaces: new Vendors(gw.sql) };
+  },
+});

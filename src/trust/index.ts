@@ -47,12 +47,12 @@ const SEALED_COLUMNS: SealedColumn[] = [
 export const trustDomain = defineDomain({
   name: 'trust',
   provides: ['trust', 'models', 'enrollment', 'crl', 'thingDirectory', 'thingLifecycle', 'certificateUse', 'certificateRenewal', 'thingSearch'],
-  requires: ['deviceSessions', 'mqttEndpoint', 'blacklist'],
+  requires: ['deviceSessions', 'mqttEndpoint', 'blacklist', 'vendorNamespaces'],
   kinds: [claimGroupKind, enrollmentTokenKind, thingKind, licenseKind, deviceCertificateKind, accessCodeKind],
-  init(gw, { deviceSessions, mqttEndpoint, blacklist }) {
+  init(gw, { deviceSessions, mqttEndpoint, blacklist, vendorNamespaces }) {
     const sealer = new Sealer(gw.pki.sealingKeys);
     const crl = new CrlService(gw);
-    const models = new ModelService(gw.sql, sealer, gw.config.PUBLIC_BASE_URL);
+    const models = new ModelService(gw.sql, sealer, vendorNamespaces, gw.config.PUBLIC_BASE_URL);
     const trust = new TrustService(gw, crl, models, deviceSessions);
     const enrollment = new EnrollmentService(gw, models, sealer, mqttEndpoint, blacklist);
     const rotation = new CertificateRotation(gw, crl, deviceSessions);

@@ -67,9 +67,8 @@ export function approvalUrlAllowed(raw: string): boolean {
  * once at creation.
  */
 export class ModelService {
-  private vendors?: VendorNamespaces;
   private readonly holders = new Map<ModelHolder, (modelId: string) => Promise<number>>();
-  constructor(private readonly sql: Sql, private readonly sealer: Sealer, private readonly publicBaseUrl = 'http://localhost') {}
+  constructor(private readonly sql: Sql, private readonly sealer: Sealer, private readonly vendors: VendorNamespaces, private readonly publicBaseUrl = 'http://localhost') {}
 
   /**
    * How another domain counts its rows that reference a model (called once at init by the domain
@@ -78,11 +77,6 @@ export class ModelService {
    */
   referencedBy(holder: ModelHolder, count: (modelId: string) => Promise<number>): void {
     this.holders.set(holder, count);
-  }
-
-  /** Binds models to the accounts' VID namespaces from now on (called once by the registry domain). */
-  useVendorNamespaces(vendors: VendorNamespaces): void {
-    this.vendors = vendors;
   }
 
   /**
@@ -95,14 +89,14 @@ export class ModelService {
       if (!requested) throw invalid('vid is required for an internal model');
       return requested.toUpperCase();
     }
-    const own = await this.vendors?.vidOf(accountId);
+    const own = await this.vendors.vidOf(accountId);
     if (!requested) {
       if (!own) throw notFound('your account has no vendor namespace: POST /api/v1/vendors first, or send vid');
       return own;
     }
     const vid = requested.toUpperCase();
     if (vid === own) return vid;
-    const holder = await this.vendors?.holderOf(vid);
+    const holder = await this.vendors.holderOf(vid);
     if (holder && holder !== accountId) throw conflict(`VID ${vid} is the namespace of another vendor; use your own VID${own ? ` ${own}` : ''}`);
     return vid;
   }

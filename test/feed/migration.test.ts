@@ -1,8 +1,6 @@
 import crypto from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
-import { migrationFolder } from '../helpers/migrations.js';
-import { migrate } from '../../src/db/migrate.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { migrationTestbed } from '../helpers/migrations.js';
 import { START } from '../../src/feed/cursor.js';
 import * as repo from '../../src/feed/repo.js';
 import { waitFor } from '../helpers/wait.js';
@@ -12,17 +10,9 @@ import { waitFor } from '../helpers/wait.js';
 // subscription appears (no deliveries of old changes).
 
 const THIS = '0900_feed.sql';
-let db: TestDatabase;
-const folder = migrationFolder();
-
+const db = migrationTestbed();
 beforeAll(async () => {
-  db = await createTestDatabase({ migrated: false });
-  folder.copy((f) => f.endsWith('.sql') && f < THIS);
-  await migrate(db.sql, folder.dir);
-});
-afterAll(async () => {
-  await db?.drop();
-  folder.remove();
+  await db.upTo((f) => f < THIS);
 });
 
 describe('migration 0900', () => {
@@ -35,11 +25,9 @@ describe('migration 0900', () => {
         insert into domain_events (actor_type, actor_id, type, account_id, payload)
         values ('thing', ${id}, 'thing.enrolled', ${accountId}, ${db.sql.json({ from: 'REGISTERED', to: 'ROLLEDOFF', event: 'ENROLL', at: '2026-11-01T10:00:00.000Z' })})`;
     }
-    folder.copy((f) => f === THIS);
-    expect((await migrate(db.sql, folder.dir)).applied).toEqual([THIS]);
+    expect(await db.upTo((f) => f === THIS)).toEqual([THIS]);
     // the feed's SQL joins the read models trust and the factory publish (views of later migrations)
-    folder.copy((f) => f.startsWith('1700_') || f.startsWith('1703_'));
-    await migrate(db.sql, folder.dir);
+    await db.upTo((f) => f.startsWith('1700_') || f.startsWith('1703_'));
 
     // (served once no older write transaction of the shared server is open: the horizon)
     const rows = await waitFor(async () => {

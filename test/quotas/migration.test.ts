@@ -1,29 +1,14 @@
 import crypto from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { migrate } from '../../src/db/migrate.js';
+import { describe, expect, it } from 'vitest';
 import { repo } from '../../src/quotas/repo.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
-import { migrationFolder } from '../helpers/migrations.js';
+import { migrationTestbed } from '../helpers/migrations.js';
 
 /** 0501 moves the leave status off organization_members onto organization_leaves: existing data carries over. */
-let db: TestDatabase;
-let folder: ReturnType<typeof migrationFolder>;
-
-beforeAll(async () => {
-  db = await createTestDatabase({ migrated: false });
-  folder = migrationFolder();
-});
-afterAll(async () => {
-  await db?.drop();
-  folder?.remove();
-});
-
-const copy = (filter: (f: string) => boolean) => folder.copy(filter);
+const db = migrationTestbed();
 
 describe('migration 0501_quota_projections', () => {
   it('backfills organization_leaves from the leave actors; an unfinished leave still shows', async () => {
-    copy((f) => f < '0501');
-    await migrate(db.sql, folder.dir);
+    await db.upTo((f) => f < '0501');
     const [mgmt, leaving, departed] = [crypto.randomUUID(), crypto.randomUUID(), crypto.randomUUID()];
     const org = crypto.randomUUID();
     const [open, done] = [crypto.randomUUID(), crypto.randomUUID()];
@@ -37,8 +22,7 @@ describe('migration 0501_quota_projections', () => {
       ('organizationLeave', ${open}, 'awaitingDecisions', ${snapshot(open, leaving, null)}),
       ('organizationLeave', ${done}, 'departed', ${snapshot(done, departed, '2026-11-02T10:00:00.000Z')})`;
 
-    copy((f) => f.startsWith('0501'));
-    expect((await migrate(db.sql, folder.dir)).applied).toEqual(['0501_quota_projections.sql']);
+    expect(await db.upTo((f) => f.startsWith('0501'))).toEqual(['0501_quota_projections.sql']);
     const leaves = await db.sql`select id, account_id, state, started_at, finished_at from organization_leaves order by started_at, finished_at nulls first`;
     expect(leaves.map((l) => [l.id, l.account_id, l.state, l.finished_at?.toISOString() ?? null])).toEqual([
       [open, leaving, 'awaitingDecisions', null],

@@ -1,37 +1,21 @@
 import crypto from 'node:crypto';
-import { createActor, type AnyMachineSnapshot, type AnyStateMachine } from 'xstate';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { migrate } from '../../src/db/migrate.js';
+import { describe, expect, it } from 'vitest';
 import { deviceCertificateMachine } from '../../machines/deviceCertificate.js';
 import { accessCodeMachine } from '../../machines/accessCode.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
-import { migrationFolder } from '../helpers/migrations.js';
+import { migrationTestbed, restoreSnapshot as restore } from '../helpers/migrations.js';
 
 /**
  * 1600-1603 (issue 33): certificates and access codes issued before get their actors in the state
  * their rows show; claim groups get their settings columns; a license row's decision may wait
  * for its actor's projection.
  */
-let db: TestDatabase;
-let folder: ReturnType<typeof migrationFolder>;
+const db = migrationTestbed();
 
-beforeAll(async () => {
-  db = await createTestDatabase({ migrated: false });
-  folder = migrationFolder();
-});
-afterAll(async () => {
-  await db?.drop();
-  folder?.remove();
-});
-
-const restore = (machine: AnyStateMachine, snapshot: unknown): AnyMachineSnapshot =>
-  createActor(machine, { snapshot: snapshot as AnyMachineSnapshot }).getSnapshot() as AnyMachineSnapshot;
 const AT = '2026-11-23T10:00:00.000Z';
 
 describe('migrations 1600-1603', () => {
   it('backfills certificate and access code actors, claim group settings; decisions may be projected', async () => {
-    folder.copy((f) => f < '1600');
-    await migrate(db.sql, folder.dir);
+    await db.upTo((f) => f < '1600');
     const account = crypto.randomUUID();
     const [live, revokedThing] = [crypto.randomUUID(), crypto.randomUUID()];
     await db.sql`insert into accounts (id, name) values (${account}, 'legacy')`;
@@ -54,8 +38,7 @@ describe('migrations 1600-1603', () => {
     await db.sql`insert into thing_access_codes (code_hash, thing_id, issued_by_account, expires_at, used_at, used_by_account)
       values (${used}, ${live}, ${account}, '2026-11-30T10:00:00Z', '2026-11-21T10:00:00Z', ${account})`;
 
-    folder.copy((f) => f >= '1600' && f < '1610');
-    expect((await migrate(db.sql, folder.dir)).applied).toEqual([
+    expect(await db.upTo((f) => f >= '1600' && f < '1610')).toEqual([
       '1600_device_certificate_actors.sql', '1601_claim_group_settings.sql', '1602_access_code_actors.sql', '1603_license_decision_projected.sql',
     ]);
 

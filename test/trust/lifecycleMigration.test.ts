@@ -1,26 +1,16 @@
 import crypto from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { createActor } from 'xstate';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
-import { migrationFolder } from '../helpers/migrations.js';
-import { migrate } from '../../src/db/migrate.js';
+import { migrationTestbed } from '../helpers/migrations.js';
 import { thingMachine } from '../../machines/thing.js';
 
 // 0601 backfills things.lifecycle_state / lifecycle_updated_at from the thing actors of a database
 // that ran the earlier migrations (their snapshots have no `stateAt` yet: the enrollment time counts).
 
 const THIS = '0601_thing_lifecycle.sql';
-let db: TestDatabase;
-const folder = migrationFolder();
-
+const db = migrationTestbed();
 beforeAll(async () => {
-  db = await createTestDatabase({ migrated: false });
-  folder.copy((f) => f.endsWith('.sql') && f < THIS);
-  await migrate(db.sql, folder.dir);
-});
-afterAll(async () => {
-  await db?.drop();
-  folder.remove();
+  await db.upTo((f) => f < THIS);
 });
 
 describe('migration 0601', () => {
@@ -41,8 +31,7 @@ describe('migration 0601', () => {
     await db.sql`insert into domain_events (actor_type, actor_id, type, account_id, payload)
       values ('thing', ${enrolled}, 'thing.stateChanged', ${accountId}, ${db.sql.json({ thingId: enrolled, from: 'ROLLEDOFF', to: 'PROVISIONED', at: enrolledAt })})`;
 
-    folder.copy((f) => f.endsWith('.sql'));
-    expect((await migrate(db.sql, folder.dir)).applied[0]).toBe(THIS);
+    expect((await db.upTo(() => true))[0]).toBe(THIS);
 
     const rows = await db.sql<{ id: string; lifecycle_state: string; lifecycle_updated_at: Date | null }[]>`
       select id, lifecycle_state, lifecycle_updated_at from things where account_id = ${accountId}`;

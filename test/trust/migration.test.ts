@@ -1,33 +1,16 @@
 import crypto from 'node:crypto';
-import { createActor, type AnyMachineSnapshot, type AnyStateMachine } from 'xstate';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { migrate } from '../../src/db/migrate.js';
+import { describe, expect, it } from 'vitest';
 import { thingMachine } from '../../machines/thing.js';
 import { licenseMachine } from '../../machines/license.js';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
-import { migrationFolder } from '../helpers/migrations.js';
+import { migrationTestbed, restoreSnapshot as restore } from '../helpers/migrations.js';
 
 /** 0104 gives every thing and license row from before it an actor, in the state its row shows. */
-let db: TestDatabase;
-let folder: ReturnType<typeof migrationFolder>;
+const db = migrationTestbed();
 
-beforeAll(async () => {
-  db = await createTestDatabase({ migrated: false });
-  folder = migrationFolder();
-});
-afterAll(async () => {
-  await db?.drop();
-  folder?.remove();
-});
-
-const copy = (filter: (f: string) => boolean) => folder.copy(filter);
-const restore = (machine: AnyStateMachine, snapshot: unknown): AnyMachineSnapshot =>
-  createActor(machine, { snapshot: snapshot as AnyMachineSnapshot }).getSnapshot() as AnyMachineSnapshot;
 
 describe('migration 0104_trust_actors', () => {
   it('creates the missing thing and license actors from their rows; existing actors are left alone', async () => {
-    copy((f) => f < '0104');
-    await migrate(db.sql, folder.dir);
+    await db.upTo((f) => f < '0104');
     const account = crypto.randomUUID();
     const [registered, revoked, enrolled] = [crypto.randomUUID(), crypto.randomUUID(), crypto.randomUUID()];
     const [pending, granted] = [crypto.randomUUID(), crypto.randomUUID()];
@@ -43,8 +26,7 @@ describe('migration 0104_trust_actors', () => {
     await db.sql`insert into device_licenses (id, thing_id, kind, decision, features, created_at, decided_at, expires_at) values
       (${granted}, ${enrolled}, 'renew', 'granted', '[]', '2026-11-02T10:00:00Z', '2026-11-02T10:00:00Z', '2026-12-02T10:00:00Z')`;
 
-    copy((f) => f.startsWith('0104'));
-    expect((await migrate(db.sql, folder.dir)).applied).toEqual(['0104_trust_actors.sql']);
+    expect(await db.upTo((f) => f.startsWith('0104'))).toEqual(['0104_trust_actors.sql']);
     const actors = new Map((await db.sql<{ id: string; state: string; snapshot: unknown; version: number }[]>`
       select id, state, snapshot, version from actors`).map((a) => [a.id, a]));
 

@@ -1,10 +1,8 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeAll, describe, expect, it } from 'vitest';
 import { createActor } from 'xstate';
-import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+import { migrationTestbed } from '../helpers/migrations.js';
 import { migrate } from '../../src/db/migrate.js';
 import { claimGroupMachine } from '../../machines/claimGroup.js';
 import { enrollmentTokenMachine } from '../../machines/enrollmentToken.js';
@@ -14,18 +12,9 @@ import { enrollmentTokenMachine } from '../../machines/enrollmentToken.js';
 
 const MIGRATIONS = 'src/db/migrations';
 const THIS = '0103_trust_projections.sql';
-let db: TestDatabase;
-let before: string;
-
+const db = migrationTestbed();
 beforeAll(async () => {
-  db = await createTestDatabase({ migrated: false });
-  before = fs.mkdtempSync(path.join(os.tmpdir(), 'migrations-before-'));
-  for (const f of fs.readdirSync(MIGRATIONS).filter((f) => f.endsWith('.sql') && f < THIS)) fs.copyFileSync(path.join(MIGRATIONS, f), path.join(before, f));
-  await migrate(db.sql, before);
-});
-afterAll(async () => {
-  await db?.drop();
-  fs.rmSync(before, { recursive: true, force: true });
+  await db.upTo((f) => f < THIS);
 });
 
 describe('migration 0103', () => {

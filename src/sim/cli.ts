@@ -2,11 +2,19 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
 import cliProgress from 'cli-progress';
+import { gatewayUrl, URL_USAGE } from '../cli/gatewayUrl.js';
 import { runSimulation, type Progress, type Scenario, type SimSummary } from './fleet.js';
 
 const USAGE = `npm run sim -- [options]
 
-  --url URL            gateway HTTP base URL (default http://localhost:8080)
+A simulated device fleet against a running gateway: enrolls devices through a claim group
+(credentials kept in --dir for the next run), connects them over MQTT with mutual TLS and sends
+telemetry; devices answer commands, desired state and OTA updates. Serials revoked in an earlier
+run are skipped and new serials enroll in their place; devices the platform disconnects
+(a kick) connect again with backoff. Exit status: 0 when the run had no errors, 1 otherwise,
+2 for bad options.
+
+  ${URL_USAGE}
   --token JWT          tenant bearer token (default: a development token of --account)
   --account UUID       account for the development token (default: the folder's, or a new one)
   --devices N          fleet size (default 10)
@@ -26,13 +34,14 @@ const USAGE = `npm run sim -- [options]
   --ota-step-ms MS     milliseconds between a device's OTA reports (default 200)
   --json FILE          also write the summary as JSON to FILE ("-" for stdout only)
   --no-progress        no progress bars
+  -h, --help           this text
 `;
 
 function parse(argv: string[]) {
   const { values } = parseArgs({
     args: argv,
     options: {
-      url: { type: 'string', default: 'http://localhost:8080' },
+      url: { type: 'string' },
       token: { type: 'string' }, account: { type: 'string' },
       devices: { type: 'string', default: '10' }, concurrency: { type: 'string', default: '20' },
       dir: { type: 'string', default: './sim-devices' }, rate: { type: 'string', default: '1' },
@@ -64,7 +73,7 @@ function parse(argv: string[]) {
     json: values.json,
     progress: !values['no-progress'] && process.stderr.isTTY,
     options: {
-      baseUrl: values.url!.replace(/\/$/, ''),
+      baseUrl: gatewayUrl(values.url),
       token: values.token, accountId: values.account,
       devices, concurrency: int('concurrency', values.concurrency!, 1),
       dir: path.resolve(values.dir!), rate: num('rate', values.rate!), durationSeconds: num('duration', values.duration!),
@@ -102,7 +111,11 @@ function render(s: SimSummary): string {
     ['messages sent', s.messagesSent], ['messages/s', s.messagesPerSecond],
     ['commands answered', s.commandsAnswered], ['desired states received', s.desiredReceived],
     ['OTA updates applied / failed', `${s.otaUpdated} / ${s.otaFailed}`],
-    ['revoked / reconnect refused', `${s.revoked} / ${s.revokedReconnectsRefused}`], ['errors', s.errorCount],
+    ['revoked / reconnect refused', `${s.revoked} / ${s.revokedReconnectsRefused}`],
+    ['kicked / reconnected / still down', `${s.kicked} / ${s.reconnectedAfterKick} / ${s.kickedNotReconnected}`],
+    ['revoked serials skipped', s.revokedSkipped.length ? s.revokedSkipped.join(', ') : '-'],
+    ['new serials in their place', s.replacements.length ? s.replacements.join(', ') : '-'],
+    ['errors', s.errorCount],
   ];
   const lines = rows.map(([k, v]) => `  ${k.padEnd(34)} ${v}`);
   for (const [k, v] of Object.entries(s.errors)) lines.push(`    ${v} x ${k}`);

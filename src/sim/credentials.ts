@@ -48,6 +48,22 @@ export class CredentialStore {
     fs.rmSync(this.deviceFile(serial), { force: true });
   }
 
+  /**
+   * Serials the gateway revoked (`revoked.json`): a revoked thing can never enroll again, so the
+   * next run skips these serials and enrolls new ones in their place.
+   */
+  revokedSerials(): Set<string> {
+    const file = path.join(this.dir, 'revoked.json');
+    return new Set(fs.existsSync(file) ? (JSON.parse(fs.readFileSync(file, 'utf8')) as string[]) : []);
+  }
+
+  markRevoked(serial: string): void {
+    const all = this.revokedSerials();
+    all.add(serial);
+    fs.writeFileSync(path.join(this.dir, 'revoked.json'), JSON.stringify([...all].sort()), { mode: 0o600 });
+    this.removeDevice(serial);
+  }
+
   private deviceFile(serial: string): string {
     return path.join(this.dir, 'devices', `${serial.replace(/[^A-Za-z0-9._-]/g, '_')}.json`);
   }

@@ -15,7 +15,12 @@ export interface FactoryLineOptions {
   serialPrefix: string;
   /** how long to wait for every run to end */
   timeoutSeconds: number;
+  /** progress of each phase (the CLI draws bars; tests pass none) */
+  onProgress?: (phase: 'enroll' | 'runs', done: number, total: number) => void;
 }
+
+/** What the simulated backend says when it fails a leg on purpose (--fail-rate). */
+export const SIMULATED_FAILURE = 'simulated station failure';
 
 export interface FactoryLineSummary {
   devices: number;
@@ -23,6 +28,10 @@ export interface FactoryLineSummary {
   provisioned: number;
   inFactory: number;
   failedRuns: number;
+  /** each failed run's cause (the run's error, else its failed leg's), with how many runs it ended */
+  failureCauses: Record<string, number>;
+  /** failed runs whose cause is not the simulated station failure: counted as errors */
+  unexpectedFailedRuns: number;
   legCalls: number;
   badSignatures: number;
   runsPerSecond: number;
@@ -70,7 +79,7 @@ export async function runFactoryLine(o: FactoryLineOptions): Promise<FactoryLine
       const failed = Math.random() < o.failRate;
       void signedFetch(leg.result_url, creds!, {
         method: 'POST',
-        body: { run_id: leg.run_id, leg: leg.leg, attempt: leg.attempt, outcome: failed ? 'FAILED' : 'SUCCEEDED', ...(failed ? { detail: 'simulated station failure', retryable: false } : { result: { station: 1 + Math.floor(Math.random() * 8) } }) },
+        body: { run_id: leg.run_id, leg: leg.leg, attempt: leg.attempt, outcome: failed ? 'FAILED' : 'SUCCEEDED', ...(failed ? { detail: SIMULATED_FAILURE, retryable: false } : { result: { station: 1 + Math.floor(Math.random() * 8) } }) },
       }).then((r) => { if (!r.ok) fail(`provisioning-result ${r.status}`); }, () => fail('provisioning-result unreachable'));
     });
   });
@@ -104,9 +113,12 @@ export async function runFactoryLine(o: FactoryLineOptions): Promise<FactoryLine
           runs.push(((await p.json()) as { id: string }).id);
         } catch (err) {
           fail((err as Error).message);
+        } finally {
+          o.onProgress?.('enroll', ++attempted, o.devices);
         }
       }
     };
+    let attempted = 0;
     await Promise.all(Array.from({ length: Math.min(o.concurrency, o.devices) }, worker));
 
     // wait until no run of the model is RUNNING
@@ -120,20 +132,49 @@ export async function runFactoryLine(o: FactoryLineOptions): Promise<FactoryLine
         for (const r of page.items) outcome[r.state === 'SUCCEEDED' ? 'succeeded' : r.state === 'FAILED' ? 'failed' : 'running']++;
         cursor = page.next_cursor;
       }
+      o.onProgress?.('runs', outcome.succeeded + outcome.failed, runs.length);
       if (outcome.running === 0) break;
       await new Promise((r) => setTimeout(r, 250));
     }
     if (outcome.running > 0) errors[`${outcome.running} runs still RUNNING after ${o.timeoutSeconds} s`] = outcome.running;
+    // why runs failed: the gateway keeps the cause on the run and its legs
+    const failureCauses: Record<string, number> = {};
+    let unexpectedFailedRuns = 0;
+    for (let cursor: string | null = null, first = true; outcome.failed > 0 && (first || cursor); first = false) {
+      const page: { items: RunView[]; next_cursor: string | null } = await api('GET', `/api/v1/provisioning-runs?state=FAILED&limit=200${cursor ? `&after=${cursor}` : ''}`);
+      for (const r of page.items) {
+        const cause = causeOf(r);
+        failureCauses[cause] = (failureCauses[cause] ?? 0) + 1;
+        if (!cause.includes(SIMULATED_FAILURE)) {
+          unexpectedFailedRuns++;
+          fail(`provisioning run failed: ${cause}`);
+        }
+      }
+      cursor = page.next_cursor;
+    }
     const seconds = (performance.now() - started) / 1000;
     const errorCount = Object.values(errors).reduce((n, v) => n + v, 0);
     return {
-      devices: o.devices, enrolled, provisioned: runs.length, inFactory: outcome.succeeded, failedRuns: outcome.failed, legCalls, badSignatures,
+      devices: o.devices, enrolled, provisioned: runs.length, inFactory: outcome.succeeded, failedRuns: outcome.failed, failureCauses, unexpectedFailedRuns, legCalls, badSignatures,
       runsPerSecond: Math.round(((outcome.succeeded + outcome.failed) / seconds) * 10) / 10, durationSeconds: Math.round(seconds * 10) / 10, errors, errorCount,
     };
   } finally {
     backend.closeAllConnections();
     await new Promise<void>((resolve) => backend.close(() => resolve()));
   }
+}
+
+interface RunView {
+  error: string | null;
+  legs: { name: string; state: string; error: string | null; history: { error: string | null }[] }[];
+}
+
+/** A failed run's cause: its failed leg's last error (named by leg), else the run's own error. */
+function causeOf(run: RunView): string {
+  const leg = run.legs.find((l) => l.state === 'FAILED');
+  const legError = leg && (leg.error ?? [...leg.history].reverse().find((h) => h.error)?.error);
+  if (leg && legError) return `${leg.name} leg: ${legError}`;
+  return run.error ?? 'no cause recorded';
 }
 
 async function devToken(baseUrl: string, accountId: string): Promise<string> {

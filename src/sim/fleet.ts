@@ -61,6 +61,16 @@ export interface SimSummary {
   otaFailed: number;
   revoked: number;
   revokedReconnectsRefused: number;
+  /** serials revoked before this run (by an earlier run or an operator): not used again */
+  revokedSkipped: string[];
+  /** new serials enrolled in place of the revoked ones, so the fleet keeps its size */
+  replacements: string[];
+  /** connections the platform closed (a kick, a node going away) */
+  kicked: number;
+  /** kicked devices that connected again (with backoff) */
+  reconnectedAfterKick: number;
+  /** kicked devices still disconnected when the run ended */
+  kickedNotReconnected: number;
   errorCount: number;
   errors: Record<string, number>;
   durationSeconds: number;
@@ -125,7 +135,13 @@ class SimDevice {
   client?: MqttClient;
   /** set before this device is revoked: the broker's disconnect that follows is not an error */
   revoked = false;
+  /** the run is ending: closes are ours, nothing reconnects */
+  private stopping = false;
+  /** kicked and not connected again yet */
+  down = false;
   private timer?: NodeJS.Timeout;
+  private retry?: NodeJS.Timeout;
+  private trafficOn = false;
   private sent = 0;
 
   constructor(readonly creds: DeviceCredentials, private readonly opts: SimOptions, private readonly stats: Stats) {}
@@ -152,6 +168,9 @@ class SimDevice {
     client.on('error', (err) => {
       if (!this.revoked && this.client === client) this.stats.error('mqtt', err);
     });
+    client.once('close', () => {
+      if (this.client === client && !this.revoked && !this.stopping) this.kicked();
+    });
     client.on('message', (topic, payload, packet) => this.onMessage(topic, payload, packet));
     await client.subscribeAsync([`${this.topic}/commands`, `${this.topic}/twin/desired`], { qos: 1 });
     await joinOta(client, this.creds.thingId, {
@@ -164,7 +183,40 @@ class SimDevice {
     this.stats.count('messages');
   }
 
+  /**
+   * The platform closed the connection (a kick from the sessions API, a node stopping): count it
+   * and connect again with exponential backoff and jitter (0.5 s doubling up to 30 s), as firmware
+   * should, until it works or the run ends.
+   */
+  private kicked(): void {
+    this.stats.count('kicked');
+    this.client = undefined;
+    this.down = true;
+    const traffic = this.trafficOn;
+    this.stopTraffic();
+    const attempt = (n: number) => {
+      const delay = Math.min(30_000, 500 * 2 ** n) * (0.5 + Math.random() / 2);
+      this.retry = setTimeout(async () => {
+        if (this.stopping) return;
+        const t0 = performance.now();
+        try {
+          await this.connect();
+          if (this.stopping) return void this.end(true);
+          this.down = false;
+          this.stats.count('reconnectedAfterKick');
+          this.stats.sample('reconnect', performance.now() - t0);
+          if (traffic) this.startTraffic();
+        } catch {
+          if (!this.stopping) attempt(n + 1);
+        }
+      }, delay);
+      this.retry.unref();
+    };
+    attempt(0);
+  }
+
   startTraffic(): void {
+    this.trafficOn = true;
     const interval = 1000 / this.opts.rate;
     const tick = () => {
       const c = this.client;
@@ -184,6 +236,7 @@ class SimDevice {
   }
 
   stopTraffic(): void {
+    this.trafficOn = false;
     clearInterval(this.timer);
   }
 
@@ -209,9 +262,16 @@ class SimDevice {
   /** Closes the connection; errors of a connection being closed by us are not counted. */
   async end(force = false): Promise<void> {
     this.stopTraffic();
+    clearTimeout(this.retry);
     const c = this.client;
     this.client = undefined;
     if (c) await c.endAsync(force).catch(() => {});
+  }
+
+  /** The run ends: no reconnects after this. */
+  async finish(): Promise<void> {
+    this.stopping = true;
+    await this.end();
   }
 
   /** Resolves when the broker closes the connection. */
@@ -252,11 +312,30 @@ export async function runSimulation(opts: SimOptions, progress: Progress = noPro
     store.writeGroup(group);
   }
 
-  // 2. enrollment (reusing the folder's credentials)
-  const serials = Array.from({ length: opts.devices }, (_, i) => `${opts.serialPrefix}-${String(i).padStart(6, '0')}`);
+  // 2. enrollment (reusing the folder's credentials). Serials of revoked things are skipped: a
+  // revoked thing cannot enroll again, so new serials (after the fleet's range) take their place.
+  const serialOf = (i: number) => `${opts.serialPrefix}-${String(i).padStart(6, '0')}`;
+  const revokedBefore = store.revokedSerials();
+  const revokedSkipped: string[] = [];
+  const replacements: string[] = [];
+  let nextIndex = 0;
+  /** the next serial not known to be revoked; those past the fleet's range are replacements */
+  const nextSerial = (): string => {
+    for (;;) {
+      const i = nextIndex++;
+      const serial = serialOf(i);
+      if (revokedBefore.has(serial)) {
+        revokedSkipped.push(serial);
+        continue;
+      }
+      if (i >= opts.devices) replacements.push(serial);
+      return serial;
+    }
+  };
   const creds: DeviceCredentials[] = [];
   const missing: string[] = [];
-  for (const serial of serials) {
+  for (let n = 0; n < opts.devices; n++) {
+    const serial = nextSerial();
     const c = store.readDevice(serial);
     if (c) creds.push(c);
     else missing.push(serial);
@@ -264,9 +343,17 @@ export async function runSimulation(opts: SimOptions, progress: Progress = noPro
   const reused = creds.length;
   progress.start('enroll', missing.length);
   const enrollStart = Date.now();
-  await pool(missing, opts.concurrency, async (serial) => {
+  await pool(missing, opts.concurrency, async (first) => {
+    let serial = first;
     try {
-      const res = await api.call<any>('POST', '/ddi/v1/enroll', { provisioningMethod: 'claim_token', claimSecret: group!.sharedSecret, manufacturer: opts.manufacturer, model: opts.model, serial }, false);
+      let res = await enroll(serial);
+      // revoked meanwhile (by an operator): remembered, and a new serial enrolls in its place
+      for (let tries = 0; res.status === 403 && /revoked/i.test(String(res.body?.detail)) && tries < 10; tries++) {
+        store.markRevoked(serial);
+        revokedSkipped.push(serial);
+        serial = nextSerial();
+        res = await enroll(serial);
+      }
       if (res.status !== 200) throw new Error(`${res.status} ${typeof res.body === 'object' ? res.body.detail : res.body}`);
       const c: DeviceCredentials = {
         thingId: String(res.body.twinTopicPrefix).slice('devices/'.length), serial,
@@ -283,6 +370,10 @@ export async function runSimulation(opts: SimOptions, progress: Progress = noPro
   });
   const enrollSeconds = (Date.now() - enrollStart) / 1000;
 
+  function enroll(serial: string) {
+    return api.call<any>('POST', '/ddi/v1/enroll', { provisioningMethod: 'claim_token', claimSecret: group!.sharedSecret, manufacturer: opts.manufacturer, model: opts.model, serial }, false);
+  }
+
   // 3. connect
   const fleet = creds.map((c) => new SimDevice(c, opts, stats));
   progress.start('connect', fleet.length);
@@ -293,7 +384,12 @@ export async function runSimulation(opts: SimOptions, progress: Progress = noPro
       stats.sample(sample, performance.now() - t0);
       stats.count(sample === 'connect' ? 'connected' : 'reconnected');
     } catch (err) {
-      stats.error(sample, err);
+      // a reused device an operator revoked since: remembered and skipped, not a failure
+      const thing = await api.call<{ revoked?: boolean }>('GET', `/api/v1/things/${d.creds.thingId}`).catch(() => undefined);
+      if (thing?.status === 200 && thing.body.revoked === true) {
+        store.markRevoked(d.creds.serial);
+        revokedSkipped.push(d.creds.serial);
+      } else stats.error(sample, err);
     }
     progress.increment('connect');
   });
@@ -301,6 +397,7 @@ export async function runSimulation(opts: SimOptions, progress: Progress = noPro
 
   // 4. traffic and scenario
   const trafficStart = Date.now();
+  let kickedDown = 0;
   const sentBefore = stats.get('messages');
   for (const d of fleet) if (d.client) d.startTraffic();
   progress.start('run', opts.durationSeconds);
@@ -333,7 +430,7 @@ export async function runSimulation(opts: SimOptions, progress: Progress = noPro
         await gone;
         d.stopTraffic();
         stats.count('revoked');
-        store.removeDevice(d.creds.serial);
+        store.markRevoked(d.creds.serial);
         try {
           await d.connect();
           stats.error('revoked device reconnected');
@@ -348,7 +445,8 @@ export async function runSimulation(opts: SimOptions, progress: Progress = noPro
     clearInterval(ticker);
     progress.update('run', opts.durationSeconds, { msgs: stats.get('messages') });
     for (const d of fleet) d.stopTraffic();
-    await Promise.all(fleet.map((d) => d.end()));
+    kickedDown = fleet.filter((d) => d.down).length;
+    await Promise.all(fleet.map((d) => d.finish()));
     progress.stop();
   }
   const trafficSeconds = (Date.now() - trafficStart) / 1000;
@@ -370,6 +468,11 @@ export async function runSimulation(opts: SimOptions, progress: Progress = noPro
     otaFailed: stats.get('otaFailed'),
     revoked: stats.get('revoked'),
     revokedReconnectsRefused: stats.get('revokedRefused'),
+    revokedSkipped: revokedSkipped.sort(),
+    replacements: replacements.sort(),
+    kicked: stats.get('kicked'),
+    reconnectedAfterKick: stats.get('reconnectedAfterKick'),
+    kickedNotReconnected: kickedDown,
     errorCount: stats.errorCount,
     errors: Object.fromEntries(stats.errors),
     durationSeconds: Math.round((Date.now() - started) / 100) / 10,

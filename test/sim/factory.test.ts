@@ -19,7 +19,9 @@ describe('factory-line simulator', () => {
     expect(n).toBe(6);
 
     const bad = await runFactoryLine({ baseUrl: gw.httpUrl, devices: 3, concurrency: 3, failRate: 1, serialPrefix: 'BAD', timeoutSeconds: 60 });
-    expect(bad).toMatchObject({ enrolled: 3, provisioned: 3, inFactory: 0, failedRuns: 3, errorCount: 0 });
+    expect(bad).toMatchObject({ enrolled: 3, provisioned: 3, inFactory: 0, failedRuns: 3, errorCount: 0, unexpectedFailedRuns: 0 });
+    expect(Object.keys(bad.failureCauses)).toHaveLength(1);
+    expect(Object.entries(bad.failureCauses)[0]).toEqual([expect.stringMatching(/^identify leg: .*simulated station failure/), 3]);
     const states = await gw.db.sql<{ lifecycle_state: string }[]>`select lifecycle_state from things where serial like 'BAD-%'`;
     expect(states.map((s) => s.lifecycle_state)).toEqual(['ROLLEDOFF', 'ROLLEDOFF', 'ROLLEDOFF']);
   });

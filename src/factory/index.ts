@@ -16,6 +16,18 @@ declare module '../gateway.js' {
   }
 }
 
+/** What tests of the factory domain trigger below its public interface (RunningGateway.testHooks.factory). */
+export interface FactoryTestHooks {
+  /** one run of the per-minute sweep (SWEEP_JOB) now: old signatures forgotten, due drains done, deleted services collected */
+  sweep(): Promise<void>;
+}
+
+declare module '../gateway.js' {
+  interface TestHooks {
+    factory: FactoryTestHooks;
+  }
+}
+
 /** The factory domain's sealed columns (re-sealed at start after a sealing-key rotation). */
 const SEALED_COLUMNS: SealedColumn[] = [
   { table: 'factory_services', key: 'id', column: 'secret_sealed' },
@@ -64,7 +76,8 @@ export const factoryDomain = defineDomain({
     // Steps of many runs run side by side (a leg waits on its backend for up to 10 s).
     jobs.define<QueuedJob>(SAGA_JOB, (job) => provisioningSaga.runStep(job), { retryLimit: 5, retryDelay: 5, batchSize: 50 });
     jobs.define(SWEEP_JOB, () => factoryServices.sweep(), { schedule: '* * * * *', retryLimit: 1 });
-    return { factoryServices, provisioningSaga, sealer };
+    const testHooks: FactoryTestHooks = { sweep: () => factoryServices.sweep() };
+    return { factoryServices, provisioningSaga, sealer, testHooks };
   },
   async routes(app, _gw, { factoryServices, provisioningSaga }) {
     await factoryRoutes(app, factoryServices);

@@ -1,4 +1,5 @@
 import { defineDomain } from '../gateway.js';
+import type { Principal } from '../http/auth/principal.js';
 import { unauthenticated } from '../lib/errors.js';
 import { parseAccountIdHeader } from '../http/auth/accountHeader.js';
 import { Assignments } from './assignments.js';
@@ -29,6 +30,28 @@ export interface IamServices {
 declare module '../gateway.js' {
   interface Services {
     iam: IamServices;
+  }
+}
+
+/** What tests of IAM trigger or observe below its public interface (RunningGateway.testHooks.iam). */
+export interface IamTestHooks {
+  /** puts an entry in this node's cache (a probe an invalidation must drop; `<map>:<key>` is its key) */
+  cacheSet(map: string, key: string, value: unknown): void;
+  /** this node's cached entry, if any, without loading it (the hot path's reads leave no other trace) */
+  cachePeek(map: string, key: string): unknown;
+  /** drops `<map>:<key>` entries on every node; `wait`: until every live node acknowledged */
+  invalidate(keys: string[], opts: { wait: boolean }): Promise<void>;
+  /** this node's cache heartbeat now (it drops its caches when the generation moved) */
+  cacheBeat(): Promise<void>;
+  /** one run of the hourly cleanup job now; returns how many expired temporary credentials it deleted */
+  cleanupExpiredSessions(): Promise<number>;
+  /** the capability layer alone for this principal (the HTTP hook runs role and SCP layers first) */
+  checkCapability(principal: Principal, action: string, capability: string | undefined): void | Promise<void>;
+}
+
+declare module '../gateway.js' {
+  interface TestHooks {
+    iam: IamTestHooks;
   }
 }
 
@@ -98,7 +121,15 @@ export const iamDomain = defineDomain({
     gw.jobs.define(CLEANUP_JOB, async () => {
       await iam.sessions.cleanupExpired();
     }, { schedule: '0 * * * *', retryLimit: 3 });
-    return { iam };
+    const testHooks: IamTestHooks = {
+      cacheSet: (map, key, value) => cache.set(map, key, value),
+      cachePeek: (map, key) => cache.peek(map, key),
+      invalidate: (keys, opts) => cache.invalidate(keys, opts),
+      cacheBeat: () => cache.beat(),
+      cleanupExpiredSessions: () => iam.sessions.cleanupExpired(),
+      checkCapability: (principal, action, capability) => iam.capabilities.check(principal, action, capability),
+    };
+    return { iam, testHooks };
   },
   async routes(app, gw, { iam }) {
     await iamRoutes(app, gw, iam);

@@ -9,6 +9,20 @@ declare module '../gateway.js' {
   }
 }
 
+/** What tests of ingest trigger below its public interface (RunningGateway.testHooks.ingest). */
+export interface IngestTestHooks {
+  /** switches this node's intake off or on, as start and stop do (the 503 of a starting or stopping node) */
+  setAccepting(on: boolean): void;
+  /** one run of the hourly retention sweep now (expired job errors and idempotency keys) */
+  sweep(): Promise<void>;
+}
+
+declare module '../gateway.js' {
+  interface TestHooks {
+    ingest: IngestTestHooks;
+  }
+}
+
 /** Domain module of src/ingest/: /wms-ingest/v1 batches, bulk jobs, quarantine, warehouses. */
 export const ingestDomain = defineDomain({
   name: 'ingest',
@@ -22,7 +36,8 @@ export const ingestDomain = defineDomain({
     // one job runs its chunks in order; a retry resumes from the last committed chunk
     gw.jobs.define<{ id: string }>(RUN_JOB, (data) => ingest.runJob(data.id), { retryLimit: 5, retryDelay: 5, expireInSeconds: 900 });
     gw.jobs.define(SWEEP_JOB, () => ingest.sweep(), { schedule: '17 * * * *', retryLimit: 1 });
-    return { ingest };
+    const testHooks: IngestTestHooks = { setAccepting: (on) => ingest.setAccepting(on), sweep: () => ingest.sweep() };
+    return { ingest, testHooks };
   },
   async routes(app, gw, { ingest }) {
     await ingestRoutes(app, gw, ingest);

@@ -7,10 +7,25 @@ import { Organizations } from './organizations.js';
 import type { Quotas } from './parts.js';
 import { QuotaValues } from './quotaValues.js';
 import { quotaRoutes } from './routes.js';
+import type { Caller, RequestView } from './views.js';
 
 declare module '../gateway.js' {
   interface Services {
     quotas: Quotas;
+  }
+}
+
+/** What tests of quotas ask below its public interface (RunningGateway.testHooks.quotas). */
+export interface QuotasTestHooks {
+  /** the applied value other domains enforce (quotaGate), beside the account's view the routes show */
+  limit(accountId: string, serviceCode: string, quotaCode: string): Promise<number | null>;
+  /** a decision past the route's schema (which refuses a blank reason first), so a test sees the machine's own refusal */
+  decideRequest(requestId: string, decision: 'approved' | 'denied', caller: Caller, reason?: string): Promise<RequestView>;
+}
+
+declare module '../gateway.js' {
+  interface TestHooks {
+    quotas: QuotasTestHooks;
   }
 }
 
@@ -28,7 +43,11 @@ export const quotasDomain = defineDomain({
     // each saga step is a durable job; the sweep re-queues steps a crash left behind
     gw.jobs.define<{ leaveId: string }>(LEAVE_STEP_JOB, (data) => leaves.step(data.leaveId), { retryLimit: 10, retryDelay: 1 });
     gw.jobs.define(LEAVE_SWEEP_JOB, async () => { await leaves.sweep(); }, { schedule: '* * * * *', retryLimit: 1 });
-    return { quotas: { values, organizations, requests, leaves }, quotaGate: values };
+    const testHooks: QuotasTestHooks = {
+      limit: (accountId, serviceCode, quotaCode) => values.limit(accountId, serviceCode, quotaCode),
+      decideRequest: (requestId, decision, caller, reason) => requests.decide(requestId, decision, caller, reason),
+    };
+    return { quotas: { values, organizations, requests, leaves }, quotaGate: values, testHooks };
   },
   async routes(app, _gw, { quotas }) {
     await quotaRoutes(app, quotas);

@@ -1,4 +1,4 @@
-import { defineDomain } from '../gateway.js';
+import { defineDomain, type RenewedCertificate } from '../gateway.js';
 import { CrlService } from './crl.js';
 import { DdiService } from './ddi.js';
 import { EnrollmentService } from './enrollment.js';
@@ -37,6 +37,30 @@ declare module '../gateway.js' {
   }
 }
 
+/** What tests of trust trigger or observe below its public interface (RunningGateway.testHooks.trust). */
+export interface TrustTestHooks {
+  /** one run of the hourly claim-group expiry job now; returns how many groups it expired */
+  expireClaimGroups(): Promise<number>;
+  /** one run of the hourly CRL refresh job now (re-signs a CRL getting old) */
+  refreshCrlIfOld(): Promise<void>;
+  /** the number of the CRL this node serves (the CRL route gives the DER, tests compare numbers) */
+  crlNumber(): Promise<number>;
+  /** the owner other domains are told (thingDirectory), also for ids no route accepts (the broker asks with any client id) */
+  accountOf(thingId: string): Promise<string | undefined>;
+  /** a renewal as MQTT asks it (certificateRenewal), with the serial the session presented, without an MQTT session */
+  renew(thingId: string, csr: string, presented?: string): Promise<RenewedCertificate>;
+  /** what the broker reports on an accepted CONNECT (certificateUse), at a moment the test chooses */
+  certificateUsed(thingId: string, serial: string, notBefore?: Date): Promise<void>;
+  /** the first-use filter's periodic reload now (which certificates await their first use) */
+  reloadFirstUse(): Promise<void>;
+}
+
+declare module '../gateway.js' {
+  interface TestHooks {
+    trust: TrustTestHooks;
+  }
+}
+
 /** The trust domain's sealed columns (re-sealed at start after a sealing-key rotation). */
 const SEALED_COLUMNS: SealedColumn[] = [
   { table: 'models', key: 'id', column: 'provisioning_secret' },
@@ -69,11 +93,20 @@ export const trustDomain = defineDomain({
     // daily (idempotent: each certificate is warned of once)
     gw.jobs.define(CERTIFICATE_EXPIRY_JOB, async () => { await expiry.run(); }, { schedule: '37 3 * * *', retryLimit: 3 });
     gw.jobs.define('trust.claim-group-expiry', async () => { await trust.expireClaimGroups(); }, { schedule: '7 * * * *' });
+    const testHooks: TrustTestHooks = {
+      expireClaimGroups: () => trust.expireClaimGroups(),
+      refreshCrlIfOld: () => crl.refreshIfOld(),
+      crlNumber: async () => (await crl.current()).number,
+      accountOf: (thingId) => trust.accountOf(thingId),
+      renew: (thingId, csr, presented) => rotation.renew(thingId, csr, presented),
+      certificateUsed: (thingId, serial, notBefore) => certificateUse.used(thingId, serial, notBefore),
+      reloadFirstUse: () => certificateUse.reload(),
+    };
     return {
       trust, models, enrollment, crl, thingDirectory: trust, thingLifecycle: services.lifecycle, certificateUse,
       certificateRenewal: services.rotation, thingSearch: thingSearch(new RegistryService(gw.sql, gw.actors, gw.clock)),
       // own state, for the hooks below only
-      trustServices: services, sealer,
+      trustServices: services, sealer, testHooks,
     };
   },
   async routes(app, gw, { trustServices }) {

@@ -33,7 +33,7 @@ function run(script: string, args: string[], env: Record<string, string> = {}): 
 /** `npm run sim -- ...`; the gateway's URL by --url, or by HTTP_PORT alone when `byPort` */
 async function sim(args: string[], byPort = false): Promise<{ code: number; summary?: SimSummary; stderr: string }> {
   const where = byPort ? [] : ['--url', gw.httpUrl];
-  const env = byPort ? { HTTP_PORT: String(new URL(gw.httpUrl).port) } : {};
+  const env: Record<string, string> = byPort ? { HTTP_PORT: String(new URL(gw.httpUrl).port) } : {};
   const res = await run('src/sim/cli.ts', [...where, '--mqtt-host', '127.0.0.1', '--mqtt-port', String(gw.mqttPort), '--dir', dir, '--json', '-', '--no-progress', ...args], env);
   let summary: SimSummary | undefined;
   try { summary = JSON.parse(res.out); } catch { /* reported by the caller */ }

@@ -99,6 +99,11 @@ export class Auth {
     });
   }
 
+  /** Bearer tokens held verified (src/http/auth/tokenCache.ts): tests and diagnostics. */
+  get cachedBearerTokens(): number {
+    return this.jwt.cachedTokens;
+  }
+
   /** A request authenticator that routes name in `{ schemes: [...] }` (e.g. the trust domain's device credentials). */
   registerAuthenticator(name: string, authenticator: RequestAuthenticator): void {
     this.authenticators.set(name, authenticator);

@@ -94,6 +94,8 @@ export const configSchema = z.object({
   WEBHOOK_MAX_ATTEMPTS: positiveInt.default(8).describe('attempts of one webhook delivery before it is dropped'),
   WEBHOOK_RETRY_BASE_MS: positiveInt.default(5_000).describe('delay before the first retry of a delivery; doubled for each further attempt (with jitter), at most an hour'),
   WEBHOOK_SUSPEND_AFTER: positiveInt.default(5).describe('dropped deliveries in a row that suspend a subscription (its account is notified); with the defaults a receiver that never answers is suspended 6.6 to 13 minutes after its first undelivered changes'),
+  BRIDGE_FAILING_AFTER_SECONDS: positiveInt.default(300).describe('a data bridge rule whose sink refused every delivery for this long is marked FAILING and its account notified (deliveries keep being retried)'),
+  BRIDGE_RETRY_MAX_MS: positiveInt.default(30_000).describe('longest wait between retries of a data bridge rule whose sink refuses (doubled from 500 ms)'),
   WEBHOOK_CONCURRENCY: positiveInt.default(64).describe('webhook deliveries in flight per node, in fair shares: an account at most max(1, floor(N / (busy accounts + 1))), a subscription at most max(1, floor(its account\'s share / (its busy subscriptions + 1)))'),
 });
 

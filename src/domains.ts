@@ -14,6 +14,7 @@ import { feedDomain } from './feed/index.js';
 import { marketplaceDomain } from './marketplace/index.js';
 import { consoleDomain } from './console/index.js';
 import { otaDomain } from './ota/index.js';
+import { bridgesDomain } from './bridges/index.js';
 
 /**
  * Every domain of the gateway, in init/start order. Each declares the services it `provides` and
@@ -21,5 +22,5 @@ import { otaDomain } from './ota/index.js';
  * at start-up and names what to move). Stopped in reverse order.
  */
 export const domains: DomainModule[] = [
-  accountsDomain, quotasDomain, iamDomain, notificationsDomain, deviceSessionsDomain, blacklistDomain, vendorsDomain, trustDomain, registryDomain, marketplaceDomain, factoryDomain, feedDomain, ingestDomain, brokerDomain, consoleDomain, otaDomain,
+  accountsDomain, quotasDomain, iamDomain, notificationsDomain, deviceSessionsDomain, blacklistDomain, vendorsDomain, trustDomain, registryDomain, marketplaceDomain, factoryDomain, feedDomain, ingestDomain, brokerDomain, consoleDomain, otaDomain, bridgesDomain,
 ];

@@ -20,13 +20,15 @@ import { isNodeWorker, nodeTicketKeys } from '../multicore.js';
 import { brokerRoutes, connectivityStreamRoute } from './routes.js';
 import { ConnectedDeviceService } from './service.js';
 import { ClusterSessions } from './sessions.js';
-import { TelemetryHistory, TelemetryHistoryRepo } from './telemetryHistory.js';
+import { TelemetryHistory, TelemetryHistoryRepo, TelemetryLog } from './telemetryHistory.js';
 
 declare module '../gateway.js' {
   interface Services {
     /** the broker's runtime (the running Broker once started) */
     brokerHost: BrokerHost;
     devices: ConnectedDeviceService;
+    /** the telemetry history as a durable log read from a position (data bridges) */
+    telemetryLog: TelemetryLog;
   }
 }
 
@@ -81,7 +83,7 @@ export const deviceSessionsDomain = defineDomain({
  */
 export const brokerDomain = defineDomain({
   name: 'broker',
-  provides: ['devices', 'deviceMessaging'],
+  provides: ['devices', 'deviceMessaging', 'telemetryLog'],
   requires: ['brokerHost', 'crl', 'thingDirectory', 'deviceSessions', 'certificateUse', 'certificateRenewal'],
   kinds: [deviceCommandKind],
   init(gw, { brokerHost, thingDirectory, certificateRenewal }) {
@@ -102,7 +104,7 @@ export const brokerDomain = defineDomain({
     new Gauge({ name: 'connectivity_streams_open', help: 'Open connectivity streams (WebSocket) on this node', registers: [gw.metrics], collect() {
       this.set(connectivity.size);
     } });
-    return { devices, deviceMessaging: channel, repo, history, ingestBuffer: ingest, offline, connectivity, renewal, streamsCut, testHooks: brokerTestHooks(brokerHost) };
+    return { devices, deviceMessaging: channel, telemetryLog: new TelemetryLog(gw.sql), repo, history, ingestBuffer: ingest, offline, connectivity, renewal, streamsCut, testHooks: brokerTestHooks(brokerHost) };
   },
   async routes(app, gw, { devices, deviceSessions, offline, history, connectivity, streamsCut }) {
     await brokerRoutes(app, gw, devices, deviceSessions, offline, history, () => streamsCut.inc({ stream: 'telemetry' }));

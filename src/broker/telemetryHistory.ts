@@ -334,3 +334,68 @@ export class TelemetryHistory {
     if (dropped.length) this.log.info({ dropped }, 'telemetry history partitions past retention dropped');
   }
 }
+
+/** A place in the telemetry log: everything at or before it was read. `thingId` null: all of transaction `tx`. */
+export interface TelemetryPosition {
+  /** xid8 as decimal text */
+  tx: string;
+  thingId: string | null;
+}
+
+/** One history row in the log's order: a thing's messages of one ingest batch. */
+export interface TelemetryLogRow {
+  tx: string;
+  thingId: string;
+  firstAt: Date;
+  /** JSON text `[[epoch ms, {values as sent}], ...]`, oldest first */
+  points: string;
+}
+
+/** uuid text only (thing ids are uuids; a history row of another id joins no thing) */
+const UUID_RE = '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$';
+
+/**
+ * The telemetry history as a durable log, for readers that resume from a position (data bridges,
+ * src/bridges/): rows in (tx, thing_id) order, only those written by transactions below the
+ * snapshot's xmin (every transaction there has ended, so no row can appear behind a position
+ * later; migration 1800). An account sees only its own things' rows (trust's thing_directory).
+ */
+export class TelemetryLog {
+  constructor(private readonly sql: Sql) {}
+
+  /** The position after everything committed so far (where a new reader starts). */
+  async head(): Promise<TelemetryPosition> {
+    const [{ xmin }] = await this.sql<{ xmin: string }[]>`select pg_snapshot_xmin(pg_current_snapshot())::text as xmin`;
+    return { tx: (BigInt(xmin) - 1n).toString(), thingId: null };
+  }
+
+  /** Up to `limit` rows of the account's things after `after`, in the log's order. */
+  async read(accountId: string, after: TelemetryPosition, limit: number): Promise<TelemetryLogRow[]> {
+    const rows = await this.sql<{ tx: string; thing_id: string; first_at: Date; points: string }[]>`
+      with h as materialized (select pg_snapshot_xmin(pg_current_snapshot()) as xmin)
+      select t.tx::text as tx, t.thing_id, t.first_at, t.points::text as points
+      from h, telemetry_history t
+      join thing_directory d on d.id = (case when t.thing_id ~ ${UUID_RE} then t.thing_id::uuid end)
+      where t.tx >= ${after.tx}::xid8 and t.tx < h.xmin
+        and (t.tx > ${after.tx}::xid8 or (${after.thingId}::text is not null and t.thing_id > ${after.thingId}::text))
+        and d.account_id = ${accountId}
+      order by t.tx, t.thing_id
+      limit ${limit}`;
+    return rows.map((r) => ({ tx: r.tx, thingId: r.thing_id, firstAt: r.first_at, points: r.points }));
+  }
+
+  /** What the account's log holds after `after` (at most `bound` rows counted): messages and the oldest row's time. */
+  async behind(accountId: string, after: TelemetryPosition, bound = 20_000): Promise<{ messages: number; oldest: Date | null }> {
+    const [r] = await this.sql<{ messages: number; oldest: Date | null }[]>`
+      with h as materialized (select pg_snapshot_xmin(pg_current_snapshot()) as xmin)
+      select coalesce(sum(json_array_length(x.points)), 0)::int as messages, min(x.first_at) as oldest from (
+        select t.points, t.first_at
+        from h, telemetry_history t
+        join thing_directory d on d.id = (case when t.thing_id ~ ${UUID_RE} then t.thing_id::uuid end)
+        where t.tx >= ${after.tx}::xid8
+          and (t.tx > ${after.tx}::xid8 or (${after.thingId}::text is not null and t.thing_id > ${after.thingId}::text))
+          and d.account_id = ${accountId}
+        limit ${bound}) x`;
+    return r;
+  }
+}

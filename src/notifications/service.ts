@@ -39,6 +39,7 @@ const EVENT_TEMPLATES: Record<string, (p: Record<string, any>) => { template: st
   'quotaRequest.decided': (p) => ({ template: 'quota/request-decided', severity: p.decision === 'denied' ? 'warning' : 'info', actionUrl: `/quotas/requests/${encodeURIComponent(String(p.requestId ?? ''))}` }),
   'organization.leaveBlocked': (p) => ({ template: 'organization/leave-blocked', severity: 'error', actionUrl: `/organizations/${encodeURIComponent(String(p.organizationId ?? ''))}` }),
   'subscription.suspended': (p) => ({ template: 'webhook/subscription-suspended', severity: p.reason === 'owner' ? 'info' : 'warning', actionUrl: `/state-change-subscriptions/${encodeURIComponent(String(p.subscriptionId ?? ''))}` }),
+  'rule.failing': (p) => ({ template: 'bridge/rule-failing', severity: 'warning', actionUrl: `/rules/${encodeURIComponent(String(p.ruleId ?? ''))}` }),
 };
 export const NOTIFYING_EVENTS = Object.keys(EVENT_TEMPLATES);
 

@@ -150,6 +150,14 @@ export const SEED_TEMPLATES: TemplateRecord[] = [
     bodyHtml: layout('Webhook subscription suspended', '<p>State-change subscription <code>{{subscriptionId}}</code> was suspended at {{at}} (<b>{{reason}}</b>). Its pending deliveries were dropped and no change is delivered while it is suspended: keep polling the feed. Once the receiver works, reactivate it with <code>PATCH /provisioning/v1/state-change-subscriptions/{{subscriptionId}}</code> <code>{"status":"ACTIVE"}</code>.</p>'),
   },
   {
+    id: 'bridge/rule-failing',
+    categoryId: 'general',
+    subject: 'Data bridge rule {{name}} is failing',
+    title: 'Data bridge rule {{name}} is failing: its sink refuses deliveries',
+    bodyText: 'Rule {{name}} ({{ruleId}}) has had every delivery refused by its sink since {{since}} (last error: {{error}}). Deliveries are retried and resume from where they stopped once the sink accepts them again; nothing is lost while the telemetry history keeps the data. Check the bridge (GET /api/v1/rules/{{ruleId}} shows the lag and last error).\n\n{{actionUrl}}\n',
+    bodyHtml: layout('Data bridge rule failing', '<p>Rule <b>{{name}}</b> (<code>{{ruleId}}</code>) has had every delivery refused by its sink since {{since}}.</p><p>Last error: <code>{{error}}</code></p><p>Deliveries are retried and resume from where they stopped once the sink accepts them again.</p>'),
+  },
+  {
     id: 'general/message',
     categoryId: 'general',
     subject: '{{subject}}',

@@ -1,0 +1,108 @@
+/**
+ * The CloudEvents 1.0 envelope of a delivery (JSON format), filters (`where`) and projections
+ * (`select`) of a rule, and the reading of a telemetry history row's points without re-encoding
+ * the payloads (docs/decisions.md, "Data bridges").
+ */
+
+export type Kind = 'telemetry' | 'connectivity' | 'state';
+
+export const EVENT_TYPES: Record<string, string> = {
+  telemetry: 'io.gateway.device.telemetry',
+  'device.connected': 'io.gateway.device.connected',
+  'device.disconnected': 'io.gateway.device.disconnected',
+  'thing.stateChanged': 'io.gateway.thing.stateChanged',
+  'thing.enrolled': 'io.gateway.thing.enrolled',
+};
+
+export interface EnvelopeFields {
+  id: string;
+  type: string;
+  accountId: string;
+  thingId: string;
+  kind: Kind;
+  ruleId: string;
+  /** ISO 8601 */
+  time: string;
+  /** JSON text of the data: the payload as the device sent it, or the selected fields */
+  data: string;
+}
+
+/**
+ * `{"specversion":"1.0","id","source","type","time","subject","datacontenttype","account","kind","rule","data"}`;
+ * `data` is spliced in as text (a telemetry payload keeps the device's bytes: number formats, key order).
+ */
+export function envelope(f: EnvelopeFields): string {
+  return `{"specversion":"1.0","id":${JSON.stringify(f.id)},"source":${JSON.stringify(`/accounts/${f.accountId}/things/${f.thingId}`)},`
+    + `"type":${JSON.stringify(f.type)},"time":${JSON.stringify(f.time)},"subject":${JSON.stringify(f.thingId)},`
+    + `"datacontenttype":"application/json","account":${JSON.stringify(f.accountId)},"kind":"${f.kind}","rule":${JSON.stringify(f.ruleId)},"data":${f.data}}`;
+}
+
+/** `[[epoch ms, {values}], ...]` as stored: each point's time and its payload's text, as written. */
+export function splitPoints(text: string): { at: number; json: string }[] {
+  const out: { at: number; json: string }[] = [];
+  let depth = 0;
+  let inString = false;
+  let pointStart = -1;
+  let objectStart = -1;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 92 /* \ */) i++;
+      else if (c === 34 /* " */) inString = false;
+      continue;
+    }
+    if (c === 34) inString = true;
+    else if (c === 91 /* [ */ || c === 123 /* { */) {
+      depth++;
+      if (depth === 2 && c === 91) pointStart = i + 1;
+      else if (depth === 3 && c === 123) objectStart = i;
+    } else if (c === 93 /* ] */ || c === 125 /* } */) {
+      if (depth === 3 && c === 125 && objectStart >= 0) {
+        const at = Number(text.slice(pointStart, text.indexOf(',', pointStart)));
+        out.push({ at, json: text.slice(objectStart, i + 1) });
+        objectStart = -1;
+      }
+      depth--;
+    }
+  }
+  return out;
+}
+
+/** A comparison on one payload field: a bare value is `eq`. */
+export type FieldTest = { eq?: unknown; ne?: unknown; gt?: number; gte?: number; lt?: number; lte?: number; exists?: boolean; in?: unknown[] };
+export interface Where {
+  /** top-level payload fields (telemetry values, or the event's fields) */
+  payload?: Record<string, FieldTest | string | number | boolean | null>;
+  /** the thing's attributes: model (`vid:pid` or model id), tags (all of them), lifecycle states (any of them) */
+  thing?: { model?: string; tags?: string[]; state?: string[] };
+}
+
+const same = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b);
+
+/** Does a parsed payload pass the rule's payload tests? */
+export function passes(where: Where['payload'], value: Record<string, unknown>): boolean {
+  if (!where) return true;
+  for (const [field, test] of Object.entries(where)) {
+    const v = value[field];
+    if (test === null || typeof test !== 'object') {
+      if (!same(v, test)) return false;
+      continue;
+    }
+    if (test.exists !== undefined && (v !== undefined) !== test.exists) return false;
+    if ('eq' in test && !same(v, test.eq)) return false;
+    if ('ne' in test && same(v, test.ne)) return false;
+    if (test.in !== undefined && !test.in.some((x) => same(v, x))) return false;
+    if (test.gt !== undefined && !(typeof v === 'number' && v > test.gt)) return false;
+    if (test.gte !== undefined && !(typeof v === 'number' && v >= test.gte)) return false;
+    if (test.lt !== undefined && !(typeof v === 'number' && v < test.lt)) return false;
+    if (test.lte !== undefined && !(typeof v === 'number' && v <= test.lte)) return false;
+  }
+  return true;
+}
+
+/** The selected top-level fields (those present), as JSON text. */
+export function pick(fields: string[], value: Record<string, unknown>): string {
+  const out: Record<string, unknown> = {};
+  for (const f of fields) if (f in value) out[f] = value[f];
+  return JSON.stringify(out);
+}

@@ -1,0 +1,65 @@
+import crypto from 'node:crypto';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
+import type { TestGateway } from '../helpers/gateway.js';
+import type { TestAccount } from '../helpers/accounts.js';
+
+export const NATS_URL = 'nats://127.0.0.1:4222';
+export const AMQP_URL = 'amqp://guest:guest@127.0.0.1:5672';
+
+export interface CloudEvent {
+  specversion: string; id: string; source: string; type: string; time: string; subject: string;
+  account: string; kind: string; rule: string; data: Record<string, unknown>;
+}
+
+/** A JetStream stream capturing `<prefix>.>` on a NATS server, and its messages read back in order. */
+export class TestStream {
+  private constructor(readonly nc: NatsConnection, readonly jsm: JetStreamManager, readonly name: string, readonly prefix: string) {}
+
+  static async create(url = NATS_URL, prefix = `t${crypto.randomBytes(4).toString('hex')}`): Promise<TestStream> {
+    const u = new URL(url);
+    const nc = await connect({ servers: `${u.hostname}:${u.port}`, reconnect: true, maxReconnectAttempts: -1, reconnectTimeWait: 200 });
+    const jsm = await jetstreamManager(nc);
+    const name = prefix.toUpperCase();
+    await jsm.streams.add({ name, subjects: [`${prefix}.>`] });
+    return new TestStream(nc, jsm, name, prefix);
+  }
+
+  async count(): Promise<number> {
+    return (await this.jsm.streams.info(this.name)).state.messages;
+  }
+
+  /** Every message of the stream, in stream order, parsed. */
+  async events(): Promise<(CloudEvent & { _subject: string })[]> {
+    const n = await this.count();
+    const out: (CloudEvent & { _subject: string })[] = [];
+    for (let seq = 1; seq <= n; seq++) {
+      const m = await this.jsm.streams.getMessage(this.name, { seq });
+      if (m) out.push({ ...(m.json() as CloudEvent), _subject: m.subject });
+    }
+    return out;
+  }
+
+  async close(): Promise<void> {
+    await this.jsm.streams.delete(this.name).catch(() => {});
+    await this.nc.close().catch(() => {});
+  }
+}
+
+export async function createBridge(gw: TestGateway, account: TestAccount, body: Record<string, unknown>): Promise<string> {
+  const res = await gw.http.post('/api/v1/bridges', { name: `b-${crypto.randomUUID().slice(0, 8)}`, ...body }, { token: account.operator });
+  if (res.status !== 201) throw new Error(`bridge: ${res.status} ${res.text}`);
+  return res.body.id as string;
+}
+
+export async function createRule(gw: TestGateway, account: TestAccount, body: Record<string, unknown>): Promise<string> {
+  const res = await gw.http.post('/api/v1/rules', { name: `r-${crypto.randomUUID().slice(0, 8)}`, ...body }, { token: account.operator });
+  if (res.status !== 201) throw new Error(`rule: ${res.status} ${res.text}`);
+  return res.body.id as string;
+}
+
+export async function rule(gw: TestGateway, account: TestAccount, id: string): Promise<any> {
+  const res = await gw.http.get(`/api/v1/rules/${id}`, { token: account.viewer });
+  if (res.status !== 200) throw new Error(`rule: ${res.status} ${res.text}`);
+  return res.body;
+}

@@ -275,7 +275,7 @@ describe('delete, drain, garbage collection', () => {
     expectProblem(await gw.http.get(`${PATH}/${r.id}`, { token: a.admin }), 404);
     expectProblem(await gw.http.post(`${PATH}/${r.id}/expedite-drain`, undefined, { token: a.admin }), 404);
     // garbage collection runs as a job; the sweep collects whatever a job missed
-    await gw.services.factoryServices.sweep();
+    await gw.testHooks.factory.sweep();
     expect(await gw.db.sql`select 1 from factory_services where id = ${r.id}`).toHaveLength(0);
     expect(await gw.db.sql`select 1 from actors where type = 'factoryService' and id = ${r.id}`).toHaveLength(0);
   });
@@ -366,7 +366,7 @@ describe('signed-request refusals: each a 401 problem with its own detail', () =
     const count = async () => (await gw.db.sql<{ n: number }[]>`select count(*)::int as n from factory_signature_replays`)[0].n;
     expect(await count()).toBeGreaterThan(0);
     clock.advance(11 * 60_000);
-    await gw.services.factoryServices.sweep();
+    await gw.testHooks.factory.sweep();
     expect(await count()).toBe(0);
   });
 });

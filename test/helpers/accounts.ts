@@ -15,7 +15,7 @@ export async function createAccount(gw: TestGateway, opts: { capabilities?: stri
   const id = crypto.randomUUID();
   const res = await gw.http.post('/platform/v1/accounts', { id, name: opts.name ?? `account ${id.slice(0, 8)}` }, { token: platform });
   if (res.status !== 201) throw new Error(`account create failed: ${res.status} ${res.text}`);
-  for (const capability of opts.capabilities ?? []) await grantCapability(gw, id, capability);
+  for (const capability of opts.capabilities ?? []) await grantCapability(gw, id, capability, platform);
   const realm = `acc-${id}`;
   return {
     id,
@@ -25,15 +25,16 @@ export async function createAccount(gw: TestGateway, opts: { capabilities?: stri
   };
 }
 
-/**
- * Grants a capability. Goes through the IAM service when it exists (so its caches see it);
- * until then writes the row the capability layer reads.
- */
-export async function grantCapability(gw: TestGateway, accountId: string, capability: string): Promise<void> {
-  const iam = (gw.services as Record<string, any>).iam;
-  if (iam?.grantCapability) {
-    await iam.grantCapability(accountId, capability, 'test');
-    return;
-  }
-  await gw.db.sql`insert into account_capabilities (account_id, capability, granted_by) values (${accountId}, ${capability}, 'test') on conflict do nothing`;
+/** Grants a capability as a platform admin does (PUT /platform/v1/accounts/{id}/capabilities/{capability}). */
+export async function grantCapability(gw: TestGateway, accountId: string, capability: string, token?: string): Promise<void> {
+  const platform = token ?? (await gw.token({ realm: 'platform', sub: 'platform-root', roles: ['platform-admin'] }));
+  const res = await gw.http.put(`/platform/v1/accounts/${accountId}/capabilities/${capability}`, undefined, { token: platform });
+  if (res.status !== 200) throw new Error(`capability grant failed: ${res.status} ${res.text}`);
+}
+
+/** Revokes a capability as a platform admin does (DELETE /platform/v1/accounts/{id}/capabilities/{capability}). */
+export async function revokeCapability(gw: TestGateway, accountId: string, capability: string): Promise<void> {
+  const platform = await gw.token({ realm: 'platform', sub: 'platform-root', roles: ['platform-admin'] });
+  const res = await gw.http.delete(`/platform/v1/accounts/${accountId}/capabilities/${capability}`, { token: platform });
+  if (res.status !== 204) throw new Error(`capability revoke failed: ${res.status} ${res.text}`);
 }

@@ -10,7 +10,12 @@ import type { FaultHook } from '../../src/lib/faults.js';
 import { startGateway, type RunningGateway } from '../../src/server.js';
 import { createTestDatabase, type TestDatabase } from './db.js';
 
-export interface TestGateway extends RunningGateway {
+/**
+ * A running gateway as tests see it: its public interfaces (HTTP, MQTT), the declared test hooks
+ * (`testHooks.<domain>`, src/gateway.ts TestHooks) and the Gateway parts; not the domains' wired
+ * services (RunningGateway.services), which only benchmarks use.
+ */
+export interface TestGateway extends Omit<RunningGateway, 'services'> {
   db: TestDatabase;
   /** real HTTP over a socket */
   http: HttpClient;
@@ -43,7 +48,7 @@ export async function startTestGateway(env: Record<string, string> = {}, opts: {
     HTTP_PORT: httpPort,
     DATABASE_URL: db.url,
   });
-  const running = await startGateway(config, { log: createLogger(config.LOG_LEVEL, false), clock: opts.clock, faults: opts.faults });
+  const { services: _wired, ...running } = await startGateway(config, { log: createLogger(config.LOG_LEVEL, false), clock: opts.clock, faults: opts.faults });
   const http = new HttpClient(running.httpUrl);
   return {
     ...running,

@@ -1,6 +1,6 @@
 import crypto from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createAccount, type TestAccount } from '../helpers/accounts.js';
+import { createAccount, grantCapability, type TestAccount } from '../helpers/accounts.js';
 import { expectProblem, startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { platformToken, svcHeaders, userWithCredential } from './helpers.js';
 
@@ -68,17 +68,17 @@ describe('authorization layers: role, then SCP explicit deny, then capability', 
   });
 
   it('the capability layer runs last; its message and the enroll hint differ from the other two', async () => {
-    const iam = gw.services.iam;
+    const iam = gw.testHooks.iam;
     const a = await createAccount(gw);
     const principal = { via: 'jwt' as const, sub: 'x', realm: `acc-${a.id}`, realmKind: 'acc' as const, accountId: a.id, roles: ['operator'] };
     const route = { action: 'things:Thing:Create', capability: 'enroll_things' };
-    await expect(iam.capabilities.check(principal, route.action, route.capability)).rejects.toMatchObject({
+    await expect(iam.checkCapability(principal, route.action, route.capability)).rejects.toMatchObject({
       kind: 'refused', detail: expect.stringMatching(/^account not qualified: things:Thing:Create requires capability enroll_things.*POST \/api\/v1\/things\/join.*access_code/),
     });
-    await expect(iam.capabilities.check(principal, route.action, 'manage_ota_rollouts')).rejects.toMatchObject({ detail: expect.not.stringMatching(/join/) });
-    await iam.capabilities.grant(a.id, 'enroll_things', 'test');
-    await expect(iam.capabilities.check(principal, route.action, route.capability)).resolves.toBeUndefined();
-    expect(iam.capabilities.check(principal, route.action, undefined)).toBeUndefined();
+    await expect(iam.checkCapability(principal, route.action, 'manage_ota_rollouts')).rejects.toMatchObject({ detail: expect.not.stringMatching(/join/) });
+    await grantCapability(gw, a.id, 'enroll_things');
+    await expect(iam.checkCapability(principal, route.action, route.capability)).resolves.toBeUndefined();
+    expect(iam.checkCapability(principal, route.action, undefined)).toBeUndefined();
   });
 });
 

@@ -90,8 +90,8 @@ const ROWS: Row[] = [
     async call(a, token) {
       const m = await model(a);
       await gw.http.patch(`/api/v1/models/${m.id}`, { bundles: [{ kind: 'software', name: 'fw', version: '1.0.0', url: 'https://example.com/fw.bin' }] }, { token: a.operator });
-      // the draft is set up through the service (the HTTP create is itself gated: the next row)
-      const draft = await gw.services.marketplace.create(a.id, { model_id: m.id, name: 'table product', bundles: [{ name: 'fw', version: '1.0.0' }] });
+      // the draft is set up through the marketplace's test hook (the HTTP create is itself gated: the next row)
+      const draft = await gw.testHooks.marketplace.createDraft(a.id, { model_id: m.id, name: 'table product', bundles: [{ name: 'fw', version: '1.0.0' }] });
       return gw.http.post(`/api/v1/marketplace/products/${draft.id}/publish`, undefined, { token });
     },
     async nothingDone(a) {
@@ -110,9 +110,16 @@ const ROWS: Row[] = [
   },
 ];
 
-/** A pending license of a new token-flow device of the model (registered through the trust service: the HTTP route is the enroll row). */
+/**
+ * A pending license of a new token-flow device of the model, registered over HTTP (POST /api/v1/things,
+ * the enroll row: gated by enroll_things, which the account holds only for that request).
+ */
 async function pendingLicense(a: TestAccount, descriptor: string): Promise<string> {
-  const registered = await gw.services.trust.registerThing(a.id, { manufacturer: 'Acme', model: descriptor, serial: `SN-${crypto.randomUUID().slice(0, 8)}` });
+  await grant(a, 'enroll_things');
+  const created = await gw.http.post('/api/v1/things', { manufacturer: 'Acme', model: descriptor, serial: `SN-${crypto.randomUUID().slice(0, 8)}` }, { token: a.operator });
+  await revoke(a, 'enroll_things');
+  expect(created.status, created.text).toBe(201);
+  const registered = created.body as { thingId: string; enrollmentToken: string };
   const enrolled = await gw.http.post('/ddi/v1/enroll', { enrollmentToken: registered.enrollmentToken });
   expect(enrolled.status, enrolled.text).toBe(200);
   const res = await gw.http.post(`/ddi/v1/${registered.thingId}/license/request`, {}, { headers: { authorization: `TargetToken ${registered.enrollmentToken}` } });

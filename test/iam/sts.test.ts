@@ -172,11 +172,11 @@ describe('STS', () => {
     const kept = (await sessionToken(idc, { account_id: acct.id, duration_seconds: 3600 })).body;
     const schedules = await gw.db.sql`select name, cron from pgboss.schedule where name = ${CLEANUP_JOB}`;
     expect(schedules).toEqual([{ name: CLEANUP_JOB, cron: '0 * * * *' }]);
-    await gw.services.iam.sessions.cleanupExpired(); // earlier tests' expired sessions
+    await gw.testHooks.iam.cleanupExpiredSessions(); // earlier tests' expired sessions
     clock.advance(899_000);
-    expect(await gw.services.iam.sessions.cleanupExpired()).toBe(0);
+    expect(await gw.testHooks.iam.cleanupExpiredSessions()).toBe(0);
     clock.advance(1_000);
-    const deleted = await gw.services.iam.sessions.cleanupExpired();
+    const deleted = await gw.testHooks.iam.cleanupExpiredSessions();
     expect(deleted).toBeGreaterThanOrEqual(1);
     expect(await gw.db.sql`select 1 from iam_credentials where access_key_id = ${c.access_key_id}`).toHaveLength(0);
     expect(await gw.db.sql`select 1 from iam_credentials where kind = 'temporary' and expires_at <= ${clock.now()}`).toHaveLength(0);

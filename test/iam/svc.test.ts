@@ -99,11 +99,12 @@ describe('SVC authentication (spec error table, 401 rows for static keys)', () =
   });
 
   it('an acknowledged invalidation has reached every live node when it resolves', async () => {
-    const a = gw.services.iam.cache;
-    const b = node2.services.iam.cache;
-    b.set('cap', 'probe-account', new Set(['x']));
+    const a = gw.testHooks.iam;
+    const b = node2.testHooks.iam;
+    b.cacheSet('cap', 'probe-account', new Set(['x']));
+    expect(b.cachePeek('cap', 'probe-account')).toBeDefined();
     await a.invalidate(['cap:probe-account'], { wait: true });
-    expect(b.peek('cap', 'probe-account')).toBeUndefined();
+    expect(b.cachePeek('cap', 'probe-account')).toBeUndefined();
   });
 
   it('the hot path is served from the node cache (no database read per request)', async () => {
@@ -114,20 +115,20 @@ describe('SVC authentication (spec error table, 401 rows for static keys)', () =
     await gw.gw.actors.send(staticCredentialKind, credential.id, { type: 'DEACTIVATE', at: gw.gw.clock.now().toISOString() });
     expect((await gw.db.sql`select status from iam_credentials where id = ${credential.id}`)[0].status).toBe('INACTIVE');
     for (let i = 0; i < 5; i++) expect((await gw.http.get('/iam/v1/whoami', { headers: svcHeaders(credential) })).status).toBe(200);
-    await gw.services.iam.cache.invalidate([`cred:${credential.access_key_id}`], { wait: true });
+    await gw.testHooks.iam.invalidate([`cred:${credential.access_key_id}`], { wait: true });
     expect(expectProblem(await gw.http.get('/iam/v1/whoami', { headers: svcHeaders(credential) }), 401).detail).toMatch(/inactive/);
   });
 
   it('a node that missed an invalidation message drops its caches at its next heartbeat', async () => {
-    const b = node2.services.iam.cache;
-    await b.beat(); // catch up with earlier tests
-    b.set('cred', 'AKSV00000000000000AA', { stale: true });
-    await b.beat();
-    expect(b.peek('cred', 'AKSV00000000000000AA')).toBeDefined();
+    const b = node2.testHooks.iam;
+    await b.cacheBeat(); // catch up with earlier tests
+    b.cacheSet('cred', 'AKSV00000000000000AA', { stale: true });
+    await b.cacheBeat();
+    expect(b.cachePeek('cred', 'AKSV00000000000000AA')).toBeDefined();
     // an invalidation whose message never reached node 2 (only the generation moved)
     await gw.db.sql`update iam_cache_generation set n = n + 1`;
-    await b.beat();
-    expect(b.peek('cred', 'AKSV00000000000000AA')).toBeUndefined();
+    await b.cacheBeat();
+    expect(b.cachePeek('cred', 'AKSV00000000000000AA')).toBeUndefined();
   });
 
   it('last_used_at is kept up to date (batched, not a write per request)', async () => {

@@ -15,13 +15,13 @@ afterAll(() => gw?.close());
 
 describe('503', () => {
   it('while ingest is not accepting on this node (starting, stopping): 503 with Retry-After', async () => {
-    gw.services.ingest.setAccepting(false);
+    gw.testHooks.ingest.setAccepting(false);
     try {
       const res = await batch(gw, partner, 'products', envelope(partner, [product(1)]));
       expectProblem(res, 503);
       expect(Number(res.headers.get('retry-after'))).toBeGreaterThan(0);
     } finally {
-      gw.services.ingest.setAccepting(true);
+      gw.testHooks.ingest.setAccepting(true);
     }
     expect((await batch(gw, partner, 'products', envelope(partner, [product(1)]))).status).toBe(200);
   });

@@ -114,7 +114,7 @@ describe('bulk jobs', () => {
     clock.advance(31 * 86_400_000);
     try {
       expectProblem(await gw.http.get(`${P}/jobs/${a.body.job_id}/errors`, { token: partner.viewer }), 404);
-      await gw.services.ingest.sweep();
+      await gw.testHooks.ingest.sweep();
       expect((await gw.db.sql`select 1 from ingest_job_errors where job_id = ${a.body.job_id}`).length).toBe(0);
       expect((await gw.http.get(`${P}/jobs/${a.body.job_id}`, { token: partner.viewer })).status).toBe(200);
     } finally {

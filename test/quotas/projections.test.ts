@@ -68,7 +68,7 @@ describe('quota request projection', () => {
     const acc = await createAccount(gw);
     const req = await gw.http.post('/api/v1/accounts/me/quota-requests', { quota_code: 'scps-per-organization', desired_value: 20_000 }, { token: acc.admin });
     const caller = { sub: 'quota-reviewer', roles: ['platform-admin'], platform: true };
-    const err = await gw.services.quotas.requests.decide(req.body.id, 'denied', caller, '   ').catch((e) => e);
+    const err = await gw.testHooks.quotas.decideRequest(req.body.id, 'denied', caller, '   ').catch((e) => e);
     expect(err).toBeInstanceOf(DomainError);
     expect(err).toMatchObject({ kind: 'invalid', detail: 'a reason is required to deny a request' });
     expect(await requestRow(req.body.id)).toMatchObject({ status: 'pending', decided_at: null });

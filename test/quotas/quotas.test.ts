@@ -40,7 +40,7 @@ describe('quota defaults and standalone quotas', () => {
     for (const q of res.body.items) expect(q.applied_value).toBe(q.default_value);
     const [after] = await gw.db.sql`select count(*)::int as n from quotas where account_id = ${acc.id}`;
     expect(after.n).toBe(7);
-    expect(await gw.services.quotaGate.limit(acc.id, 'organizations', 'scps-attached-per-entity')).toBe(5);
+    expect(await gw.testHooks.quotas.limit(acc.id, 'organizations', 'scps-attached-per-entity')).toBe(5);
   });
 
   it('refuses bad increase requests with clear 4xx problems', async () => {
@@ -127,7 +127,7 @@ describe('organizations', () => {
     const mine = await gw.http.get('/api/v1/accounts/me/quotas', { token: member.viewer });
     expect(mine.body).toMatchObject({ scope: 'organization', organization_id: org });
     expect(mine.body.items.find((q: any) => q.quota_code === 'scps-per-organization').applied_value).toBe(12_000);
-    expect(await gw.services.quotaGate.limit(member.id, 'organizations', 'scps-per-organization')).toBe(12_000);
+    expect(await gw.testHooks.quotas.limit(member.id, 'organizations', 'scps-per-organization')).toBe(12_000);
     const [n] = await gw.db.sql`select count(*)::int as n from quotas where account_id = ${member.id}`;
     expect(n.n).toBe(0);
     // members request through the organization, not as standalone accounts
@@ -209,7 +209,7 @@ describe('leaving an organization', () => {
     expect(n.n).toBe(7);
     const me = await gw.http.get('/api/v1/accounts/me/organization', { token: member.viewer });
     expect(me.body.membership).toMatchObject({ status: 'leaving', leave_id: res.body.id });
-    expect(await gw.services.quotaGate.limit(member.id, 'organizations', 'member-accounts-per-organization')).toBe(15);
+    expect(await gw.testHooks.quotas.limit(member.id, 'organizations', 'member-accounts-per-organization')).toBe(15);
     // in the platform admin queue, tagged, with an auto-generated reason
     const queue = await gw.http.get('/api/v1/quota-requests?page=0&size=100', { token: platform });
     const mine = queue.body.items.filter((r: any) => r.leave_request_account_id === member.id);

@@ -249,6 +249,8 @@ describe('access codes on the gateway clock', () => {
     expect((await gw.http.post('/api/v1/things/join', { access_code: a.accessCode }, { token: other.operator })).status).toBe(200);
     clock.set(Date.parse(b.expiresAt));
     expectProblem(await gw.http.post('/api/v1/things/join', { access_code: b.accessCode }, { token: other.operator }), 403);
-    expect(await gw.services.thingDirectory.accountOf(late.thingId)).toBe(account.id);
+    // still the first account's
+    expect((await gw.http.get(`/api/v1/things/${late.thingId}`, { token: account.viewer })).status).toBe(200);
+    expectProblem(await gw.http.get(`/api/v1/things/${late.thingId}`, { token: other.viewer }), 404);
   });
 });

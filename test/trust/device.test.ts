@@ -204,7 +204,9 @@ describe('join by access code', () => {
     const joined = await gw.http.post('/api/v1/things/join', { access_code: code.body.accessCode }, { token: other.operator });
     expect(joined.status).toBe(200);
     expect(joined.body).toEqual({ thingId: d.thingId, accountId: other.id });
-    expect(await gw.services.thingDirectory.accountOf(d.thingId)).toBe(other.id);
+    // the thing is the joining account's now, and no longer the first one's
+    expect((await gw.http.get(`/api/v1/things/${d.thingId}`, { token: other.viewer })).status).toBe(200);
+    expectProblem(await gw.http.get(`/api/v1/things/${d.thingId}`, { token: account.viewer }), 404);
     const [joinedEvent] = await gw.db.sql<{ account_id: string }[]>`select account_id from domain_events where actor_id = ${d.thingId} and type = 'thing.joined'`;
     expect(joinedEvent.account_id).toBe(other.id);
     // the new owner revokes it; the event belongs to the new owner

@@ -3,7 +3,6 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { createClaimGroup, enrollDevice, type EnrolledDevice } from '../helpers/devices.js';
-import type { FirstUseFilter } from '../../src/trust/firstUse.js';
 import { deviceCertificateKind } from '../../src/trust/kinds.js';
 
 let gw: TestGateway;
@@ -34,11 +33,12 @@ async function renewed(): Promise<{ device: EnrolledDevice; pending: string }> {
 
 describe('certificate first use on the connect path', () => {
   const hourAgo = () => new Date(Date.now() - 3_600_000);
-  const filter = () => gw.services.certificateUse as FirstUseFilter;
+  // what the broker reports on each accepted CONNECT, and the filter's periodic reload
+  const used = (thingId: string, serial: string, notBefore: Date) => gw.testHooks.trust.certificateUsed(thingId, serial, notBefore);
 
   it('a young certificate is always looked up: its first use revokes the older one, even before the node reloaded', async () => {
     const { device, pending } = await renewed();
-    await filter().used(device.thingId, pending.toUpperCase(), new Date());
+    await used(device.thingId, pending.toUpperCase(), new Date());
     expect(await revokedOf(device.serial)).toBe(true);
     expect(await revokedOf(pending)).toBe(false);
   });
@@ -48,9 +48,9 @@ describe('certificate first use on the connect path', () => {
     const b = await renewed();
     const plain = await Promise.all(Array.from({ length: 5 }, () => enrollDevice(gw, account, { claimSecret })));
     await Promise.all([
-      filter().used(a.device.thingId, `00${a.pending}`, new Date()),
-      ...plain.map((d) => filter().used(d.thingId, d.serial, new Date())),
-      filter().used(b.device.thingId, b.pending.toUpperCase(), new Date()),
+      used(a.device.thingId, `00${a.pending}`, new Date()),
+      ...plain.map((d) => used(d.thingId, d.serial, new Date())),
+      used(b.device.thingId, b.pending.toUpperCase(), new Date()),
     ]);
     expect(await revokedOf(a.device.serial)).toBe(true);
     expect(await revokedOf(b.device.serial)).toBe(true);
@@ -60,14 +60,14 @@ describe('certificate first use on the connect path', () => {
   it('an older certificate is looked up when the node knows it awaits first use; other connects cost no round trip', async () => {
     const { device, pending } = await renewed();
     // the common connect: the current certificate, nothing of it awaits first use
-    await filter().used(device.thingId, device.serial, hourAgo());
+    await used(device.thingId, device.serial, hourAgo());
     expect(await revokedOf(device.serial)).toBe(false);
     // only a renewal after the last reload is unknown to the node, and a renewal issues a young
     // certificate (previous test); an old one presented now is not looked up
-    await filter().used(device.thingId, pending, hourAgo());
+    await used(device.thingId, pending, hourAgo());
     expect(await revokedOf(device.serial)).toBe(false);
-    await filter().reload();
-    await filter().used(device.thingId, pending, hourAgo());
+    await gw.testHooks.trust.reloadFirstUse();
+    await used(device.thingId, pending, hourAgo());
     expect(await revokedOf(device.serial)).toBe(true);
   });
 });

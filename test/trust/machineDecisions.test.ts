@@ -64,15 +64,15 @@ describe('machine decisions with the injected clock', () => {
   it('rotation: the renewal waits for its first use, then supersedes the old certificate at that instant', async () => {
     const d = await enrollDevice(gw, account);
     const { csr } = await newKey();
-    const renewed = await gw.services.certificateRenewal.renew(d.thingId, csr);
+    const renewed = await gw.testHooks.trust.renew(d.thingId, csr);
     const serial = renewed.serial.toLowerCase();
     expect((await gw.gw.actors.get(deviceCertificateKind, serial))?.state).toBe('issued');
     expect(await certificateRow(serial)).toMatchObject({ awaiting_first_use: true, revoked: false });
     // the old certificate used again changes nothing
-    await gw.services.certificateUse.used(d.thingId, d.serial, new Date());
+    await gw.testHooks.trust.certificateUsed(d.thingId, d.serial, new Date());
     expect((await gw.gw.actors.get(deviceCertificateKind, d.serial))?.state).toBe('inUse');
     const at = tick();
-    await gw.services.certificateUse.used(d.thingId, serial, new Date());
+    await gw.testHooks.trust.certificateUsed(d.thingId, serial, new Date());
     const [old, current] = await Promise.all([gw.gw.actors.get(deviceCertificateKind, d.serial), gw.gw.actors.get(deviceCertificateKind, serial)]);
     expect(old?.state).toBe('superseded');
     expect(old?.snapshot.context).toMatchObject({ revokedAt: at, supersededBy: serial });
@@ -81,7 +81,7 @@ describe('machine decisions with the injected clock', () => {
     expect(await certificateRow(d.serial)).toEqual({ revoked: true, revoked_at: new Date(at), awaiting_first_use: false });
     expect(await certificateRow(serial)).toEqual({ revoked: false, revoked_at: null, awaiting_first_use: false });
     // a superseded certificate may not renew; the thing itself is not revoked
-    await expect(gw.services.certificateRenewal.renew(d.thingId, (await newKey()).csr, d.serial)).rejects.toMatchObject({ kind: 'refused' });
+    await expect(gw.testHooks.trust.renew(d.thingId, (await newKey()).csr, d.serial)).rejects.toMatchObject({ kind: 'refused' });
     expect((await gw.http.get(`/api/v1/things/${d.thingId}`, { token: account.viewer })).body).toMatchObject({ revoked: false });
   });
 
@@ -99,7 +99,7 @@ describe('machine decisions with the injected clock', () => {
     expect(await listed()).toMatchObject({ name: 'line 9', maxDevices: 7, ttlDays: 1, status: 'expired', revoked: false });
     // nothing recorded by the list: the row still shows the last event's state until the sweep
     expect((await gw.db.sql`select state from claim_groups where id = ${g.id}`)[0].state).toBe('active');
-    expect(await gw.services.trust.expireClaimGroups()).toBeGreaterThanOrEqual(1);
+    expect(await gw.testHooks.trust.expireClaimGroups()).toBeGreaterThanOrEqual(1);
     expect((await gw.db.sql`select state from claim_groups where id = ${g.id}`)[0].state).toBe('expired');
   });
 

@@ -55,7 +55,7 @@ describe('provisioning methods', () => {
     const res = await enroll({ model: m.descriptor.toLowerCase(), serial: 'N-1' });
     expect(res.status).toBe(200);
     const thingId = res.body.twinTopicPrefix.split('/')[1];
-    expect(await gw.services.thingDirectory.accountOf(thingId)).toBe(account.id);
+    expect((await gw.http.get(`/api/v1/things/${thingId}`, { token: account.viewer })).status).toBe(200);
     const [actor] = await gw.db.sql<{ state: string }[]>`select state from actors where type = 'thing' and id = ${thingId}`;
     expect(actor.state).toBe('ROLLEDOFF');
     expectProblem(await enroll({ model: m.descriptor, serial: 'N-1' }), 409);

@@ -71,8 +71,8 @@ describe('certificate rotation', () => {
     expect((await mtls('GET', `/ddi/v1/${d.thingId}/device/status`, renewed)).status).toBe(200);
     // what MQTT renewal passes: the session's certificate must still be valid
     const { csr } = await newKey();
-    await expect(gw.services.certificateRenewal.renew(d.thingId, csr, d.serial)).rejects.toMatchObject({ kind: 'refused' });
-    await expect(gw.services.certificateRenewal.renew(d.thingId, csr, renewed.serial.toUpperCase())).resolves.toMatchObject({ thingId: d.thingId });
+    await expect(gw.testHooks.trust.renew(d.thingId, csr, d.serial)).rejects.toMatchObject({ kind: 'refused' });
+    await expect(gw.testHooks.trust.renew(d.thingId, csr, renewed.serial.toUpperCase())).resolves.toMatchObject({ thingId: d.thingId });
   });
 
   it('refuses a CSR that is not PKCS#10 (400, nothing stored) and a revoked thing (403)', async () => {

@@ -3,7 +3,7 @@ import type { FastifyRequest } from 'fastify';
 import type { Gateway, ZodApp } from '../gateway.js';
 import { accountOf, modelScopeOf } from '../http/auth/plugin.js';
 import type { ThingScope } from './lifecycle.js';
-import { MAX_TAGS_PER_THING, RegistryService, SORTS } from './registry.js';
+import { EXACT_TOTAL_LIMIT, MAX_TAGS_PER_THING, RegistryService, SORTS } from './registry.js';
 import { claimGroupSchema, thingStateSchema } from './schemas.js';
 
 const READ = ['admin', 'operator', 'viewer'] as const;
@@ -16,6 +16,7 @@ const scopeOf = (request: FastifyRequest): ThingScope => ({ accountId: accountOf
 const bool = z.enum(['true', 'false']).transform((v) => v === 'true');
 const states = thingStateSchema.shape.state;
 const listQuery = z.strictObject({
+  q: z.string().trim().max(128).optional().describe('search: things whose serial (any case) or id starts with this text'),
   limit: z.coerce.number().int().min(1).max(500).default(50),
   cursor: z.string().max(512).optional().describe('next_cursor of the previous page (opaque; valid with the same sort)'),
   sort: z.enum(SORTS).default('created_at').describe('created_at or last_seen, ascending; a leading - for descending (never-seen things sort first ascending)'),
@@ -67,7 +68,14 @@ export async function registryRoutes(app: ZodApp, gw: Gateway): Promise<void> {
     config: { auth: { action: 'factory:Thing:List', roles: READ } },
     schema: {
       tags, summary: "The account's things: filters, sort by created_at or last_seen, keyset pages (no gap or repeat while things are added)",
-      querystring: listQuery, response: { 200: z.object({ items: z.array(thingItemSchema), next_cursor: z.string().nullable() }) },
+      querystring: listQuery,
+      response: {
+        200: z.object({
+          items: z.array(thingItemSchema), next_cursor: z.string().nullable(),
+          total: z.number().int().nullable().describe(`every match of the filters (all pages), counted exactly up to ${EXACT_TOTAL_LIMIT}; null above, with total_estimate`),
+          total_estimate: z.number().int().optional().describe(`when more than ${EXACT_TOTAL_LIMIT} match: the planner's estimate`),
+        }),
+      },
     },
   }, async (request) => registry.list(scopeOf(request), request.query));
 

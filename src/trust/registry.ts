@@ -21,9 +21,17 @@ export const SORTS = ['created_at', '-created_at', 'last_seen', '-last_seen'] as
 export type Sort = (typeof SORTS)[number];
 export const TAG_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$/;
 export const MAX_TAGS_PER_THING = 50;
+/**
+ * A list answer counts its matches exactly up to this many (a count stopped at the threshold: an
+ * index range scan of at most this many rows per page); above it the answer carries
+ * `total_estimate`, the planner's row estimate, and `total: null`.
+ */
+export const EXACT_TOTAL_LIMIT = 10_000;
 
 /** Which things of the scope a query matches (the list's filters; OTA target filters use them too). */
 export interface ThingFilter {
+  /** a prefix of the serial (any case) or of the thing id */
+  q?: string;
   state?: ThingState[];
   /** model id (uuid) or vid:pid descriptor */
   model?: string;
@@ -82,12 +90,18 @@ export class RegistryService {
 
   async list(scope: ThingScope, q: ThingListQuery) {
     const after = q.cursor === undefined ? undefined : decodeCursor(q.cursor, q.sort);
-    const rows = await registryRepo.list(this.sql, scope, q, after).catch(badDate);
+    const [rows, counted] = await Promise.all([
+      registryRepo.list(this.sql, scope, q, after),
+      registryRepo.count(this.sql, scope, q, EXACT_TOTAL_LIMIT + 1),
+    ]).catch(badDate);
     const page = rows.slice(0, q.limit);
     const last = page[page.length - 1];
+    const exact = counted <= EXACT_TOTAL_LIMIT;
     return {
       items: page.map(present),
       next_cursor: rows.length > q.limit ? encodeCursor({ s: q.sort, k: last.sort_key, i: last.id }) : null,
+      total: exact ? counted : null,
+      ...(exact ? {} : { total_estimate: Math.max(counted, await registryRepo.estimate(this.sql, scope, q)) }),
     };
   }
 
@@ -242,9 +256,22 @@ const joins = (db: Db) => db`
 
 /** The filters of a list query, as a where clause over things t and device_status c. */
 function matches(db: Db, scope: ThingScope, q: ThingFilter) {
+  const text = q.q === undefined || q.q === '' ? undefined : q.q;
+  const like = text === undefined ? '' : `${text.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
+  /**
+   * `starts with`: a range in text_pattern_ops order (~>=~, ~<~), which a prepared statement's
+   * generic plan can still scan on the index (a LIKE with a parameter it cannot), the LIKE for
+   * exactness. U+10FFFF sorts after any character a serial holds.
+   */
+  const startsWith = (column: ReturnType<Db>) => db`(${column} ~>=~ lower(${text!}) and ${column} ~<~ (lower(${text!}) || ${'\u{10FFFF}'}) and ${column} like lower(${like}))`;
+  // the id's prefix only where the text could start a uuid (indexes of migration 1850)
+  const search = text === undefined ? db`` : /^[0-9a-f-]+$/i.test(text)
+    ? db`and (${startsWith(db`lower(t.serial)`)} or ${startsWith(db`t.id::text`)})`
+    : db`and ${startsWith(db`lower(t.serial)`)}`;
   const byModel = q.model === undefined ? db`` : isUuid(q.model) ? db`and t.model_id = ${q.model}` : db`and t.model = ${q.model}`;
   return db`t.account_id = ${scope.accountId}
     ${scope.modelId === undefined ? db`` : db`and t.model_id = ${scope.modelId}`}
+    ${search}
     ${q.state === undefined ? db`` : db`and t.lifecycle_state = any(${q.state})`}
     ${byModel}
     ${q.claim_group === undefined ? db`` : db`and t.claim_group_id = ${q.claim_group}`}
@@ -269,10 +296,20 @@ const registryRepo = {
       order by ${key} ${desc ? db`desc` : db`asc`}, t.id ${desc ? db`desc` : db`asc`}
       limit ${q.limit + 1}`;
   },
-  async count(db: Db, scope: ThingScope, q: ThingFilter): Promise<number> {
-    const [{ n }] = await db<{ n: number }[]>`
-      select count(*)::int as n from things t left join device_status c on c.thing_id = t.id::text where ${matches(db, scope, q)}`;
+  /** the matches counted, stopping at `max` when given */
+  async count(db: Db, scope: ThingScope, q: ThingFilter, max?: number): Promise<number> {
+    const [{ n }] = max === undefined
+      ? await db<{ n: number }[]>`
+        select count(*)::int as n from things t left join device_status c on c.thing_id = t.id::text where ${matches(db, scope, q)}`
+      : await db<{ n: number }[]>`
+        select count(*)::int as n from (select 1 from things t left join device_status c on c.thing_id = t.id::text where ${matches(db, scope, q)} limit ${max}) m`;
     return n;
+  },
+  /** the planner's estimate of the matches (no scan) */
+  async estimate(db: Db, scope: ThingScope, q: ThingFilter): Promise<number> {
+    const [row] = await db<{ 'QUERY PLAN': [{ Plan: { 'Plan Rows': number } }] }[]>`
+      explain (format json) select 1 from things t left join device_status c on c.thing_id = t.id::text where ${matches(db, scope, q)}`;
+    return Math.round(row['QUERY PLAN'][0].Plan['Plan Rows']);
   },
   async ids(db: Db, scope: ThingScope, q: ThingFilter, max: number): Promise<string[]> {
     const rows = await db<{ id: string }[]>`

@@ -100,6 +100,44 @@ describe.skipIf(!hasChromium)('console fleet page in headless Chromium', () => {
     await page.close();
   });
 
+  it('searches by serial or thing-id prefix, shows the counts, and Reset clears every filter', async () => {
+    const { page, errors } = await openPage(browser);
+    await page.goto(`${gw.httpUrl}/console/things`);
+    await signIn(page, `acc-${account.id}`, 'fay', 'viewer');
+    await page.waitForSelector('#rows tr');
+    await textIs(page, '#total', '28 things');
+    expect(await page.textContent('#page-info')).toBe('Page 1 · things 1–25 of 28');
+
+    await page.fill('#f-q', 'sn-fleet');
+    await apply(page);
+    expect((await rowIds(page)).sort()).toEqual(devices.map((d) => d.thingId).sort());
+    await textIs(page, '#total', '3 things match');
+    expect(await page.textContent('#page-info')).toBe('Page 1 · things 1–3 of 3');
+    expect(new URL(page.url()).searchParams.get('q')).toBe('sn-fleet');
+
+    await page.fill('#f-q', devices[2].thingId.slice(0, 8));
+    await page.press('#f-q', 'Enter');
+    await page.waitForFunction((id) => (globalThis as any).document.querySelectorAll('#rows tr').length === 1 && (globalThis as any).document.querySelector(`#rows tr[data-thing-id="${id}"]`), devices[2].thingId);
+    await textIs(page, '#total', '1 thing match');
+
+    await page.selectOption('#f-state', 'ANNIHILATED');
+    await apply(page);
+    expect(await rowIds(page)).toEqual([]);
+    await textIs(page, '#total', '0 things match');
+
+    const answered = page.waitForResponse((r) => r.url().includes('/api/v1/things?'));
+    await page.click('#reset-filters');
+    await answered;
+    await textIs(page, '#total', '28 things');
+    expect(await page.inputValue('#f-q')).toBe('');
+    expect(await page.inputValue('#f-state')).toBe('');
+    expect(await page.inputValue('#f-limit')).toBe('25');
+    expect(new URL(page.url()).search).toBe('');
+    expect(await rowIds(page)).toHaveLength(25);
+    expect(errors).toEqual([]);
+    await page.close();
+  });
+
   it('shows a real device connecting and disconnecting over mTLS live, without a reload', async () => {
     const { page, errors } = await openPage(browser);
     await page.goto(`${gw.httpUrl}/console/things`);

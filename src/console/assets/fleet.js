@@ -2,7 +2,7 @@
 // connected/disconnected changes from the account's connectivity stream.
 import { $, api, el, fmtTime, liveSocket, page, relative } from './common.js';
 
-const FIELDS = ['state', 'model', 'claim_group', 'connected', 'revoked', 'tags', 'last_seen_after', 'last_seen_before', 'sort', 'limit'];
+const FIELDS = ['q', 'state', 'model', 'claim_group', 'connected', 'revoked', 'tags', 'last_seen_after', 'last_seen_before', 'sort', 'limit'];
 const DATES = new Set(['last_seen_after', 'last_seen_before']);
 const form = $('filters');
 /** cursors[i] is the cursor of page i (null: the first page) */
@@ -63,7 +63,7 @@ async function load(index) {
   if (cursors[index]) q.set('cursor', cursors[index]);
   setStatus('loading…');
   try {
-    const { items, next_cursor: next } = await api('GET', `/api/v1/things?${q}`);
+    const { items, next_cursor: next, total, total_estimate: estimate } = await api('GET', `/api/v1/things?${q}`);
     cursors = cursors.slice(0, index + 1);
     nextCursor = next;
     $('rows').replaceChildren(...items.map(row));
@@ -72,7 +72,12 @@ async function load(index) {
     $('empty').classList.toggle('hidden', items.length > 0);
     $('things').classList.toggle('hidden', items.length === 0);
     $('pager').classList.toggle('hidden', items.length === 0 && index === 0);
-    $('page-info').textContent = items.length ? `Page ${index + 1} · ${items.length} thing${items.length === 1 ? '' : 's'}` : '';
+    const limit = Number(form.elements.limit.value);
+    const from = index * limit + 1;
+    const of = total !== null ? total.toLocaleString('en') : `about ${estimate.toLocaleString('en')}`;
+    $('page-info').textContent = items.length ? `Page ${index + 1} · things ${from.toLocaleString('en')}–${(from + items.length - 1).toLocaleString('en')} of ${of}` : '';
+    $('total').textContent = `${of} thing${total === 1 ? '' : 's'}${filtered ? ' match' : ''}`;
+    $('total').dataset.total = total !== null ? String(total) : '';
     $('first').disabled = $('prev').disabled = index === 0;
     $('next').disabled = !next;
     $('page-info').dataset.page = String(index + 1);
@@ -115,8 +120,9 @@ form.addEventListener('submit', (e) => {
   cursors = [null];
   void go(0);
 });
-$('reset').onclick = () => {
-  form.reset();
+$('reset-filters').onclick = () => {
+  // the form's own reset (a control named or id'd "reset" would shadow form.reset)
+  HTMLFormElement.prototype.reset.call(form);
   history.replaceState(null, '', location.pathname);
   cursors = [null];
   void go(0);

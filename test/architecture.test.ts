@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { domains } from '../src/domains.js';
 import { checkWiring } from '../src/wiring.js';
 import type { AnyActorKind } from '../src/actors/store.js';
-import { PUBLISHED_READ_MODELS, actorTableOffences, crossModuleOffences, lifecycleWriteOffences, migrationTables, migrationViews, perGatewayStateOffences, projectedWriteOffences, viewOffences, viewsOf } from './architectureRules.js';
+import { PUBLISHED_READ_MODELS, actorTableOffences, gatewayServicesOffences, crossModuleOffences, lifecycleWriteOffences, migrationTables, migrationViews, perGatewayStateOffences, projectedWriteOffences, viewOffences, viewsOf } from './architectureRules.js';
 
 const run = promisify(execFile);
 const root = path.resolve(import.meta.dirname, '..');
@@ -67,6 +67,13 @@ describe('architecture', () => {
     expect(src.flatMap((f) => perGatewayStateOffences(f.source).map((o) => `${f.file}: ${o}`))).toEqual([]);
   });
 
+  const serviceNames = domains.flatMap((d) => (d.provides ?? []) as string[]);
+
+  it('tests use public interfaces or declared test hooks, never a gateway\'s wired services (RunningGateway.services)', () => {
+    const tests = sourceFiles(path.join(root, 'test')).map((file) => ({ file: path.relative(root, file), source: fs.readFileSync(file, 'utf8') }));
+    expect(tests.flatMap((f) => gatewayServicesOffences(f.source, serviceNames).map((o) => `${f.file}: ${o}`))).toEqual([]);
+  });
+
   it('the rules catch planted violations', () => {
     const tables = new Set(['things', 'factory_services', 'quota_requests']);
     // an INSERT of a projected lifecycle column, and a dynamic update of a projected table
@@ -83,6 +90,12 @@ describe('architecture', () => {
     expect(perGatewayStateOffences('const sealers = new WeakMap<object, Sealer>();\nfunction init(gw) { sealers.set(gw, s); }')).toEqual(['module-level WeakMap sealers keyed by a gateway']);
     expect(perGatewayStateOffences('const x = new WeakMap<Gateway, number>();')).toEqual(['WeakMap<Gateway>']);
     expect(perGatewayStateOffences('const compiled = new WeakMap<readonly string[], BlockList>();\ncompiled.get(list);')).toEqual([]);
+    // a test reaching into a gateway's services (built here so that this file does not read them itself)
+    const svc = 'services';
+    expect(gatewayServicesOffences(`await gw.${svc}.trust.expireClaimGroups();\nconst b = node2.${svc}?.iam.cache;`, serviceNames)).toEqual(['reads services.trust of a gateway', 'reads services.iam of a gateway']);
+    expect(gatewayServicesOffences(`const iam = (gw.${svc} as Record<string, any>).iam;\nconst all = gw.${svc};`, serviceNames)).toEqual(['takes gw.services whole']);
+    // a docker-compose file's services and a test backend's map are no gateway's
+    expect(gatewayServicesOffences(`compose.${svc}.postgres.healthcheck; Object.entries(compose.${svc}); compose.${svc}[name]; backend.${svc}.set(id, creds); m.${svc}.provision!.id`, serviceNames)).toEqual([]);
     // a read of factory_services from another domain
     const planted = [
       { module: 'factory', file: 'src/factory/repo.ts', source: 'sql`select * from factory_services where id = ${id}`' },

@@ -194,3 +194,18 @@ export function perGatewayStateOffences(source: string): string[] {
   }
   return out;
 }
+
+/**
+ * A test reading a gateway's wired services (RunningGateway.services) instead of its public
+ * interfaces or its declared test hooks (`testHooks.<domain>`): a member `services` followed by
+ * the name of a declared service (through `.`, `?.` or a quoted index), or the whole object taken
+ * (cast with `as`, or assigned as the end of a statement). Other objects with a `services` member
+ * (a docker-compose file's, a test backend's map of credentials) name none of the gateway's services.
+ */
+export function gatewayServicesOffences(source: string, serviceNames: readonly string[]): string[] {
+  const out: string[] = [];
+  const named = new RegExp(`\\.services\\s*(?:\\?\\.|\\.|\\[\\s*['"\`])\\s*(${serviceNames.join('|')})\\b`, 'g');
+  for (const m of source.matchAll(named)) out.push(`reads services.${m[1]} of a gateway`);
+  for (const m of source.matchAll(/\b(\w+)\.services\s*(?:\bas\b|;)/g)) out.push(`takes ${m[1]}.services whole`);
+  return [...new Set(out)];
+}

@@ -25,8 +25,7 @@ describe('domain wiring: a domain state lives in what its init returns', () => {
       init: (_gw, { mqttEndpoint }) => ({ seen: mqttEndpoint.port }),
     });
     const wired = await wireDomains([provider, user], gw);
-    expect(Object.keys(wired.services)).toEqual(['mqttEndpoint']);
-    expect(wired.services.mqttEndpoint).toBe(endpoint);
+    expect(wired.services).toStrictEqual({ mqttEndpoint: endpoint });
     await provider.start!(gw, servicesOf(provider, wired));
     expect(counter.started).toBe(1);
     expect(calls).toEqual(['start internal']);

@@ -27,6 +27,11 @@ export const configSchema = z.object({
   MQTT_PORT: port.default(8883),
   MQTT_PUBLIC_HOST: z.string().default('localhost'),
   MQTT_PUBLIC_PORT: port.optional(),
+  MQTT_PROXY_PORT: port.optional().describe('MQTT behind a TLS terminator (HAProxy send-proxy-v2): plain TCP from TRUSTED_PROXIES only, each connection beginning with a PROXY v2 header carrying the verified client certificate; unset = off'),
+  MQTT_WS_PORT: port.optional().describe('MQTT over secure WebSocket (wss://host:port/mqtt, subprotocol mqtt), client certificates as on MQTT_PORT; unset = off'),
+  MQTT_WS_BEHIND_PROXY: bool.default(false).describe('MQTT_WS_PORT is plain HTTP behind a TLS terminator (PROXY v2 headers from TRUSTED_PROXIES, as MQTT_PROXY_PORT) instead of TLS'),
+  HAPROXY_RUNTIME_API: csv.default([]).describe('HAProxy admin sockets (unix socket paths or host:port) to push every CRL change to, before a revocation answers (set ssl crl-file + commit ssl crl-file)'),
+  HAPROXY_CRL_FILE: z.string().min(1).optional().describe("the crl-file name in HAProxy's configuration the pushes replace (required with HAPROXY_RUNTIME_API)"),
   DATA_DIR: z.string().default('./data'),
   CERTS_DIR: z.string().default('./certs'),
   DATABASE_URL: url.optional(),
@@ -95,6 +100,7 @@ export const configSchema = z.object({
   WEBHOOK_RETRY_BASE_MS: positiveInt.default(5_000).describe('delay before the first retry of a delivery; doubled for each further attempt (with jitter), at most an hour'),
   WEBHOOK_SUSPEND_AFTER: positiveInt.default(5).describe('dropped deliveries in a row that suspend a subscription (its account is notified); with the defaults a receiver that never answers is suspended 6.6 to 13 minutes after its first undelivered changes'),
   BRIDGE_FAILING_AFTER_SECONDS: positiveInt.default(300).describe('a data bridge rule whose sink refused every delivery for this long is marked FAILING and its account notified (deliveries keep being retried)'),
+  BRIDGE_LEASE_SECONDS: positiveInt.default(10).describe('a node delivers a data bridge rule under a lease renewed every quarter of this; a node that died (kill -9) holds its rules this long before another node, or its own restart, takes them over'),
   BRIDGE_RETRY_MAX_MS: positiveInt.default(30_000).describe('longest wait between retries of a data bridge rule whose sink refuses (doubled from 500 ms)'),
   WEBHOOK_CONCURRENCY: positiveInt.default(64).describe('webhook deliveries in flight per node, in fair shares: an account at most max(1, floor(N / (busy accounts + 1))), a subscription at most max(1, floor(its account\'s share / (its busy subscriptions + 1)))'),
 });
@@ -177,6 +183,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     withPassword.password = encodeURIComponent(raw.DATABASE_PASSWORD);
     raw.DATABASE_URL = withPassword.href;
   }
+  if ((raw.MQTT_PROXY_PORT !== undefined || raw.MQTT_WS_BEHIND_PROXY) && raw.TRUSTED_PROXIES.length === 0) throw invalidConfiguration(['  MQTT_PROXY_PORT / MQTT_WS_BEHIND_PROXY: need TRUSTED_PROXIES (the TLS terminators allowed to send PROXY headers)']);
+  if (raw.HAPROXY_RUNTIME_API.length > 0 && !raw.HAPROXY_CRL_FILE) throw invalidConfiguration(['  HAPROXY_RUNTIME_API: needs HAPROXY_CRL_FILE (the crl-file path in the HAProxy configuration)']);
   const devIssuer = raw.DEV_ISSUER ?? raw.OIDC_ISSUERS.length === 0;
   // The development issuer mints platform-admin tokens for whoever asks: off the network by default.
   const httpLoopbackDefault = devIssuer && raw.HTTP_HOST === undefined;

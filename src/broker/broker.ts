@@ -1,6 +1,8 @@
 import crypto from 'node:crypto';
 import tls from 'node:tls';
+import type net from 'node:net';
 import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
 import { Aedes, type AedesOptions, type AedesPublishPacket, type Client, type PublishPacket } from 'aedes';
 import mqttPacket from 'mqtt-packet';
 import type { DisconnectOptions } from '../gateway.js';
@@ -14,6 +16,9 @@ import { usePlainParserList } from './parserList.js';
 import { PAYLOAD_PROBLEMS, type PayloadProblem } from './payload.js';
 import { devicePublishAllowed, fastLaneKind, topicAllowed, type TopicKind } from './topics.js';
 import { SEES_ALL_LISTENERS } from './workerEmitter.js';
+import { ProxyListener } from './proxyListener.js';
+import type { ProxiedIdentity } from './proxyProtocol.js';
+import { WsListener, type WsIdentity } from './wsListener.js';
 
 export { topicAllowed } from './topics.js';
 
@@ -46,18 +51,35 @@ export interface BrokerOptions {
   hooks?: BrokerHooks;
   /** 48 bytes of TLS session ticket keys shared by the workers of a multi-core node (default: random, this broker's own) */
   ticketKeys?: Buffer;
+  /** MQTT_PROXY_PORT: plain TCP from a TLS terminator in TRUSTED_PROXIES, the identity in a PROXY v2 header (proxyListener.ts) */
+  proxy?: { port: number; trustedProxies: readonly string[] };
+  /** MQTT_WS_PORT: MQTT over secure WebSocket (wsListener.ts); `behindProxy`: plain HTTP from a terminator with PROXY v2 headers */
+  ws?: { port: number; behindProxy: boolean; trustedProxies: readonly string[] };
+}
+
+/**
+ * Who a connection is, as the broker's `authenticate` reads it: the client certificate of a TLS
+ * connection (MQTT_PORT, MQTT_WS_PORT) or what a trusted terminator's PROXY header says of it.
+ */
+export interface PeerIdentity { cn: string; serial: string; notBefore?: Date }
+
+/** The identity of a verified TLS peer certificate (undefined without a CN or serial). */
+export function certificateIdentity(cert: tls.PeerCertificate | undefined): PeerIdentity | undefined {
+  const cn = Array.isArray(cert?.subject?.CN) ? cert.subject.CN[0] : cert?.subject?.CN;
+  if (!cn || !cert?.serialNumber) return undefined;
+  return { cn, serial: cert.serialNumber, notBefore: new Date(cert.valid_from) };
 }
 
 /** What the broker keeps of a connection's client certificate (read once, at CONNECT). */
-export interface ClientCertificate { serial: string; notBefore: Date }
+export interface ClientCertificate { serial: string; notBefore?: Date }
 const certificates = new WeakMap<Client, ClientCertificate>();
 
 /** The serial (hex) and notBefore of the client certificate this MQTT session authenticated with. */
 export const clientCertificate = (client: Client): ClientCertificate | undefined => certificates.get(client);
 
-function peerCertificate(client: Client): tls.PeerCertificate | undefined {
-  const conn = client.conn as tls.TLSSocket;
-  return typeof conn.getPeerCertificate === 'function' ? conn.getPeerCertificate() : undefined;
+function peerCertificate(conn: unknown): tls.PeerCertificate | undefined {
+  const socket = conn as tls.TLSSocket;
+  return typeof socket.getPeerCertificate === 'function' ? socket.getPeerCertificate() : undefined;
 }
 
 /** Certificate serials compare as lower-case hex without leading zeros. */
@@ -114,6 +136,12 @@ const PAYLOAD_FORMAT_INVALID = 0x99;
 export class Broker {
   readonly aedes: Aedes;
   readonly server: tls.Server;
+  /** MQTT_PROXY_PORT's listener, when configured */
+  readonly proxyListener?: ProxyListener;
+  /** MQTT_WS_PORT's listener, when configured */
+  readonly wsListener?: WsListener;
+  /** identities of the connections that are no TLS socket of `server` (PROXY header, WebSocket), by the stream Aedes reads */
+  private readonly identities = new WeakMap<object, PeerIdentity>();
   private readonly clients = new Map<string, Client>();
   /** counters read by /metrics (plain numbers: they change on every device message) */
   readonly stats = {
@@ -121,6 +149,8 @@ export class Broker {
     /** of those, taken by the fast lane (fastLane.ts) */
     fastLane: 0,
     connects: 0, connectsRefused: 0, tlsHandshakesRefused: 0,
+    /** connections of MQTT_PROXY_PORT (and MQTT_WS_PORT behind a terminator) closed before CONNECT: untrusted peer, bad or missing header, no verified certificate */
+    proxyRefused: 0,
     /** device publishes refused for their payload, by reason (MQTT 5: PUBACK 0x99; 3.1.1: dropped) */
     payloadsRejected: Object.fromEntries(PAYLOAD_PROBLEMS.map((p) => [p, 0])) as Record<PayloadProblem, number>,
   };
@@ -143,16 +173,28 @@ export class Broker {
     // not in cluster mode: every message goes to the Redis emitter (other nodes' listeners are invisible here)
     const mq = options.aedes?.mq as { [SEES_ALL_LISTENERS]?: boolean } | undefined;
     const fastLane = hasListener && (!mq || mq[SEES_ALL_LISTENERS]) ? this.fastPublish(hasListener) : undefined;
+    this.fastLane = fastLane;
     this.server = tls.createServer(this.tlsOptions(), (socket) => {
       // small MQTT packets (PUBACK, SUBACK) must not wait for Nagle's algorithm
       socket.setNoDelay(true);
       // no idle-timeout bookkeeping per TLS record (none is set; fastLane.ts)
       skipIdleTimeoutBookkeeping(socket);
-      const client = aedes.handle(socket);
-      usePlainParserList(client);
-      if (fastLane) attachFastLane(socket, client, fastLane, MAX_PACKET_BYTES);
-      closeGracefully(socket, () => client.close());
+      this.handleSocket(socket);
     });
+    const refused = () => void (this.stats.proxyRefused += 1);
+    if (options.proxy) {
+      this.proxyListener = new ProxyListener({ host: options.host, port: options.proxy.port, trustedProxies: options.proxy.trustedProxies, log: options.log, refused }, (socket, identity) => {
+        this.identities.set(socket, identity);
+        this.handleSocket(socket);
+      });
+    }
+    if (options.ws) {
+      const { port, behindProxy, trustedProxies } = options.ws;
+      this.wsListener = new WsListener({
+        host: options.host, port, log: options.log, maxPayload: MAX_PACKET_BYTES + 8,
+        ...(behindProxy ? { proxied: { trustedProxies, refused } } : { tls: this.tlsOptions() }),
+      }, (stream, identity) => this.handleStream(stream, identity));
+    }
     this.server.on('tlsClientError', (err) => {
       this.stats.tlsHandshakesRefused += 1;
       options.log.debug({ err: err.message }, 'mqtt tls handshake refused');
@@ -181,21 +223,46 @@ export class Broker {
     });
   }
 
+  private readonly fastLane?: LaneTaker<LaneTopic>;
+
+  /** A device's TLS socket (MQTT_PORT) or plain socket after its PROXY header (MQTT_PROXY_PORT): Aedes with the fast lane. */
+  private handleSocket(socket: tls.TLSSocket | net.Socket): void {
+    const client = this.aedes.handle(socket);
+    usePlainParserList(client);
+    // a plain socket has the same stream internals the lane relies on (a TLS socket is one)
+    if (this.fastLane) attachFastLane(socket as tls.TLSSocket, client, this.fastLane, MAX_PACKET_BYTES);
+    closeGracefully(socket as tls.TLSSocket, () => client.close());
+  }
+
+  /** A WebSocket's byte stream (MQTT_WS_PORT): Aedes alone (no fast lane: messages arrive as WebSocket frames). */
+  private handleStream(stream: Duplex, identity: WsIdentity | undefined): void {
+    const peer = identity && 'cn' in identity ? identity : certificateIdentity(identity as tls.PeerCertificate | undefined);
+    if (!peer) return void stream.destroy();
+    this.identities.set(stream, peer);
+    const client = this.aedes.handle(stream as never);
+    usePlainParserList(client);
+  }
+
+  /** The identity `authenticate` checks: the PROXY header's or WebSocket's, else the TLS socket's certificate. */
+  private identityOf(client: Client): PeerIdentity | undefined {
+    return this.identities.get(client.conn) ?? certificateIdentity(peerCertificate(client.conn));
+  }
+
   static async start(options: BrokerOptions): Promise<Broker> {
     let self: Broker | undefined;
     const aedes = await Aedes.createBroker({
       authenticate: (client, username, _password, done) => {
-        const cert = peerCertificate(client);
-        const cn = Array.isArray(cert?.subject?.CN) ? cert.subject.CN[0] : cert?.subject?.CN;
+        const peer = self?.identityOf(client);
+        const cn = peer?.cn;
         const refuse = (message: string) => {
           if (self) self.stats.connectsRefused += 1;
           done(notAuthorized(message), false);
         };
         // no username: the certificate's CN stands in (EMQX's peer_cert_as_username); one that is sent must be the CN
         if (!cn || cn !== client.id || (username ?? cn) !== cn) return refuse('certificate CN must equal client id and username (when one is sent)');
-        const serial = cert?.serialNumber;
+        const serial = peer?.serial;
         if (!serial || self?.revokedSerials.has(normalizeSerial(serial))) return refuse('certificate revoked');
-        certificates.set(client, { serial, notBefore: new Date(cert.valid_from) });
+        certificates.set(client, { serial, ...(peer.notBefore ? { notBefore: peer.notBefore } : {}) });
         done(null, true);
       },
       authorizePublish: (client, packet, cb) => {
@@ -222,10 +289,17 @@ export class Broker {
     }
     const hasListener = cacheTopicMatches(aedesEmitter(aedes));
     const broker = (self = new Broker(options, aedes, hasListener));
-    await new Promise<void>((resolve, reject) => {
-      broker.server.once('error', reject);
-      broker.server.listen(options.port, options.host, () => resolve());
-    });
+    try {
+      await new Promise<void>((resolve, reject) => {
+        broker.server.once('error', reject);
+        broker.server.listen(options.port, options.host, () => resolve());
+      });
+      await broker.proxyListener?.listen();
+      await broker.wsListener?.listen();
+    } catch (err) {
+      await broker.close().catch(() => {});
+      throw err;
+    }
     return broker;
   }
 
@@ -325,6 +399,7 @@ export class Broker {
     this.crlPem = crlPem;
     this.revokedSerials = new Set([...serials].map(normalizeSerial));
     this.server.setSecureContext(this.tlsOptions());
+    this.wsListener?.setSecureContext(this.tlsOptions());
   }
 
   /**
@@ -395,7 +470,11 @@ export class Broker {
 
   async close(): Promise<void> {
     for (const c of this.clients.values()) c.close();
-    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+    await Promise.all([
+      new Promise<void>((resolve) => this.server.close(() => resolve())),
+      this.proxyListener?.close(),
+      this.wsListener?.close(),
+    ]);
     await new Promise<void>((resolve) => this.aedes.close(() => resolve()));
   }
 }

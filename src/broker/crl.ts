@@ -3,11 +3,15 @@ import * as x509 from '@peculiar/x509';
 import type { CrlSource, Gateway } from '../gateway.js';
 import type { Broker } from './broker.js';
 import { toPem } from '../pki/pki.js';
+import type { HaproxyRuntime } from './haproxyRuntime.js';
 
 /**
  * Keeps the broker's TLS context on the trust domain's current CRL: loaded at start, on every
  * `pki.crl-changed` broadcast (all nodes), before a cluster-wide disconnect, and at least every
- * CRL_REFRESH_SECONDS.
+ * CRL_REFRESH_SECONDS. With HAPROXY_RUNTIME_API, each load is also pushed to HAProxy (the TLS
+ * terminator in front of MQTT_PROXY_PORT) before `refresh` resolves: a revocation's disconnect
+ * awaits it, so the DELETE answers after HAProxy refuses the certificate (a failed push is logged
+ * and retried by HaproxyRuntime; the revocation still succeeds).
  */
 export class CrlWatcher {
   private timer?: NodeJS.Timeout;
@@ -15,7 +19,7 @@ export class CrlWatcher {
   private loadedNumber?: number;
   private inFlight?: Promise<void>;
 
-  constructor(private readonly gw: Gateway, private readonly broker: Broker, private readonly source: CrlSource) {}
+  constructor(private readonly gw: Gateway, private readonly broker: Broker, private readonly source: CrlSource, private readonly haproxy?: HaproxyRuntime) {}
 
   async start(): Promise<void> {
     this.unsubscribe = this.gw.cluster.on('pki.crl-changed', () => this.refresh());
@@ -27,6 +31,7 @@ export class CrlWatcher {
   stop(): void {
     clearInterval(this.timer);
     this.unsubscribe?.();
+    this.haproxy?.stop();
   }
 
   /** Loads the current CRL now (concurrent calls share one load that starts after them). */
@@ -38,7 +43,10 @@ export class CrlWatcher {
         // Node's TLS checks CRLs at every chain level once one is loaded: without the root's CRL
         // (root key offline) it cannot check them at all; authenticate still does
         const rootCrl = this.gw.pki.rootCrl;
-        this.broker.setCrl(rootCrl ? [crl.pem, toPem(await rootCrl.der(), 'X509 CRL')] : undefined, serials);
+        const pems = rootCrl ? [crl.pem, toPem(await rootCrl.der(), 'X509 CRL')] : undefined;
+        this.broker.setCrl(pems, serials);
+        // HAProxy checks the device CA's CRL (and the root's, when there is one) at every handshake it terminates
+        if (this.haproxy) await this.haproxy.push((pems ?? [crl.pem]).map((p) => p.trim()).join('\n') + '\n');
         if (crl.number !== this.loadedNumber) this.gw.log.debug({ crlNumber: crl.number, revoked: serials.length }, 'broker CRL loaded');
         this.loadedNumber = crl.number;
       } catch (err) {

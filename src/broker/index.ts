@@ -7,6 +7,7 @@ import { redisAedesOptions } from './cluster.js';
 import { CommandRouter } from './commands.js';
 import { ConnectivityHub } from './connectivityStream.js';
 import { CrlWatcher } from './crl.js';
+import { HaproxyRuntime } from './haproxyRuntime.js';
 import { DeviceChannel } from './messaging.js';
 import { BrokerHost } from './host.js';
 import { IngestBuffer } from './ingest.js';
@@ -49,6 +50,8 @@ export interface BrokerTestHooks {
   aedesClient(thingId: string): Client | undefined;
   /** loads the CRL again now (a new TLS secure context) */
   reloadCrl(): Promise<void>;
+  /** ports of MQTT_PROXY_PORT and MQTT_WS_PORT when configured (0 in the settings: the port picked) */
+  listenerPorts(): { proxy?: number; ws?: number };
 }
 
 declare module '../gateway.js' {
@@ -124,8 +127,14 @@ export const brokerDomain = defineDomain({
       hooks: withCertificateUse(devices.hooks(), certificateUse, gw.log),
       // the workers of a multi-core node share one set: a device resumes its TLS session on any of them
       ...(isNodeWorker(gw.config) ? { ticketKeys: await nodeTicketKeys() } : {}),
+      // behind a TLS terminator (docs/haproxy-mqtt-tls.cfg) and MQTT over WebSocket: off unless configured
+      ...(gw.config.MQTT_PROXY_PORT !== undefined ? { proxy: { port: gw.config.MQTT_PROXY_PORT, trustedProxies: gw.config.TRUSTED_PROXIES } } : {}),
+      ...(gw.config.MQTT_WS_PORT !== undefined ? { ws: { port: gw.config.MQTT_WS_PORT, behindProxy: gw.config.MQTT_WS_BEHIND_PROXY, trustedProxies: gw.config.TRUSTED_PROXIES } } : {}),
     });
-    const crl = new CrlWatcher(gw, broker, crlSource);
+    const haproxy = gw.config.HAPROXY_RUNTIME_API.length > 0 && gw.config.HAPROXY_CRL_FILE
+      ? new HaproxyRuntime({ sockets: gw.config.HAPROXY_RUNTIME_API, crlFile: gw.config.HAPROXY_CRL_FILE, log: gw.log.child({ component: 'haproxy-runtime' }) })
+      : undefined;
+    const crl = new CrlWatcher(gw, broker, crlSource, haproxy);
     await crl.start();
     const commands = new CommandRouter(broker);
     await commands.start();
@@ -163,6 +172,7 @@ function brokerTestHooks(host: BrokerHost): BrokerTestHooks {
     publish: (packet) => broker().publish(packet),
     aedesClient: (thingId) => broker().client(thingId),
     reloadCrl: () => host.runtime().crl.refresh(),
+    listenerPorts: () => ({ proxy: broker().proxyListener?.port, ws: broker().wsListener?.port }),
   };
 }
 

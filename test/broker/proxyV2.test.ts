@@ -1,0 +1,159 @@
+import net from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import mqtt, { type MqttClient } from 'mqtt';
+import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
+import { createAccount, type TestAccount } from '../helpers/accounts.js';
+import { createClaimGroup, enrollDevice, revokeDevice } from '../helpers/devices.js';
+import { buildProxyHeader, deviceIdentity, parseProxyHeader, PP2_CLIENT, ProxyHeaderError, type ProxyHeaderParts } from '../../src/broker/proxyProtocol.js';
+import { metric, pubackCode, type TestDevice } from './fixtures.js';
+
+// MQTT_PROXY_PORT: plain TCP from a TLS terminator, the device's identity in a PROXY v2 header.
+// The terminator here is this test writing the header (what HAProxy sends, see
+// test/deploy/topology.test.ts for the real HAProxy); the trusted proxy is 127.0.0.2, so a
+// connection from 127.0.0.1 is an untrusted one.
+const PROXY = '127.0.0.2';
+
+let gw: TestGateway;
+let port: number;
+let account: TestAccount;
+let claimSecret: string;
+
+beforeAll(async () => {
+  gw = await startTestGateway({ MQTT_PROXY_PORT: '0', TRUSTED_PROXIES: PROXY });
+  port = gw.testHooks.broker.listenerPorts().proxy!;
+  account = await createAccount(gw);
+  claimSecret = (await createClaimGroup(gw, account)).sharedSecret;
+});
+afterAll(async () => gw?.close());
+
+const VERIFIED = PP2_CLIENT.SSL | PP2_CLIENT.CERT_CONN | PP2_CLIENT.CERT_SESS;
+
+/** The header HAProxy sends for a device (docs/haproxy-mqtt-tls.cfg: CN TLV, unique id = serial:notBefore). */
+const headerOf = (device: TestDevice, over: Partial<ProxyHeaderParts> = {}): ProxyHeaderParts => ({
+  ssl: { client: VERIFIED, verify: 0, cn: device.thingId, version: 'TLSv1.3' },
+  uniqueId: `${device.serial}:261127154242Z`,
+  ...over,
+});
+
+/** A TCP connection to the proxy port from `from` that first writes `header` (or nothing). */
+function rawConnection(header: Buffer | undefined, from = PROXY): Promise<net.Socket> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect({ host: '127.0.0.1', port, localAddress: from }, () => {
+      if (header) socket.write(header);
+      resolve(socket);
+    });
+    socket.once('error', reject);
+  });
+}
+
+/** mqtt.js over a connection that starts with `header`. */
+async function connectThrough(header: Buffer | undefined, device: TestDevice, from = PROXY): Promise<MqttClient> {
+  const socket = await rawConnection(header, from);
+  const client = new mqtt.MqttClient(() => socket, { clientId: device.thingId, username: device.thingId, protocolVersion: 5, reconnectPeriod: 0, connectTimeout: 5_000 });
+  return new Promise((resolve, reject) => {
+    client.once('connect', () => resolve(client));
+    client.once('error', (err) => { client.end(true); reject(err); });
+    client.once('close', () => reject(new Error('closed before CONNACK')));
+  });
+}
+
+/** What the broker does with a connection that starts with `header` and then sends CONNECT: 'closed' before any byte back, or the first bytes it answered. */
+async function outcome(header: Buffer | undefined, device: TestDevice, from = PROXY): Promise<string> {
+  const socket = await rawConnection(header, from);
+  // an MQTT 3.1.1 CONNECT (client id = the thing id): a broker that read it would answer CONNACK
+  const id = Buffer.from(device.thingId);
+  const body = Buffer.concat([Buffer.from([0, 4]), Buffer.from('MQTT'), Buffer.from([4, 0x02, 0, 30, 0, id.length]), id]);
+  socket.write(Buffer.concat([Buffer.from([0x10, body.length]), body]));
+  return new Promise((resolve) => {
+    let got = '';
+    socket.on('data', (d) => {
+      got += d.toString('hex');
+      // CONNACK (4 bytes) read: the broker took the connection
+      if (got.length >= 8) socket.destroy();
+    });
+    socket.on('error', () => {});
+    socket.on('close', () => resolve(got === '' ? 'closed' : got));
+  });
+}
+
+describe('PROXY v2 header parsing (strict, bounded)', () => {
+  it('reads the addresses, the SSL TLV and the unique id, and waits for a header cut short', () => {
+    const bytes = buildProxyHeader({ ssl: { client: VERIFIED, verify: 0, cn: 'thing-1' }, uniqueId: '0A1B:261127154242Z', crc32c: true });
+    for (let cut = 1; cut < bytes.length; cut += 7) expect(parseProxyHeader(bytes.subarray(0, cut))).toBeUndefined();
+    const header = parseProxyHeader(Buffer.concat([bytes, Buffer.from([0x10])]))!;
+    expect(header.length).toBe(bytes.length);
+    expect(header.source).toEqual({ address: '192.0.2.10', port: 50000 });
+    expect(deviceIdentity(header)).toEqual({ cn: 'thing-1', serial: '0A1B', notBefore: new Date('2026-11-27T15:42:42Z') });
+  });
+
+  it('refuses another signature, version 1, a TLV past the end, a wrong CRC32C and an oversized header', () => {
+    const good = buildProxyHeader({ ssl: { client: VERIFIED, verify: 0, cn: 'x' }, uniqueId: 'AB', crc32c: true });
+    expect(() => parseProxyHeader(Buffer.from('PROXY TCP4 1.2.3.4 5.6.7.8 1 2\r\n'))).toThrow(ProxyHeaderError);
+    const v1 = Buffer.from(good); v1[12] = 0x11;
+    expect(() => parseProxyHeader(v1)).toThrow(/version 1/);
+    const overrun = Buffer.from(good); overrun.writeUInt16BE(0xffff, 16 + 12 + 1);
+    expect(() => parseProxyHeader(overrun)).toThrow(/runs past|CRC32C/);
+    const crc = Buffer.from(good); crc[crc.length - 1] ^= 1;
+    expect(() => parseProxyHeader(crc)).toThrow(/CRC32C does not match/);
+    const big = Buffer.from(good); big.writeUInt16BE(4000, 14);
+    expect(() => parseProxyHeader(big)).toThrow(/at most 2048/);
+  });
+
+  it('gives no identity without a verified client certificate, its CN or its serial', () => {
+    const identity = (parts: ProxyHeaderParts) => deviceIdentity(parseProxyHeader(buildProxyHeader(parts))!);
+    expect(identity({ ssl: { client: VERIFIED, verify: 21, cn: 'x' }, uniqueId: 'AB' })).toMatch(/not verified/);
+    expect(identity({ ssl: { client: PP2_CLIENT.SSL, verify: 0, cn: 'x' }, uniqueId: 'AB' })).toMatch(/no client certificate/);
+    expect(identity({ ssl: { client: VERIFIED, verify: 0 }, uniqueId: 'AB' })).toMatch(/CN/);
+    expect(identity({ ssl: { client: VERIFIED, verify: 0, cn: 'x' } })).toMatch(/serial/);
+    expect(identity({ ssl: { client: VERIFIED, verify: 0, cn: 'x' }, uniqueId: 'not hex' })).toMatch(/serial/);
+    expect(identity({ uniqueId: 'AB' })).toMatch(/no SSL TLV/);
+    expect(identity({ command: 'LOCAL' })).toMatch(/LOCAL/);
+  });
+});
+
+describe('MQTT_PROXY_PORT', () => {
+  it('serves a device whose header a trusted proxy sent: CN = client id, its own topic, not another device\'s', async () => {
+    const device = await enrollDevice(gw, account, { claimSecret });
+    const other = await enrollDevice(gw, account, { claimSecret });
+    const client = await connectThrough(buildProxyHeader(headerOf(device)), device);
+    const laneBefore = gw.testHooks.broker.fastLaneTaken();
+    expect(await pubackCode(client, `devices/${device.thingId}/telemetry`, JSON.stringify({ t: 1 }))).toBe(0);
+    // the same broker after CONNECT: its fast lane took the telemetry publish
+    expect(gw.testHooks.broker.fastLaneTaken()).toBe(laneBefore + 1);
+    // another device's topic: PUBACK 0x87 (MQTT 5), as on MQTT_PORT
+    expect(await pubackCode(client, `devices/${other.thingId}/telemetry`, '{}')).toBe(0x87);
+    expect(client.connected).toBe(true);
+    await client.endAsync();
+    // a client id other than the header's CN: CONNACK not authorized
+    await expect(connectThrough(buildProxyHeader(headerOf(device)), other)).rejects.toThrow(/Not authorized|0x87|135/i);
+  });
+
+  it('closes before CONNECT: a forged header from an untrusted address, no header, an unverified or missing certificate', async () => {
+    const device = await enrollDevice(gw, account, { claimSecret });
+    const valid = buildProxyHeader(headerOf(device));
+    const refusedBefore = await metric(gw, 'mqtt_connects_refused_total');
+    // the same valid header from 127.0.0.1 (not in TRUSTED_PROXIES)
+    expect(await outcome(valid, device, '127.0.0.1')).toBe('closed');
+    // a trusted proxy that sends MQTT without the header
+    expect(await outcome(undefined, device)).toBe('closed');
+    // the terminator says the certificate did not verify (X509_V_ERR_UNABLE_TO_VERIFY_LEAF_SIGNATURE)
+    expect(await outcome(buildProxyHeader(headerOf(device, { ssl: { client: VERIFIED, verify: 21, cn: device.thingId } })), device)).toBe('closed');
+    // TLS without a client certificate
+    expect(await outcome(buildProxyHeader(headerOf(device, { ssl: { client: PP2_CLIENT.SSL, verify: 0, cn: device.thingId } })), device)).toBe('closed');
+    // none of them reached CONNECT (the broker's refusals count CONNECTs it read)
+    expect(await metric(gw, 'mqtt_connects_refused_total')).toBe(refusedBefore);
+    // and the valid header from the trusted address is answered with CONNACK accepted (0x20 0x02 0x00 0x00)
+    expect(await outcome(valid, device)).toMatch(/^20020000/);
+  });
+
+  it('refuses a revoked certificate\'s serial at CONNECT and kicks its session on revocation', async () => {
+    const device = await enrollDevice(gw, account, { claimSecret });
+    const client = await connectThrough(buildProxyHeader(headerOf(device)), device);
+    const gone = new Promise<void>((resolve) => client.once('close', () => resolve()));
+    const revoked = await revokeDevice(gw, account, device.thingId);
+    expect(revoked.disconnected).toBe(true);
+    await gone;
+    client.end(true);
+    await expect(connectThrough(buildProxyHeader(headerOf(device)), device)).rejects.toThrow(/Not authorized|0x87|135|closed/i);
+  });
+});

@@ -2,7 +2,8 @@
  * bench:mqtt: CPU per message of the gateway's embedded broker against Debian's Mosquitto 2 (started
  * here with TLS, required client certificates and a per-client ACL `devices/%u/#`) in three load
  * shapes (SHAPES devices publishing as fast as they can: 50, 300, 1,000), two payloads (48-byte and
- * 1 KiB JSON telemetry) and QoS 0 and 1, all in one run. Two gateway processes are measured: the
+ * 1 KiB JSON telemetry) and QoS 0, QoS 1 (INFLIGHT in flight per device) and QoS 1 with one message in flight
+ * per device (50 and 300 devices: SERIAL_SHAPES), all in one run. Two gateway processes are measured: the
  * normal one and one with TELEMETRY_INGEST=false (telemetry routed, not parsed or stored), so the
  * broker's cost and the ingest's cost read apart. CPU efficiency = Mosquitto CPU per message /
  * gateway CPU per message (1.0: as cheap as Mosquitto).
@@ -14,10 +15,11 @@
  * the same machine; a round starts when the broker is idle and ends at its last busy CPU sample
  * once it has counted every message (gateway: /metrics, Mosquitto: $SYS).
  *
- *   npm run bench:mqtt                     (SHAPES=50,300,1000 ROUNDS=3 WARMUP=40000 MSGS_QOS0=400000 MSGS_QOS1=150000)
+ *   npm run bench:mqtt                     (SHAPES=50,300,1000 QOS=0,1,1s SERIAL_SHAPES=50,300 ROUNDS=3 WARMUP=40000 MSGS_QOS0=400000 MSGS_QOS1=150000 MSGS_QOS1S=100000)
  *   SHAPES=300 QOS=0 PAYLOADS=small ROUNDS=5 npm run bench:mqtt -- --no-write
+ *   SHAPES=50 QOS=1s ONLY=gateway,mosquitto npm run bench:mqtt -- --no-write   (QoS 1, one in flight per device)
  *
- * Also: MSGS_QOS0 / MSGS_QOS1 (messages per round, spread over the devices), INFLIGHT (QoS 1 window
+ * Also: MSGS_QOS0 / MSGS_QOS1 / MSGS_QOS1S (messages per round, spread over the devices), INFLIGHT (QoS 1 window
  * per device, 20), ONLY=gateway|ingest-off|mosquitto|history-off (comma list of brokers; history-off:
  * the gateway with TELEMETRY_HISTORY=false, not in the default run), GATEWAY_ENV='{"NAME":"value"}' (one
  * more gateway, `gateway-env`, with that environment: to try a setting against the default), NODELAY=1 (TCP_NODELAY
@@ -47,9 +49,26 @@ const SHAPES = list('SHAPES', '50,300,1000').map(Number);
  * messages per round: rounds of 1 s and more at today's rates (100,000 and 30,000 had become rounds of
  * 0.2 to 0.5 s, where one garbage collection or ingest flush of the round moved a figure by half)
  */
-const MSGS = { 0: Number(process.env.MSGS_QOS0 ?? 400_000), 1: Number(process.env.MSGS_QOS1 ?? 150_000) };
+const MSGS: Record<Mode, number> = {
+  0: Number(process.env.MSGS_QOS0 ?? 400_000),
+  1: Number(process.env.MSGS_QOS1 ?? 150_000),
+  '1s': Number(process.env.MSGS_QOS1S ?? 100_000),
+};
 const INFLIGHT = Number(process.env.INFLIGHT ?? 20);
-const QOS = list('QOS', '0,1').map(Number) as (0 | 1)[];
+/**
+ * The load modes ("QoS" in the output): 0, 1 (up to INFLIGHT unacknowledged per device), and '1s':
+ * QoS 1 with one message in flight per device (publish, wait for the PUBACK, publish: what
+ * `mosquitto_pub --repeat N --repeat-delay 0 -q 1` and most embedded clients do; here
+ * `mosquitto_pub -l -M 1`, whose queue sends the next line when the PUBACK of the last one came).
+ * '1s' runs only in the shapes of SERIAL_SHAPES (50 and 300 devices).
+ */
+type Mode = 0 | 1 | '1s';
+const QOS = list('QOS', '0,1,1s').map((q) => (q === '1s' ? '1s' : Number(q))) as Mode[];
+const SERIAL_SHAPES = list('SERIAL_SHAPES', '50,300').map(Number);
+const qosOf = (m: Mode): 0 | 1 => (m === 0 ? 0 : 1);
+const inflightOf = (m: Mode) => (m === '1s' ? 1 : INFLIGHT);
+const modeLabel = (m: Mode) => (m === '1s' ? '1 (one in flight)' : String(m));
+const modesOf = (shape: number) => QOS.filter((m) => m !== '1s' || SERIAL_SHAPES.includes(shape));
 const ROUNDS = Number(process.env.ROUNDS ?? 3);
 /**
  * messages of the unmeasured warm-up round per broker, payload and QoS (0: none): two of the gateway's
@@ -198,12 +217,12 @@ async function waitIdle(pids: number[], quietMs = 1000, timeoutMs = 30_000): Pro
 }
 
 /** One `mosquitto_pub -l` per device, connected and waiting on its stdin. */
-function startPublishers(port: number, ca: string, devices: DeviceFiles[], qos: 0 | 1): { procs: ChildProcess[]; errors: string[] } {
+function startPublishers(port: number, ca: string, devices: DeviceFiles[], mode: Mode): { procs: ChildProcess[]; errors: string[] } {
   const errors: string[] = [];
   const procs = devices.map((d) => {
     const proc = spawn('mosquitto_pub', [
       '-h', '127.0.0.1', '-p', String(port), '-V', 'mqttv5', '--cafile', ca, '--cert', d.cert, '--key', d.key,
-      '-i', d.id, '-u', d.id, '-t', `devices/${d.id}/telemetry`, '-q', String(qos), '-M', String(INFLIGHT), '-k', '600', '-l', ...(process.env.NODELAY === '1' ? ['--nodelay'] : []),
+      '-i', d.id, '-u', d.id, '-t', `devices/${d.id}/telemetry`, '-q', String(qosOf(mode)), '-M', String(inflightOf(mode)), '-k', '600', '-l', ...(process.env.NODELAY === '1' ? ['--nodelay'] : []),
     ], { stdio: ['pipe', 'ignore', 'pipe'] });
     proc.stderr!.on('data', (chunk) => { if (errors.length < 20) errors.push(`${d.id}: ${String(chunk).trim()}`); });
     proc.stdin!.on('error', () => {}); // a publisher that died is reported through its stderr and the counts
@@ -232,7 +251,7 @@ interface RunResult {
 /** The devices of one broker, connected and waiting for lines. */
 interface Fleet { target: Target; procs: ChildProcess[]; errors: string[]; /** the broker's CPU share of a core while its fleet is connected and silent */ idle: number }
 
-async function connectFleet(target: Target, ca: string, devices: DeviceFiles[], qos: 0 | 1): Promise<Fleet> {
+async function connectFleet(target: Target, ca: string, devices: DeviceFiles[], qos: Mode): Promise<Fleet> {
   const before = await target.connected();
   const { procs, errors } = startPublishers(target.port, ca, devices, qos);
   const deadline = Date.now() + 300_000;
@@ -258,7 +277,7 @@ async function connectFleet(target: Target, ca: string, devices: DeviceFiles[], 
  * fleet exited at connect without a message, after the QoS 0 rounds of the same shape, and the
  * whole run was lost (2026-11-26 15:24Z).
  */
-async function connectFleetRetried(target: Target, ca: string, devices: DeviceFiles[], qos: 0 | 1): Promise<Fleet> {
+async function connectFleetRetried(target: Target, ca: string, devices: DeviceFiles[], qos: Mode): Promise<Fleet> {
   try {
     return await connectFleet(target, ca, devices, qos);
   } catch (err) {
@@ -269,7 +288,7 @@ async function connectFleetRetried(target: Target, ca: string, devices: DeviceFi
 }
 
 /** One round: every device of the fleet sends its share of MSGS[qos] messages at once; the broker counts them. */
-async function runRound(fleet: Fleet, qos: 0 | 1, payload: PayloadName, messages = MSGS[qos]): Promise<RunResult> {
+async function runRound(fleet: Fleet, qos: Mode, payload: PayloadName, messages = MSGS[qos]): Promise<RunResult> {
   const { target, procs } = fleet;
   const perDevice = Math.ceil(messages / procs.length);
   const expected = procs.length * perDevice;
@@ -323,7 +342,7 @@ const round = (n: number, digits: number) => Math.round(n * 10 ** digits) / 10 *
 const loadavg = () => fs.readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
 
 /** One cell of the result: a broker in one shape, payload and QoS (median round, all rounds). */
-interface Cell { shape: number; qos: 0 | 1; payload: PayloadName; target: string; r: RunResult; rounds: RunResult[]; idle: number }
+interface Cell { shape: number; qos: Mode; payload: PayloadName; target: string; r: RunResult; rounds: RunResult[]; idle: number }
 
 async function main(): Promise<void> {
   if (!fs.existsSync('/usr/bin/mosquitto_pub') || !fs.existsSync('/usr/sbin/mosquitto')) {
@@ -334,7 +353,7 @@ async function main(): Promise<void> {
   fs.chmodSync(dir, 0o755); // the gateways' embedded PostgreSQL runs as its own user when we are root
   const started = Date.now();
   const loads: Record<string, string> = { start: loadavg() };
-  console.log(`bench:mqtt  shapes ${SHAPES.join('/')} devices (one mosquitto_pub each), ${MSGS[0]} msgs per round at QoS 0, ${MSGS[1]} at QoS 1 (inflight ${INFLIGHT}), payloads ${PAYLOADS.map((p) => `${p} (${PAYLOAD_TEXT[p].length} B)`).join(', ')}, ${ROUNDS} rounds, ${os.cpus().length} CPUs, node ${process.version}, load ${loads.start}`);
+  console.log(`bench:mqtt  shapes ${SHAPES.join('/')} devices (one mosquitto_pub each), ${MSGS[0]} msgs per round at QoS 0, ${MSGS[1]} at QoS 1 (inflight ${INFLIGHT}), ${MSGS['1s']} at QoS 1 with one in flight (shapes ${SERIAL_SHAPES.join('/')}), payloads ${PAYLOADS.map((p) => `${p} (${PAYLOAD_TEXT[p].length} B)`).join(', ')}, ${ROUNDS} rounds, ${os.cpus().length} CPUs, node ${process.version}, load ${loads.start}`);
   const gateway = await startGatewayProcess(path.join(dir, 'gw'));
   const stops: (() => Promise<void>)[] = [() => gateway.stop()];
   let monitor: Awaited<ReturnType<typeof mosquittoTarget>> | undefined;
@@ -370,7 +389,7 @@ async function main(): Promise<void> {
     ];
     const cells: Cell[] = [];
     for (const shape of SHAPES) {
-      for (const qos of QOS) {
+      for (const qos of modesOf(shape)) {
         // every broker's fleet stays connected; rounds alternate between the brokers so that all see the same machine
         const fleets: Fleet[] = [];
         try {
@@ -385,7 +404,7 @@ async function main(): Promise<void> {
                 const r = await runRound(fleet, qos, payload);
                 const key = `${fleet.target.name}/${payload}`;
                 results.set(key, [...(results.get(key) ?? []), r]);
-                console.log(`  ${String(shape).padStart(4)} devices  QoS ${qos}  ${payload.padEnd(5)}  round ${i + 1}  ${fleet.target.name.padEnd(10)} ${String(r.msgsPerSecond).padStart(7)} msg/s  ${r.received}/${r.messages} in ${r.seconds} s  broker ${r.brokerCpuUsPerMsg} µs/msg, less idle ${r.brokerCpuUsPerMsgLessIdle} (${Math.round(r.brokerCpuShare * 100)}% of a core, ${Math.round(r.brokerSystemShare * 100)}% of it system; generator ${Math.round(r.generatorCpuShare * 100)}%${r.helperCpuUsPerMsg ? `; PostgreSQL ${r.helperCpuUsPerMsg} µs/msg` : ''})`);
+                console.log(`  ${String(shape).padStart(4)} devices  QoS ${String(qos).padEnd(2)}  ${payload.padEnd(5)}  round ${i + 1}  ${fleet.target.name.padEnd(10)} ${String(r.msgsPerSecond).padStart(7)} msg/s  ${r.received}/${r.messages} in ${r.seconds} s  broker ${r.brokerCpuUsPerMsg} µs/msg, less idle ${r.brokerCpuUsPerMsgLessIdle} (${Math.round(r.brokerCpuShare * 100)}% of a core, ${Math.round(r.brokerSystemShare * 100)}% of it system; generator ${Math.round(r.generatorCpuShare * 100)}%${r.helperCpuUsPerMsg ? `; PostgreSQL ${r.helperCpuUsPerMsg} µs/msg` : ''})`);
               }
             }
           }
@@ -407,7 +426,7 @@ async function main(): Promise<void> {
     for (const r of rows) console.log(r.line);
     const minutes = (Date.now() - started) / 60_000;
     console.log(`run took ${minutes.toFixed(1)} min; load average ${Object.entries(loads).map(([k, v]) => `${k}: ${v}`).join('; ')}`);
-    const full = SHAPES.length === 3 && QOS.length === 2 && PAYLOADS.length === 2 && ['gateway', 'ingest-off', 'mosquitto'].every((t) => ONLY.includes(t));
+    const full = SHAPES.length === 3 && QOS.length === 3 && SERIAL_SHAPES.length === 2 && PAYLOADS.length === 2 && ['gateway', 'ingest-off', 'mosquitto'].every((t) => ONLY.includes(t));
     if (!args["no-write"] && full && !workers) writeSection(rows, cells, loads, minutes);
   } finally {
     await monitor?.close().catch(() => {});
@@ -416,17 +435,17 @@ async function main(): Promise<void> {
   }
 }
 
-interface Row { shape: number; qos: 0 | 1; payload: PayloadName; cells: Record<string, Cell | undefined>; efficiency?: number; efficiencyOff?: number; efficiencyLessIdle?: number; throughput?: number; line: string }
+interface Row { shape: number; qos: Mode; payload: PayloadName; cells: Record<string, Cell | undefined>; efficiency?: number; efficiencyOff?: number; efficiencyLessIdle?: number; throughput?: number; line: string }
 
 function ratioRows(cells: Cell[]): Row[] {
   const rows: Row[] = [];
-  for (const shape of SHAPES) for (const qos of QOS) for (const payload of PAYLOADS) {
+  for (const shape of SHAPES) for (const qos of modesOf(shape)) for (const payload of PAYLOADS) {
     const of = (t: string) => cells.find((c) => c.shape === shape && c.qos === qos && c.payload === payload && c.target === t);
     const [g, off, m, b, w] = [of('gateway'), of('ingest-off'), of('mosquitto'), of('before'), of('workers')];
     const eff = (x?: Cell) => (x && m ? round(m.r.brokerCpuUsPerMsg / x.r.brokerCpuUsPerMsg, 2) : undefined);
     const lessIdle = (x?: Cell) => (x && m && x.r.brokerCpuUsPerMsgLessIdle > 0 ? round(m.r.brokerCpuUsPerMsgLessIdle / x.r.brokerCpuUsPerMsgLessIdle, 2) : undefined);
     const row: Row = { shape, qos, payload, cells: { gateway: g, 'ingest-off': off, mosquitto: m }, efficiency: eff(g), efficiencyOff: eff(off), efficiencyLessIdle: lessIdle(g), throughput: g && m ? round(g.r.msgsPerSecond / m.r.msgsPerSecond, 2) : undefined, line: '' };
-    row.line = `${String(shape).padStart(4)} devices QoS ${qos} ${payload.padEnd(5)}  µs/msg ${b ? `before ${b.r.brokerCpuUsPerMsg} ` : ''}gateway ${g?.r.brokerCpuUsPerMsg ?? '-'} ingest-off ${off?.r.brokerCpuUsPerMsg ?? '-'} mosquitto ${m?.r.brokerCpuUsPerMsg ?? '-'}  CPU efficiency ${row.efficiency ?? '-'} (ingest off ${row.efficiencyOff ?? '-'}; idle subtracted ${row.efficiencyLessIdle ?? '-'})  throughput ratio ${row.throughput ?? '-'}${w && g ? `  | ${WORKERS} workers: ${w.r.brokerCpuUsPerMsg} µs/msg, ${w.r.msgsPerSecond} msg/s vs one process ${g.r.msgsPerSecond} msg/s: throughput x${round(w.r.msgsPerSecond / g.r.msgsPerSecond, 2)}, CPU/msg x${round(w.r.brokerCpuUsPerMsg / g.r.brokerCpuUsPerMsg, 2)}` : ''}`;
+    row.line = `${String(shape).padStart(4)} devices QoS ${String(qos).padEnd(2)} ${payload.padEnd(5)}  µs/msg ${b ? `before ${b.r.brokerCpuUsPerMsg} ` : ''}gateway ${g?.r.brokerCpuUsPerMsg ?? '-'} ingest-off ${off?.r.brokerCpuUsPerMsg ?? '-'} mosquitto ${m?.r.brokerCpuUsPerMsg ?? '-'}  CPU efficiency ${row.efficiency ?? '-'} (ingest off ${row.efficiencyOff ?? '-'}; idle subtracted ${row.efficiencyLessIdle ?? '-'})  throughput ratio ${row.throughput ?? '-'}${w && g ? `  | ${WORKERS} workers: ${w.r.brokerCpuUsPerMsg} µs/msg, ${w.r.msgsPerSecond} msg/s vs one process ${g.r.msgsPerSecond} msg/s: throughput x${round(w.r.msgsPerSecond / g.r.msgsPerSecond, 2)}, CPU/msg x${round(w.r.brokerCpuUsPerMsg / g.r.brokerCpuUsPerMsg, 2)}` : ''}`;
     rows.push(row);
   }
   return rows;
@@ -439,27 +458,29 @@ function idleText(cells: Cell[]): string {
     const idle = new Map<string, number[]>();
     for (const c of cells.filter((x) => x.shape === shape && x.payload === PAYLOADS[0])) idle.set(c.target, [...(idle.get(c.target) ?? []), c.idle]);
     return `${shape} devices ${[...idle].map(([t, v]) => `${t} ${v.map((x) => `${Math.round(x * 100)}%`).join('/')}`).join(', ')}`;
-  }).join('; ') + ' of a core (QoS 0/QoS 1)';
+  }).join('; ') + ` of a core (${QOS.map((m) => `QoS ${modeLabel(m)}`).join('/')}; the shapes without one-in-flight rounds have one figure less)`;
 }
 
 function writeSection(rows: Row[], cells: Cell[], loads: Record<string, string>, minutes: number): void {
   const fmt = (c?: Cell) => (c ? `${c.r.brokerCpuUsPerMsg} (${c.rounds.map((x) => x.brokerCpuUsPerMsg).join(', ')})` : '-');
   const rate = (c?: Cell) => (c ? c.r.msgsPerSecond.toLocaleString('en-US') : '-');
-  const table = rows.map((r) => `| ${r.shape} | ${r.payload === 'small' ? '48 B' : '1 KiB'} | ${r.qos} | **${r.efficiency}** | ${r.efficiencyOff} | ${r.efficiencyLessIdle ?? '-'} | ${fmt(r.cells.gateway)} | ${fmt(r.cells['ingest-off'])} | ${fmt(r.cells.mosquitto)} | ${rate(r.cells.gateway)} / ${rate(r.cells['ingest-off'])} / ${rate(r.cells.mosquitto)} | ${r.throughput} |`).join('\n');
+  const table = rows.map((r) => `| ${r.shape} | ${r.payload === 'small' ? '48 B' : '1 KiB'} | ${modeLabel(r.qos)} | **${r.efficiency}** | ${r.efficiencyOff} | ${r.efficiencyLessIdle ?? '-'} | ${fmt(r.cells.gateway)} | ${fmt(r.cells['ingest-off'])} | ${fmt(r.cells.mosquitto)} | ${rate(r.cells.gateway)} / ${rate(r.cells['ingest-off'])} / ${rate(r.cells.mosquitto)} | ${r.throughput} |`).join('\n');
   const section = `### Throughput and CPU per message (\`npm run bench:mqtt\`)
 
 Measured ${new Date().toISOString().slice(0, 16)}Z on ${os.cpus().length} cores, Node ${process.versions.node}; the run took ${minutes.toFixed(1)} min.
 Load average (1, 5, 15 min) ${Object.entries(loads).map(([k, v]) => `${k === 'start' ? 'at the start' : `after ${k}`} ${v}`).join(', ')}.
 Load generator: Debian's \`mosquitto_pub -l\` (C), one process per device, MQTT 5 with mutual TLS (EC P-256
 device certificates), every device publishing as fast as it can; per round ${MSGS[0].toLocaleString('en-US')} messages at QoS 0 and
-${MSGS[1].toLocaleString('en-US')} at QoS 1 (up to ${INFLIGHT} in flight per device), spread over the devices. Payloads: 48-byte JSON
+${MSGS[1].toLocaleString('en-US')} at QoS 1 (up to ${INFLIGHT} in flight per device), spread over the devices; and, at ${SERIAL_SHAPES.join(' and ')} devices,
+${MSGS['1s'].toLocaleString('en-US')} at QoS 1 with one message in flight per device ("1 (one in flight)": publish, wait for the PUBACK, publish,
+as \`mosquitto_pub --repeat N -q 1\` and most embedded clients do; \`mosquitto_pub -l -M 1\` here). Payloads: 48-byte JSON
 (\`${PAYLOAD_TEXT.small}\`) and a 1 KiB JSON object of 64 readings. Brokers: the gateway (Aedes; parses every
 telemetry payload and batches the latest values to PostgreSQL), the same gateway with \`TELEMETRY_INGEST=false\`
 (telemetry routed, not read: the broker's own cost), and Mosquitto 2 (Debian: TLS, \`require_certificate\`,
 \`use_identity_as_username\`, \`pattern readwrite devices/%u/#\`; stores nothing). Each broker has its own connected
 fleet; after an unmeasured warm-up round of ${WARMUP.toLocaleString('en-US')} messages per broker and payload, ${ROUNDS} rounds alternate between the brokers and the payloads; the figure is the round with the median
 broker CPU per message (of an even number, the higher middle one; all rounds in brackets), read from \`/proc/<pid>/stat\`, messages as counted by each broker.
-**CPU efficiency** = Mosquitto CPU per message / gateway CPU per message (targets: 0.7 at QoS 0, 1.0 at QoS 1).
+**CPU efficiency** = Mosquitto CPU per message / gateway CPU per message (targets: 0.7 at QoS 0, 1.0 at QoS 1, with 20 or one in flight).
 "Idle subtracted": both brokers' CPU per message less their idle CPU over the round (each broker's idle
 share of a core, sampled for ${IDLE_MS / 1000} s with its fleet connected and silent before the shape's rounds:
 ${idleText(cells)}); the gateway's idle CPU (timers, job pollers, garbage collection) is a fixed cost, not a per-message one.

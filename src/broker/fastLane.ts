@@ -155,11 +155,14 @@ export function attachFastLane<M>(socket: TLSSocket, client: Client, taker: Lane
 
   /** PUBACKs of taken publishes not written yet: [messageId, reasonCode, ...] (see queueAcks) */
   let pendingAcks: number[] | undefined;
+  const writer = directWriter(socket);
   const flushAcks = (): void => {
     const acks = pendingAcks;
     if (acks === undefined) return;
     pendingAcks = undefined;
-    if (socket.writable) socket.write(pubacks(acks, c.version === 5));
+    if (!socket.writable) return;
+    const data = pubacks(acks, c.version === 5);
+    if (writer === undefined || !writer.write(data)) socket.write(data);
   };
 
   parser.parse = function fastParse(buf: Buffer): number {
@@ -219,6 +222,8 @@ export function attachFastLane<M>(socket: TLSSocket, client: Client, taker: Lane
   const end = socket.end;
   socket.end = function endAfterAcks(this: TLSSocket, ...args: Parameters<TLSSocket['end']>) {
     flushAcks();
+    // (after a direct PUBACK write's completion: TLSWrap takes one write at a time, the end's close_notify included)
+    if (writer?.afterWrite(() => end.apply(this, args)) === true) return this;
     return end.apply(this, args);
   } as TLSSocket['end'];
   return true;
@@ -257,6 +262,105 @@ function noUpdate(): void {}
 
 /** Node's own symbol of a socket's timeout slot (net.js kTimeout), found on the first socket */
 let timeoutSlot: symbol | null | undefined;
+
+/** Node's WriteWrap constructor (its stream_wrap binding), taken from the first write a socket makes (see directWriter) */
+let WriteWrap: (new () => DirectWriteReq) | null | undefined;
+
+interface DirectWriteReq { handle: unknown; oncomplete: (status: number) => void; async: boolean; bytes: number; buffer: Buffer | null }
+interface TlsHandle { writeBuffer(req: DirectWriteReq, data: Buffer): number }
+interface WritableInternals {
+  _writableState?: { writing?: boolean; length?: number };
+  _write(chunk: unknown, encoding: BufferEncoding, cb: (err?: Error | null) => void): void;
+  _writev?(chunks: unknown[], cb: (err?: Error | null) => void): void;
+  _handle?: unknown;
+}
+
+/**
+ * PUBACKs written straight to the TLS socket's handle (TLSWrap's `writeBuffer`, what the socket's
+ * `write` ends in) instead of through Node's Writable stream: with one message in flight per
+ * device, each PUBACK is a write of its own, and the stream's bookkeeping around it (write,
+ * writeOrBuffer, _write, the write request, the callback and the after-write tick) costs more than
+ * the TLS record's encryption. Only when the stream is idle (no write of it in flight, nothing
+ * buffered), so order holds; while a direct write is in flight (TLSWrap takes one write at a
+ * time and its completion comes on the next event-loop turn) the stream's own writes wait for it
+ * (`_write`/`_writev` are wrapped), and what the lane writes meanwhile goes through the stream.
+ * Returns undefined (the lane writes through the stream) when the socket is not a TLS socket with
+ * the expected internals; `write` returns false when the data must go through the stream.
+ */
+function directWriter(socket: TLSSocket): { write(data: Buffer): boolean; afterWrite(f: () => void): boolean } | undefined {
+  const s = socket as unknown as WritableInternals;
+  if (socket.encrypted !== true || typeof s._write !== 'function' || typeof s._writableState?.writing !== 'boolean') return undefined;
+  /** a direct write is in flight (until its oncomplete) */
+  let inFlight = false;
+  /** what waits for the direct write in flight: the stream's write that came meanwhile, the socket's end */
+  let deferred: (() => void)[] = [];
+  const streamWrite = s._write;
+  const streamWritev = s._writev;
+  s._write = function writeAfterDirect(this: unknown, chunk, encoding, cb) {
+    if (inFlight) deferred.push(() => streamWrite.call(this, chunk, encoding, cb));
+    else streamWrite.call(this, chunk, encoding, cb);
+  };
+  if (typeof streamWritev === 'function') {
+    s._writev = function writevAfterDirect(this: unknown, chunks, cb) {
+      if (inFlight) deferred.push(() => streamWritev.call(this, chunks, cb));
+      else streamWritev.call(this, chunks, cb);
+    };
+  }
+  const oncomplete = function directWriteDone(this: DirectWriteReq, status: number): void {
+    this.buffer = null;
+    inFlight = false;
+    const next = deferred;
+    deferred = [];
+    if (status < 0) {
+      socket.destroy(Object.assign(new Error(`PUBACK write failed (${status})`), { errno: status }));
+      return;
+    }
+    for (const f of next) f();
+  };
+  return {
+    afterWrite(f: () => void): boolean {
+      if (!inFlight) return false;
+      deferred.push(f);
+      return true;
+    },
+    write(data: Buffer): boolean {
+      const state = s._writableState!;
+      const handle = s._handle as TlsHandle | null | undefined;
+      if (inFlight || state.writing || state.length !== 0 || socket.destroyed || !handle || typeof handle.writeBuffer !== 'function') return false;
+      if (WriteWrap === undefined) {
+        captureWriteWrap(handle);
+        return false;
+      }
+      if (WriteWrap === null) return false;
+      const req = new WriteWrap();
+      req.handle = handle;
+      req.oncomplete = oncomplete;
+      req.async = false;
+      req.bytes = 0;
+      req.buffer = data;
+      inFlight = true;
+      const err = handle.writeBuffer(req, data);
+      if (err !== 0) {
+        inFlight = false;
+        socket.destroy(Object.assign(new Error(`PUBACK write failed (${err})`), { errno: err }));
+      }
+      return true;
+    },
+  };
+}
+
+/** Notes the constructor of the request object of the handle's next `writeBuffer` (the stream's own write, which follows). */
+function captureWriteWrap(handle: TlsHandle): void {
+  const own = Object.prototype.hasOwnProperty.call(handle, 'writeBuffer');
+  const original = handle.writeBuffer;
+  handle.writeBuffer = function captureAndWrite(this: TlsHandle, req: DirectWriteReq, data: Buffer): number {
+    if (own) handle.writeBuffer = original;
+    else delete (handle as Partial<TlsHandle>).writeBuffer;
+    const ctor = (req as { constructor?: unknown }).constructor;
+    if (WriteWrap === undefined) WriteWrap = typeof ctor === 'function' && ctor !== Object ? ctor as new () => DirectWriteReq : null;
+    return original.call(this, req, data);
+  };
+}
 
 /** the buffer every connection's decrypted records are read into (Node decrypts at most 16 KiB per read) */
 const sharedRecords = Buffer.alloc(16 * 1024);

@@ -5,8 +5,11 @@ import type { ZodApp } from '../gateway.js';
 
 const PAGES_DIR = new URL('./pages/', import.meta.url);
 const ASSETS_DIR = new URL('./assets/', import.meta.url);
-const ASSETS = ['console.css', 'common.js', 'chart.js', 'notifications.js', 'fleet.js', 'device.js'] as const;
-const PAGES = { notifications: 'Notifications', fleet: 'Fleet', device: 'Device' } as const;
+const ASSETS = ['console.css', 'common.js', 'chart.js', 'notifications.js', 'fleet.js', 'device.js', 'ota.js', 'provisioning.js', 'iam.js', 'sessions.js'] as const;
+const PAGES = {
+  notifications: 'Notifications', fleet: 'Fleet', device: 'Device',
+  ota: 'OTA', provisioning: 'Provisioning', iam: 'Access', sessions: 'Sessions',
+} as const;
 
 /** Scripts from this origin only (no inline script): device data can never run as code. */
 const CSP = "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'";
@@ -19,7 +22,7 @@ function pages(): Record<keyof typeof PAGES, string> {
     .replaceAll('{{title}}', PAGES[name])
     .replaceAll('{{name}}', name)
     .replace('{{page}}', () => fs.readFileSync(new URL(`${name}.html`, PAGES_DIR), 'utf8'));
-  return { notifications: compose('notifications'), fleet: compose('fleet'), device: compose('device') };
+  return Object.fromEntries(Object.keys(PAGES).map((name) => [name, compose(name as keyof typeof PAGES)])) as Record<keyof typeof PAGES, string>;
 }
 
 /** The console: static pages and their scripts; everything they show comes from the public APIs. */
@@ -41,6 +44,22 @@ export async function consoleRoutes(app: ZodApp): Promise<void> {
     config: { auth: 'public' },
     schema: { tags, summary: 'Console: one device (identity, certificate, connectivity, telemetry, twin, commands, revoke)', params: z.object({ thingId: z.uuid() }) },
   }, send('device'));
+  app.get('/console/sessions', {
+    config: { auth: 'public' },
+    schema: { tags, summary: 'Console: connected devices (protocol, since) with live changes; kick for platform operators' },
+  }, send('sessions'));
+  app.get('/console/ota', {
+    config: { auth: 'public' },
+    schema: { tags, summary: 'Console: OTA target filters with a live preview, rollouts from a filter, progress per group, start, pause, resume, cancel' },
+  }, send('ota'));
+  app.get('/console/provisioning', {
+    config: { auth: 'public' },
+    schema: { tags, summary: 'Console: claim groups (secret shown once), enrollment tokens, factory services (health, rotation), provisioning runs and their legs' },
+  }, send('provisioning'));
+  app.get('/console/iam', {
+    config: { auth: 'public' },
+    schema: { tags, summary: "Console: the account's access keys (secret shown once; deactivate, delete) and the roles assigned to its users" },
+  }, send('iam'));
   app.get('/console/assets/:file', {
     config: { auth: 'public' },
     schema: { tags, summary: 'Console scripts and stylesheet', params: z.object({ file: z.enum(ASSETS) }) },

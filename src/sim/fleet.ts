@@ -76,6 +76,9 @@ export interface SimSummary {
   durationSeconds: number;
 }
 
+/** a sensor's reading at its resolution (0.01 °C, 0.1 %RH), as real devices send them */
+const round = (v: number, decimals: number) => Math.round(v * 10 ** decimals) / 10 ** decimals;
+
 async function pool<T>(items: T[], concurrency: number, work: (item: T) => Promise<void>): Promise<void> {
   let next = 0;
   const workers = Array.from({ length: Math.min(concurrency, items.length) }, async () => {
@@ -224,7 +227,7 @@ class SimDevice {
       this.sent += 1;
       // every 10th message is a heartbeat, the rest telemetry (QoS 0, as sensors do)
       if (this.sent % 10 === 0) c.publish(`${this.topic}/heartbeat`, '', { qos: 0 });
-      else c.publish(`${this.topic}/telemetry`, JSON.stringify({ temperature: 20 + Math.random() * 5, humidity: 40 + Math.random() * 10, seq: this.sent }), { qos: 0 });
+      else c.publish(`${this.topic}/telemetry`, JSON.stringify({ temperature: round(20 + Math.random() * 5, 2), humidity: round(40 + Math.random() * 10, 1), seq: this.sent }), { qos: 0 });
       this.stats.count('messages');
     };
     // spread the devices over the interval

@@ -15,6 +15,10 @@ describe('console routes', () => {
       ['/console/', 'notifications', 'id="feed"'],
       ['/console/things', 'fleet', 'id="filters"'],
       ['/console/things/7c1f1c5e-3a52-4a8e-9d7e-0f2a3b4c5d6e', 'device', 'id="revoke-dialog"'],
+      ['/console/ota', 'ota', 'id="rollout-form"'],
+      ['/console/provisioning', 'provisioning', 'id="group-form"'],
+      ['/console/iam', 'iam', 'id="key-form"'],
+      ['/console/sessions', 'sessions', 'id="sessions"'],
     ]) {
       const res = await gw.http.get(path);
       expect(res.status, path).toBe(200);

@@ -19,7 +19,33 @@ export function el(tag, props = {}, ...children) {
 export const session = {
   token: sessionStorage.getItem('gw.token'),
   account: sessionStorage.getItem('gw.account') || '',
+  /** the caller's roles (GET /iam/v1/whoami at sign-in) */
+  roles: [],
 };
+
+/** Roles that may change things in an account (the APIs' WRITE routes). */
+export const WRITERS = ['admin', 'operator'];
+
+/** Does the caller hold one of `roles`? A control it does not allow is not offered. */
+export const allowed = (roles) => roles.some((r) => session.roles.includes(r));
+
+/** Hides every element whose data-roles (comma-separated) the caller holds none of. */
+export function applyRoles(root = document) {
+  for (const node of root.querySelectorAll('[data-roles]')) {
+    const ok = allowed(node.dataset.roles.split(','));
+    node.classList.toggle('hidden', !ok);
+    if ('disabled' in node && !ok) node.disabled = true;
+  }
+}
+
+/**
+ * A telemetry value as the device sent it: numbers to the digits they were sent with, without
+ * the binary-float noise of a conversion (21.300000000000001 is shown 21.3); others as JSON.
+ */
+export function fmtValue(v) {
+  if (typeof v === 'number') return Number.isFinite(v) ? String(Number(v.toPrecision(15))) : String(v);
+  return typeof v === 'string' ? v : JSON.stringify(v);
+}
 
 /** An API answer that is not 2xx: its status and problem detail. */
 export class ApiError extends Error {
@@ -91,6 +117,19 @@ export function relative(iso) {
   return new Intl.RelativeTimeFormat('en', { numeric: 'auto' }).format(Math.round(s / size), unit);
 }
 
+/**
+ * The unseen-notification badge kept live on every page: the notification stream (an
+ * EventSource after the cookie exchange) refreshes it at each change; reconnects by itself.
+ */
+let badgeSource;
+export async function liveBadge() {
+  badgeSource?.close();
+  await api('POST', '/console/notifications/stream/auth');
+  badgeSource = new EventSource('/console/notifications/stream', { withCredentials: true });
+  badgeSource.addEventListener('notification', () => void refreshBadge().catch(() => {}));
+  badgeSource.addEventListener('open', () => void refreshBadge().catch(() => {}));
+}
+
 export async function refreshBadge() {
   const { count } = await api('GET', '/console/notifications/unseen/count');
   $('badge').textContent = String(count);
@@ -103,6 +142,9 @@ export function signOut(message) {
   sessionStorage.removeItem('gw.token');
   sessionStorage.removeItem('gw.account');
   onSignOut();
+  badgeSource?.close();
+  badgeSource = undefined;
+  session.roles = [];
   $('app').classList.add('hidden');
   $('signout').classList.add('hidden');
   $('signin').classList.remove('hidden');
@@ -122,8 +164,17 @@ export function page({ start, stop = () => {} }) {
     $('signin').classList.add('hidden');
     $('app').classList.remove('hidden');
     $('signout').classList.remove('hidden');
-    $('who').textContent = session.account ? `account ${session.account.slice(0, 8)}…` : '';
+    try {
+      const me = await api('GET', '/iam/v1/whoami');
+      session.roles = me.roles ?? [];
+      if (!session.account && me.account_id) session.account = me.account_id;
+    } catch {
+      session.roles = [];
+    }
+    $('who').textContent = `${session.account ? `account ${session.account.slice(0, 8)}… · ` : ''}${session.roles.join(', ') || 'no roles'}`;
+    applyRoles();
     refreshBadge().catch(() => {});
+    if (document.body.dataset.page !== 'notifications') liveBadge().catch(() => {});
     await start();
   };
   $('signin').addEventListener('submit', async (e) => {

@@ -1,6 +1,6 @@
 // Device page /console/things/{id}: identity, certificate, connectivity (live), live telemetry
 // chart (WebSocket), history chart, twin with a desired-state editor, commands, revoke.
-import { $, api, ApiError, el, fmtTime, liveSocket, page, relative } from './common.js';
+import { $, api, ApiError, el, fmtTime, fmtValue, liveSocket, page, relative } from './common.js';
 import { lineChart } from './chart.js';
 
 const thingId = decodeURIComponent(location.pathname.split('/').filter(Boolean).pop() ?? '');
@@ -78,7 +78,7 @@ async function refreshTwin() {
 
 function showValues() {
   const keys = Object.keys(live.values).sort();
-  $('values').replaceChildren(...keys.map((key) => el('span', { className: 'value', dataset: { key } }, key, el('b', {}, typeof live.values[key] === 'string' ? live.values[key] : JSON.stringify(live.values[key])))));
+  $('values').replaceChildren(...keys.map((key) => el('span', { className: 'value', dataset: { key } }, key, el('b', {}, fmtValue(live.values[key])))));
   if (!keys.length) $('values').append(el('span', { className: 'meta' }, 'No telemetry yet.'));
   $('h-keys').replaceChildren(...keys.map((key) => el('option', { value: key })));
   if (!$('h-key').value) $('h-key').value = keys.find((key) => typeof live.values[key] === 'number') ?? '';

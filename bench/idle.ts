@@ -78,10 +78,15 @@ interface Subject {
 }
 interface Reading { cpuShare: number; wakeupsPerS: number }
 
-/** a gateway: its own process, and (apart) its PostgreSQL, i.e. every descendant but tsx's esbuild */
+const cmdline = (pid: number) => { try { return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8'); } catch { return ''; } };
+const isPostgres = (p: number) => comm(p).startsWith('postgres') || comm(p) === 'postmaster';
+/** a multi-core node's worker processes (node:cluster children of the primary: BROKER_WORKERS > 1) */
+const workersOf = (pid: number) => descendants(pid).filter((p) => !isPostgres(p) && comm(p) !== 'esbuild' && cmdline(p).includes('src/main.ts'));
+
+/** a gateway: its own process (and its worker processes, if any), and (apart) its PostgreSQL; never tsx's esbuild */
 function gatewaySubjects(name: string, g: GatewayProcess): Subject[] {
   return [
-    { name, pids: () => [g.pid] },
+    { name, pids: () => [g.pid, ...workersOf(g.pid)] },
     {
       name: `${name} PostgreSQL`,
       pids: () => descendants(g.pid).filter((p) => comm(p).startsWith('postgres') || comm(p) === 'postmaster'),

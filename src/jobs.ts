@@ -1,4 +1,5 @@
 import PgBoss from 'pg-boss';
+import postgres from 'postgres';
 import type { Logger } from './log.js';
 
 export interface JobOptions {
@@ -13,8 +14,19 @@ export interface JobOptions {
 
 type JobHandler<T> = (data: T) => Promise<void>;
 
-/** How often one query looks for due jobs of this node's queues (the latency of a job sent elsewhere, scheduled or retried) */
+/** While a queue of this node has a job due that its worker has not taken yet: how often the due query runs again. */
 const DUE_POLL_MS = 1000;
+/**
+ * With nothing due: the due query runs when the next delayed job (a retry, a startAfter) falls
+ * due, when a job is inserted on any node (LISTEN/NOTIFY, below), and at the latest after this
+ * long (a fallback for what no notification reports: pg-boss's own retries of expired jobs, a
+ * lost listener connection). Issue 36 item 4: an idle node runs this one query twice a minute.
+ */
+const IDLE_POLL_MS = 30_000;
+/** The channel a statement trigger on pgboss.job notifies on every insert (from any node, at its commit). */
+const JOB_CHANNEL = 'gateway_jobs';
+/** Notifications arriving together cause one due query. */
+const NOTIFY_GATHER_MS = 50;
 /**
  * pg-boss's own poll of each queue: a fallback only. The due poll wakes a queue's worker when it
  * has work, so an idle node runs one query a second instead of one per queue (19: issue 19, bench:idle).
@@ -33,8 +45,14 @@ export class Jobs {
   /** this node's worker of each queue (to wake it when a job is sent) */
   private readonly workers = new Map<string, string>();
   private duePoll?: NodeJS.Timeout;
+  /** the next due query is running or about to (a notification while it runs asks for one more) */
+  private polling = false;
+  private pollAgain = false;
+  /** when the planned due query runs (ms) */
+  private duePollAt?: number;
+  private listener?: { sql: postgres.Sql; unlisten(): Promise<void> };
 
-  constructor(connectionString: string, private readonly log: Logger) {
+  constructor(private readonly connectionString: string, private readonly log: Logger) {
     this.boss = new PgBoss({ connectionString, schema: 'pgboss', max: 4, application_name: 'device-gateway-jobs' });
     // Log message and code only: pg errors carry the whole client (connection parameters) with them.
     // 57P01 = the server is shutting down (Ctrl-C reaches the embedded PostgreSQL too): not an error.
@@ -69,35 +87,106 @@ export class Jobs {
           this.log.warn({ job: name, jobId: jobs[i].id, error: error?.message }, 'job failed; retried with backoff');
           await this.boss.fail(name, jobs[i].id, { message: String(error?.message ?? error) });
         }
+        // a retry is due later: the due query learns when
+        if (outcomes.some((o) => o.status === 'rejected')) this.pollDueSoon();
       });
       this.workers.set(name, workerId);
     }
-    if (this.workers.size) this.scheduleDuePoll();
+    if (this.workers.size) {
+      await this.listen();
+      this.pollDueSoon();
+    }
   }
 
   /**
-   * Every DUE_POLL_MS, one query over this node's queues (pg-boss's partial index on
-   * (name, start_after) of each queue's pending jobs) wakes the workers of the queues with jobs due:
-   * as before, a queue with work fetches a batch at least once a second, and an idle one costs nothing.
+   * A statement trigger on pgboss.job notifies JOB_CHANNEL at the commit of every insert (jobs sent
+   * by any node, in a transaction of ours or by pg-boss itself); this node listens on a connection
+   * of its own. Created here, not in a migration: pg-boss creates its schema at its first start.
    */
-  private scheduleDuePoll(): void {
-    this.duePoll = setTimeout(() => void this.pollDue().finally(() => {
-      if (this.started) this.scheduleDuePoll();
-    }), DUE_POLL_MS);
+  private async listen(): Promise<void> {
+    const db = this.boss.getDb();
+    await db.executeSql(`
+      DO $$ BEGIN
+        PERFORM pg_advisory_xact_lock(hashtext('gateway_jobs_trigger'));
+        CREATE OR REPLACE FUNCTION pgboss.gateway_job_inserted() RETURNS trigger LANGUAGE plpgsql AS
+          'BEGIN PERFORM pg_notify(''${JOB_CHANNEL}'', ''''); RETURN NULL; END';
+        CREATE OR REPLACE TRIGGER gateway_job_inserted AFTER INSERT ON pgboss.job
+          FOR EACH STATEMENT EXECUTE FUNCTION pgboss.gateway_job_inserted();
+      END $$`, undefined as never);
+    try {
+      const sql = postgres(this.connectionString, { max: 1, onnotice: () => {}, connection: { application_name: 'device-gateway-jobs-listen' } });
+      // inserts come in bursts (a transaction's jobs, a busy node): one due query per NOTIFY_GATHER_MS
+      const listening = await sql.listen(JOB_CHANNEL, () => this.pollDueWithin(NOTIFY_GATHER_MS), () => this.pollDueSoon());
+      this.listener = { sql, unlisten: () => listening.unlisten() };
+    } catch (err) {
+      // the poll still runs, at IDLE_POLL_MS while idle
+      this.log.warn({ error: (err as Error).message }, 'job notifications unavailable; due jobs are found by the poll');
+    }
   }
 
-  private async pollDue(): Promise<void> {
+  /** The due query within `ms` (sooner if it is already planned sooner). */
+  private pollDueWithin(ms: number): void {
+    if (!this.started || this.polling) {
+      this.pollAgain ||= this.polling;
+      return;
+    }
+    const at = Date.now() + ms;
+    if (this.duePollAt !== undefined && this.duePollAt <= at) return;
+    clearTimeout(this.duePoll);
+    this.duePollAt = at;
+    this.duePoll = setTimeout(() => this.pollDueSoon(), ms);
+  }
+
+  /** Runs the due query now (once, however many ask while it runs). */
+  private pollDueSoon(): void {
+    if (!this.started || this.workers.size === 0) return;
+    if (this.polling) {
+      this.pollAgain = true;
+      return;
+    }
+    clearTimeout(this.duePoll);
+    this.duePollAt = undefined;
+    this.polling = true;
+    void this.pollDue().then((nextMs) => {
+      this.polling = false;
+      if (!this.started) return;
+      if (this.pollAgain) {
+        this.pollAgain = false;
+        return this.pollDueSoon();
+      }
+      clearTimeout(this.duePoll);
+      this.duePollAt = Date.now() + nextMs;
+      this.duePoll = setTimeout(() => this.pollDueSoon(), nextMs);
+    });
+  }
+
+  /**
+   * One query over this node's queues (pg-boss's partial index on (name, start_after) of each
+   * queue's pending jobs): wakes the workers of the queues with jobs due, and answers when to look
+   * again: in a second while some job is due (its worker fetches it meanwhile), else when the next
+   * delayed job falls due, at most IDLE_POLL_MS away.
+   */
+  private async pollDue(): Promise<number> {
     try {
       const { rows } = await this.boss.getDb().executeSql(
-        `SELECT DISTINCT name FROM pgboss.job WHERE name = ANY($1::text[]) AND state < 'active' AND start_after < now()`,
+        `SELECT name, (extract(epoch from (min(start_after) - now())) * 1000)::float8 AS due_in_ms
+         FROM pgboss.job WHERE name = ANY($1::text[]) AND state < 'active' GROUP BY name`,
         [[...this.workers.keys()]],
-      ) as { rows: { name: string }[] };
-      for (const { name } of rows) {
+      ) as { rows: { name: string; due_in_ms: number }[] };
+      let next = IDLE_POLL_MS;
+      for (const { name, due_in_ms: dueInMs } of rows) {
+        if (dueInMs > 0) {
+          next = Math.min(next, Math.ceil(dueInMs) + 5);
+          continue;
+        }
+        next = Math.min(next, DUE_POLL_MS);
         const worker = this.workers.get(name);
         if (worker && this.started) this.boss.notifyWorker(worker);
       }
+      return next;
     } catch (err) {
       this.log.warn({ error: (err as Error).message }, 'due-job poll failed; retried in a second');
+      return DUE_POLL_MS;
     }
   }
 
@@ -121,6 +210,11 @@ export class Jobs {
     if (!this.started) return;
     this.started = false;
     clearTimeout(this.duePoll);
+    if (this.listener) {
+      await this.listener.unlisten().catch(() => {});
+      await this.listener.sql.end({ timeout: 1 }).catch(() => {});
+      this.listener = undefined;
+    }
     await this.boss.stop({ graceful: true, timeout: 5000, wait: true });
   }
 }

@@ -9,6 +9,7 @@ const attempts: { n: number; at: number }[] = [];
 const batchedRuns: number[] = [];
 const batchedIds = new Map<number, string>();
 const elsewhereRuns: number[] = [];
+const delayedRuns: { n: number; at: number }[] = [];
 
 beforeAll(async () => {
   db = await createTestDatabase();
@@ -22,6 +23,7 @@ beforeAll(async () => {
     if (n === 13) throw new Error('bad job');
   }, { retryLimit: 0, batchSize: 20 });
   jobs.define<{ n: number }>('elsewhere', async ({ n }) => { elsewhereRuns.push(n); });
+  jobs.define<{ n: number }>('delayed', async ({ n }) => { delayedRuns.push({ n, at: Date.now() }); });
   await jobs.start(false);
   // the batch test queues its jobs before the worker starts, so they come in one fetch
   for (let n = 1; n <= 15; n++) batchedIds.set(n, (await jobs.send('batched', { n }))!);
@@ -66,6 +68,18 @@ describe('durable jobs (pg-boss)', () => {
     try {
       await other.send('elsewhere', { n: 1 });
       await expect.poll(() => elsewhereRuns, { timeout: 15_000, interval: 100 }).toEqual([1]);
+    } finally {
+      await other.stop();
+    }
+  });
+
+  it('a delayed job sent by another node runs when it falls due: the due query is timed by the next start_after, not the 30 s idle fallback', async () => {
+    const other = new Jobs(db.url, createLogger('silent', false));
+    other.define('delayed', async () => {});
+    await other.start(false);
+    try {
+      await other.send('delayed', { n: 1 }, { startAfter: 2 });
+      await expect.poll(() => delayedRuns.map((r) => r.n), { timeout: 15_000, interval: 100 }).toEqual([1]);
     } finally {
       await other.stop();
     }

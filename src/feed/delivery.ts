@@ -24,6 +24,13 @@ export interface DeliverySettings {
 
 const MAX_DELAY_MS = 3600_000;
 const POLL_MS = 1000;
+/**
+ * With no claimable delivery at all (nothing pending, or only rows leased elsewhere): the next
+ * look. New deliveries wake the worker of the node that dispatched them, completions and retries
+ * wake it on their own; this fallback finds what no wake reports (another node's lapsed leases).
+ * Issue 36 item 4: an idle node asks twice a minute, not every second.
+ */
+const IDLE_POLL_MS = 30_000;
 /** how often the attempts in flight are held against their deadlines (on the gateway's clock) */
 const WATCH_MS = 250;
 /** a lease outlives its attempt's deadline by this much (a crashed node's deliveries return after it) */
@@ -191,7 +198,7 @@ export class DeliveryWorker {
    */
   private async schedule(): Promise<void> {
     const due = await repo.nextDueInMs(this.d.sql, this.d.clock.now(), [...this.inFlight.keys()]);
-    this.scheduleIn(due === undefined || due === 0 ? POLL_MS : Math.max(5, Math.min(POLL_MS, due)));
+    this.scheduleIn(due === undefined ? IDLE_POLL_MS : due === 0 ? POLL_MS : Math.max(5, Math.min(POLL_MS, due)));
   }
 
   private scheduleIn(ms: number): void {
@@ -209,7 +216,7 @@ export class DeliveryWorker {
     if (this.inFlight.size > 0 || this.claiming) return this.wake();
     void repo.nextDueInMs(this.d.sql, this.d.clock.now()).then((due) => {
       if (due === 0) this.wake();
-      else this.scheduleIn(due === undefined ? POLL_MS : Math.min(POLL_MS, due));
+      else this.scheduleIn(due === undefined ? IDLE_POLL_MS : Math.min(POLL_MS, due));
     }, (err) => {
       this.d.log.error({ err }, 'webhook delivery poll failed; retried at the next poll');
       this.scheduleIn(POLL_MS);

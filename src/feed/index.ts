@@ -11,22 +11,51 @@ import { Subscriptions, subscriptionKind } from './subscriptions.js';
 const SEALED_COLUMNS: SealedColumn[] = [{ table: 'state_change_subscriptions', key: 'id', column: 'secret_sealed' }];
 /** The log's changes that wake the dispatcher (committed, from any node). */
 const CHANGE_EVENTS = ['thing.stateChanged', 'thing.enrolled'];
-/** The dispatcher also looks this often: the horizon may move on without a new change. */
+/**
+ * The dispatcher also looks this often for ACTIVE_WINDOW_MS after a change: the horizon may move
+ * on without a new change (a change held back by an older transaction still running).
+ */
 const DISPATCH_POLL_MS = 1000;
+const ACTIVE_WINDOW_MS = 10_000;
+/** With no change for ACTIVE_WINDOW_MS: a fallback look this often (issue 36 item 4: idle CPU). */
+const IDLE_DISPATCH_POLL_MS = 30_000;
 
-/** What wakes the dispatcher while the domain runs: the log's changes from any node, and a poll. */
+/**
+ * What wakes the dispatcher while the domain runs: the log's changes from any node (the cluster's
+ * LISTEN/NOTIFY), and a poll: every second for ACTIVE_WINDOW_MS after a change, then every
+ * IDLE_DISPATCH_POLL_MS. A change held back past the window by a longer transaction waits for the
+ * slow poll (or the next change).
+ */
 function dispatchWakeups(bus: DomainBus, dispatcher: Dispatcher) {
-  const wake = () => dispatcher.wake();
   let poll: NodeJS.Timeout | undefined;
+  let pollAt = 0;
+  let activeUntil = 0;
+  let running = false;
+  const plan = (ms: number) => {
+    clearTimeout(poll);
+    pollAt = Date.now() + ms;
+    poll = setTimeout(tick, ms);
+    poll.unref();
+  };
+  const tick = () => {
+    dispatcher.wake();
+    if (running) plan(Date.now() < activeUntil ? DISPATCH_POLL_MS : IDLE_DISPATCH_POLL_MS);
+  };
+  const onChange = () => {
+    activeUntil = Date.now() + ACTIVE_WINDOW_MS;
+    dispatcher.wake();
+    if (running && pollAt > Date.now() + DISPATCH_POLL_MS) plan(DISPATCH_POLL_MS);
+  };
   return {
     start(): void {
-      for (const type of CHANGE_EVENTS) bus.on(type, wake);
-      poll = setInterval(wake, DISPATCH_POLL_MS);
-      poll.unref();
+      running = true;
+      for (const type of CHANGE_EVENTS) bus.on(type, onChange);
+      plan(IDLE_DISPATCH_POLL_MS);
     },
     stop(): void {
-      clearInterval(poll);
-      for (const type of CHANGE_EVENTS) bus.off(type, wake);
+      running = false;
+      clearTimeout(poll);
+      for (const type of CHANGE_EVENTS) bus.off(type, onChange);
     },
   };
 }

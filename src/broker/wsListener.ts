@@ -64,10 +64,14 @@ export class WsListener {
       this.front = net.createServer({ noDelay: true }, (socket) => acceptProxied(socket, { trustedProxies: proxied.trustedProxies, log: options.log, refused: proxied.refused }, (s, identity) => {
         this.proxiedIdentities.set(s, identity);
         this.server.emit('connection', s);
+        // acceptProxied paused it (the bytes after the header were put back): the HTTP parser reads on
+        s.resume();
       }));
+      this.front.on('connection', (socket) => this.track(socket));
     } else {
       this.server = https.createServer({ ...options.tls, requestCert: true, rejectUnauthorized: true }, plain);
       this.server.on('tlsClientError', (err) => options.log.debug({ err: err.message }, 'mqtt websocket tls handshake refused'));
+      this.server.on('connection', (socket: net.Socket) => this.track(socket));
     }
     this.server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
       socket.on('error', () => {});
@@ -83,6 +87,13 @@ export class WsListener {
         onConnection(stream, identity);
       });
     });
+  }
+
+  /** every open connection (upgraded ones too, which the HTTP server no longer closes): cut at close */
+  private readonly sockets = new Set<net.Socket>();
+  private track(socket: net.Socket): void {
+    this.sockets.add(socket);
+    socket.once('close', () => this.sockets.delete(socket));
   }
 
   private identityOf(socket: net.Socket): WsIdentity | undefined {
@@ -117,6 +128,7 @@ export class WsListener {
     const closing = [new Promise<void>((resolve) => this.server.close(() => resolve()))];
     if (this.front) closing.push(new Promise<void>((resolve) => this.front!.close(() => resolve())));
     this.server.closeAllConnections();
+    for (const socket of this.sockets) socket.destroy();
     await Promise.all(closing);
   }
 }

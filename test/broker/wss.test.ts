@@ -28,7 +28,7 @@ const connectWss = (device: Pick<TestDevice, 'certPem' | 'keyPem' | 'caPem' | 't
   mqtt.connectAsync(wssUrl(), { ...mqttOptions(device), connectTimeout: 5_000, ...extra });
 
 /** Status of a WebSocket upgrade with these options (the handshake's HTTP answer), or 'open'. */
-function upgrade(url: string, protocols: string[], options: WebSocket.ClientOptions): Promise<{ status: number | 'open' | 'error'; body: string }> {
+function upgrade(url: string, protocols: string[], options: WebSocket.ClientOptions & { servername?: string }): Promise<{ status: number | 'open' | 'error'; body: string }> {
   return new Promise((resolve) => {
     const ws = new WebSocket(url, protocols, options);
     ws.on('open', () => { ws.close(); resolve({ status: 'open', body: '' }); });

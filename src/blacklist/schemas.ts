@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { EXAMPLE, named } from '../http/components.js';
 
 // printable text: no control characters (they would travel into edge lists and logs)
 const text = (max: number) => z.string().min(1).max(max).regex(/^[^\u0000-\u001f\u007f]*$/, 'must not contain control characters');
@@ -59,3 +60,13 @@ export const jwsSchema = z.object({
 export const jwksSchema = z.object({
   keys: z.array(z.object({ kty: z.literal('EC'), crv: z.literal('P-256'), x: z.string(), y: z.string(), kid: z.string(), alg: z.literal('ES256'), use: z.literal('sig') })),
 });
+
+// --- OpenAPI components (issue 39): the resources above by name, with examples
+const entry = { model: 'FFF1:8001', sn: 'SN-000666', reason: 'cloned serial seen on two lines', added_by: 'admin@acme', added_at: EXAMPLE.at };
+named(entrySchema, 'BlacklistEntry', { description: 'An identity (model, serial) refused enrollment', example: entry });
+named(addBody, 'BlacklistEntryCreate', { example: { model: 'FFF1:8001', sn: 'SN-000666', reason: 'cloned serial seen on two lines' } });
+named(addedSchema, 'BlacklistEntryAdded', { example: { ...entry, revoked_things: 1 } });
+named(pageSchema, 'BlacklistPage');
+named(deltasSchema, 'BlacklistDeltas', { example: { items: [{ op: 'add', model: 'FFF1:8001', sn: 'SN-000666', reason: 'cloned serial seen on two lines', by: 'admin@acme', at: EXAMPLE.at }], next_cursor: 'bl.1043', has_more: false } });
+named(jwsSchema, 'SignedBlacklistSnapshot');
+named(jwksSchema, 'BlacklistJwks');

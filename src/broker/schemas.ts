@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { EXAMPLE, named } from '../http/components.js';
 
 export const thingParams = z.object({ thingId: z.uuid() });
 
@@ -40,3 +41,13 @@ export const commandResult = z.object({
   status: z.literal('completed'),
   response: z.unknown().describe("the device's reply (JSON when it parses)"),
 });
+
+// --- OpenAPI components (issue 39): the resources above by name, with examples
+const E = EXAMPLE;
+named(connectivitySchema, 'Connectivity', { example: { thingId: E.thingId, connected: true, protocolVersion: 5, connectedAt: E.at, disconnectedAt: null, lastSeen: E.at } });
+named(telemetrySchema, 'Telemetry', { example: { thingId: E.thingId, telemetry: { temperature: 21.5, relay: 'on' }, updatedAt: E.at } });
+named(twinSide, 'TwinState', { description: 'One side (reported or desired) of a device twin', example: { version: 3, state: { fan: 'on' }, updatedAt: E.at } });
+named(twinSchema, 'Twin', { example: { thingId: E.thingId, reported: { version: 7, state: { fan: 'off' }, updatedAt: E.at }, desired: { version: 3, state: { fan: 'on' }, updatedAt: E.at } } });
+named(desiredBody, 'TwinDesiredUpdate', { example: { desired: { fan: 'on' }, ifVersion: 3 } });
+named(commandBody, 'Command', { description: 'A command to a connected device (MQTT request/response)', example: { name: 'reboot', payload: { delayS: 5 }, timeoutMs: 10000 } });
+named(commandResult, 'CommandResult', { example: { id: E.otherId, status: 'completed', response: { ok: true } } });

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { EXAMPLE, named } from '../http/components.js';
 import { FACTORY_SERVICE_STATES } from '../../machines/factoryService.js';
 
 const role = z.enum(['identify', 'provision']);
@@ -129,3 +130,33 @@ export const runListQuery = z.strictObject({
   limit: z.coerce.number().int().min(1).max(200).default(50),
 });
 export const runPageSchema = z.object({ items: z.array(runSchema), next_cursor: z.uuid().nullable() });
+
+// --- OpenAPI components (issue 39): the resources above by name, with examples
+const E = EXAMPLE;
+named(createBody, 'FactoryServiceCreate', { example: { role: 'provision', model_id: E.modelId, endpoint_url: 'https://factory.example.net/backend' } });
+const service = {
+  id: E.otherId, account_id: E.accountId, role: 'provision', state: 'ACTIVE', registrar_id: null, model_id: E.modelId, endpoint_url: 'https://factory.example.net/backend',
+  access_key_id: 'AKSV0123456789ABCDEF', rotation_pending: false, last_health_check_at: E.at, last_health_check_status: 'HEALTHY', last_health_check_http_status: 200,
+  last_health_check_latency_ms: 35, last_health_check_error: null, created_at: E.at, updated_at: E.at, deleted_at: null,
+} as const;
+named(factoryServiceSchema, 'FactoryService', { description: 'A factory backend registered as a signing principal', example: service });
+named(withSecretSchema, 'FactoryServiceWithSecret', { description: 'A factory service with its secret access key, shown once', example: { ...service, secret_access_key: 'c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LXNlY3JldC1zZWNyZXQ' } });
+named(pageSchema, 'FactoryServicePage');
+named(policyBody, 'FactoryServicePolicyUpdate', { example: { allow: ['factory:Thing:ReadState', 'factory:Thing:Provision'] } });
+named(policySchema, 'FactoryServicePolicy', { example: { factory_service_id: E.otherId, role: 'provision', default: false, allow: ['factory:Thing:Provision', 'factory:Thing:ReadState'] } });
+named(legReportBody, 'ProvisioningLegReport', { description: 'A factory backend reports a leg\'s outcome', example: { leg: 'provision', outcome: 'SUCCEEDED', attempt: 1, result: { station: 'L4-07' } } });
+named(legSchema, 'ProvisioningLeg', {
+  example: { name: 'provision', factory_service_id: E.otherId, state: 'SUCCEEDED', attempts: 1, due: null, started_at: E.at, finished_at: E.at, error: null, result: { station: 'L4-07' }, history: [{ attempt: 1, dispatched_at: E.at, ended_at: E.at, outcome: 'SUCCEEDED', error: null }] },
+});
+named(runSchema, 'ProvisioningRun', { description: 'A PROVISION saga run and its legs', example: { id: E.otherId, thing_id: E.thingId, model_id: E.modelId, state: 'RUNNING', started_at: E.at, started_by: 'operator@acme', finished_at: null, error: null, legs: [] } });
+named(runPageSchema, 'ProvisioningRunPage');
+
+/** What the gateway POSTs to `<endpoint_url>/provisioning-legs` (webhooks: provisioningLeg; src/factory/provisioning.ts). */
+export const legCallSchema = named(z.object({
+  run_id: z.uuid(), thing_id: z.uuid(), leg: legName, attempt: z.number().int().min(1).describe('report it back: a report of an older attempt is refused'),
+  model_id: z.uuid().nullable(), model: z.string().nullable(), manufacturer: z.string().nullable(), serial: z.string().nullable(),
+  result_url: z.url().describe('POST the leg\'s outcome here (signed): /api/v1/things/{thingId}/provisioning-result'),
+}), 'ProvisioningLegCall', {
+  description: 'A saga leg the factory backend carries out',
+  example: { run_id: E.otherId, thing_id: E.thingId, leg: 'provision', attempt: 1, model_id: E.modelId, model: 'FFF1:8001', manufacturer: 'Acme', serial: 'SN-000123', result_url: `https://gateway.example.net/api/v1/things/${E.thingId}/provisioning-result` },
+});

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { EXAMPLE, named } from '../http/components.js';
 import { FEED_PAGE, THINGS_PAGE } from './feed.js';
 
 /** Thing states a change can lead to (machines/thing.ts; REGISTERED is not a spec state). */
@@ -105,3 +106,24 @@ export const createdSchema = subscriptionSchema.extend({
 });
 
 export const subscriptionPageSchema = z.object({ items: z.array(subscriptionSchema), next_cursor: z.string().nullable() });
+
+// --- OpenAPI components (issue 39): the resources above by name, with examples
+const E = EXAMPLE;
+const change = { sequence: 1042, thing_id: E.thingId, model_id: E.modelId, model: 'FFF1:8001', manufacturer: 'Acme', serial: 'SN-000123', old_state: 'IN_FACTORY', new_state: 'HANDOVER_PENDING', event: 'FACTORY_HANDOVER', changed_at: E.at };
+named(changeItemSchema, 'StateChange', { description: 'One change of a thing\'s lifecycle state in the feed', example: change });
+named(feedPageSchema, 'StateChangePage', { description: 'A page of the state-change feed', example: { items: [change], next_cursor: 'c1.MTA0Mg.1795341600.k3x9', has_more: false } });
+named(thingsPageSchema.shape.items.element, 'ThingSyncItem', { description: 'A thing as the full sync lists it', example: { thing_id: E.thingId, model_id: E.modelId, model: 'FFF1:8001', manufacturer: 'Acme', serial: 'SN-000123', state: 'ACTIVATED', updated_at: E.at } });
+named(thingsPageSchema, 'ThingSyncPage', { description: 'A page of the full sync (GET /provisioning/v1/things)' });
+named(createBody, 'SubscriptionCreate', { example: { target_url: 'https://factory.example.net/hooks/state-changes', acknowledge_polling_still_mandatory: true, event_filter: { new_states: ['ACTIVATED'] } } });
+named(patchBody, 'SubscriptionPatch', { example: { status: 'ACTIVE' } });
+const subscription = { id: E.otherId, account_id: E.accountId, registrar_id: null, target_url: 'https://factory.example.net/hooks/state-changes', acknowledge_polling_still_mandatory: true, event_filter: { new_states: ['ACTIVATED'] }, status: 'ACTIVE', consecutive_failures: 0, suspended_at: null, suspended_reason: null, created_at: E.at, updated_at: E.at } as const;
+named(subscriptionSchema, 'Subscription', { description: 'A state-change webhook subscription', example: subscription });
+named(createdSchema, 'SubscriptionCreated', { description: 'A created subscription; secret (whsec_…) is shown once', example: { ...subscription, secret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' } });
+named(subscriptionPageSchema, 'SubscriptionPage');
+
+/** The body of a state-change delivery (webhooks: thingStateChanged), as src/feed/dispatcher.ts builds it. */
+export const deliverySchema = named(z.object({
+  type: z.literal('thing.state_changed'),
+  timestamp: z.string().describe('the change\'s changed_at'),
+  data: changeItemSchema,
+}), 'StateChangeDelivery', { description: 'Standard Webhooks payload: { type, timestamp, data } with the feed\'s item', example: { type: 'thing.state_changed', timestamp: E.at, data: change } });

@@ -18,7 +18,7 @@ import { devRoutes } from './devRoutes.js';
 import { AuthFailures } from './authFailures.js';
 import { isTrustedProxy } from './trustedProxies.js';
 import { installEdge } from './edge.js';
-import { openapiTransform, openapiTransformObject } from './openapi.js';
+import { openapiDocument, openapiTransform, openapiTransformObject } from './openapi.js';
 import { allowedWebSocketOrigins, installWebSocketOriginCheck } from './wsOrigin.js';
 import { installStalledUploadCutoff } from './stalledUploads.js';
 
@@ -87,20 +87,8 @@ export async function buildHttp(gw: Gateway, domains: DomainModule[], wired: Wir
   });
 
   await app.register(swagger, {
-    openapi: {
-      openapi: '3.1.0',
-      info: { title: 'Device Gateway API', version: '0.1.0', description: 'Tenant, platform, device (/ddi/v1), notification and IAM APIs of the device gateway. Errors are application/problem+json (RFC 9457).' },
-      servers: [{ url: config.PUBLIC_BASE_URL }],
-      components: {
-        securitySchemes: {
-          bearer: { type: 'http', scheme: 'bearer', bearerFormat: 'JWT', description: 'OIDC access token (Keycloak realm acc-<accountId>, idc-<name> or platform)' },
-          svc: { type: 'apiKey', in: 'header', name: 'Authorization', description: 'SVC base64(access_key_id:secret_key); plus X-Session-Token for ASIA keys' },
-          // devices' and internal callers' credentials (routes with `config.auth.schemes`)
-          ...gw.auth.securitySchemes(),
-        },
-      },
-      security: [{ bearer: [] }, { svc: [] }],
-    },
+    // issue 39: named schemas, every security scheme, webhooks (src/http/openapi.ts, contract.ts)
+    openapi: openapiDocument(config.PUBLIC_BASE_URL, gw.auth.securitySchemes()),
     // operationIds, problem+json error responses and the Problem component: see openapi.ts
     transform: openapiTransform,
     transformObject: openapiTransformObject,

@@ -13,8 +13,12 @@ export const EDGE_GROUPS = [
   {
     from: '/api/v1/things/',
     to: '/provisioning/v1/things/',
-    /** the things group: read the state, resolve, and drive the lifecycle (not registration, revocation or claim groups) */
-    actions: /^factory:Thing:(ReadState|List|Provision|Handover|Activate|Deactivate|Annihilate)$/,
+    /**
+     * the things group of the spec's factory surface: read the state and the factory eligibility,
+     * resolve, and drive the lifecycle (provision and its result, handover, activate, deactivate,
+     * annihilate); not registration, revocation, access codes or claim groups
+     */
+    actions: /^factory:Thing:(ReadState|ReadFactoryEligibility|List|Provision|Handover|Activate|Deactivate|Annihilate)$/,
   },
 ] as const;
 

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { EXAMPLE, named } from '../http/components.js';
 
 export const CAPABILITIES = ['enroll_things', 'approve_licenses', 'publish_marketplace', 'manage_ota_rollouts'] as const;
 export type Capability = (typeof CAPABILITIES)[number];
@@ -163,3 +164,23 @@ export const whoamiSchema = z.object({
   roles: z.array(z.string()),
   access_key_id: z.string().nullable(),
 });
+
+// --- OpenAPI components (issue 39): the resources above by name, with examples
+const E = EXAMPLE;
+const credential = { id: E.otherId, access_key_id: 'AKSV0123456789ABCDEF', status: 'ACTIVE', principal_id: 'ci-bot', description: 'CI pipeline', created_at: E.at, expires_at: null, last_used_at: null } as const;
+named(createCredentialBody, 'CredentialCreate', { example: { principal_id: 'ci-bot', description: 'CI pipeline' } });
+named(updateCredentialBody, 'CredentialUpdate', { example: { status: 'INACTIVE' } });
+named(credentialSchema, 'Credential', { description: 'A static SVC access key (its secret is never shown again)', example: credential });
+named(createdCredentialSchema, 'CredentialCreated', { description: 'A created access key; secret_key is shown once', example: { ...credential, secret_key: 'x'.repeat(54) } });
+named(getSessionTokenBody, 'SessionTokenRequest', { example: { account_id: E.accountId, duration_seconds: 3600 } });
+named(sessionTokenSchema, 'SessionToken', { description: 'Temporary STS credentials: an ASIA key, its secret and the session token', example: { access_key_id: 'ASIA0123456789ABCDEF', secret_key: 'y'.repeat(54), session_token: 'z'.repeat(43), expiration: E.later } });
+named(sessionItemSchema, 'Session', { example: { id: E.otherId, access_key_id: 'ASIA0123456789ABCDEF', status: 'ACTIVE', principal_id: 'alice', principal_type: 'federated', description: '', created_at: E.at, last_used_at: E.at, expires_at: E.later } });
+named(userRolesSchema, 'UserRoles', { example: { account_id: E.accountId, principal_id: 'alice', roles: ['operator'], idp_roles: ['viewer'], key_roles: ['operator'], updated_at: E.at, assigned_by: 'admin@acme' } });
+named(assignmentSchema, 'AccountAssignment', { example: { account_id: E.accountId, realm: 'idc-acme', principal_id: 'alice', roles: ['operator'], created_at: E.at, updated_at: E.at, assigned_by: 'admin@acme' } });
+named(capabilitiesSchema, 'AccountCapabilities', { example: { account_id: E.accountId, capabilities: ['enroll_things'], grants: [{ capability: 'enroll_things', granted_at: E.at, granted_by: 'platform-admin' }] } });
+named(scpDocumentSchema, 'ScpDocument', { description: 'A service control policy document', example: { Version: '2012-10-17', Statement: [{ Effect: 'Deny', Action: ['factory:Thing:Annihilate'], Resource: ['*'] }] } });
+named(createScpBody, 'ScpCreate', { example: { name: 'no-annihilate', document: { Version: '2012-10-17', Statement: [{ Effect: 'Deny', Action: ['factory:Thing:Annihilate'], Resource: ['*'] }] } } });
+const scp = { id: E.otherId, name: 'no-annihilate', description: '', document: { Version: '2012-10-17', Statement: [{ Effect: 'Deny', Action: ['factory:Thing:Annihilate'], Resource: ['*'] }] }, document_size: 98, created_at: E.at, created_by: 'platform-admin' };
+named(scpSchema, 'Scp', { description: 'A service control policy', example: scp });
+named(attachedScpSchema, 'AttachedScp', { example: { ...scp, attached_at: E.at, attached_by: 'platform-admin' } });
+named(whoamiSchema, 'WhoAmI', { example: { sub: 'alice', realm: `acc-${E.accountId}`, via: 'jwt', account_id: E.accountId, roles: ['operator'], access_key_id: null } });

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { named } from '../http/components.js';
 import { RESOURCES } from './resources.js';
 
 export const MODES = ['DELTA', 'FULL_REFRESH'] as const;
@@ -138,3 +139,14 @@ export const warehouseView = z.object({
   created_at: z.string(),
   updated_at: z.string(),
 });
+
+// --- OpenAPI components (issue 39): the resources above by name
+named(batchBody, 'IngestBatch', { description: 'A DELTA batch of products or stock items for one warehouse' });
+named(itemResult, 'IngestItemResult');
+named(batchResponse, 'IngestBatchResult');
+named(jobView, 'IngestJob', { description: 'A bulk ingest job' });
+named(jobsPage, 'IngestJobPage');
+named(jobErrorItem, 'IngestJobError');
+named(jobErrorsPage, 'IngestJobErrorPage');
+named(quarantineEntry, 'QuarantineEntry');
+named(quarantinePage, 'QuarantinePage');

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { named } from '../http/components.js';
 import { isSemver, PRODUCT_STATES } from '../../machines/marketplaceProduct.js';
 
 /** Schemas of the marketplace routes (src/marketplace/routes.ts). */
@@ -84,3 +85,9 @@ export const productSchema = z.object({
 export type ProductView = z.infer<typeof productSchema>;
 
 export const productPageSchema = z.object({ items: z.array(productSchema), next_cursor: z.string().nullable() });
+
+// --- OpenAPI components (issue 39): the resources above by name
+named(productCreateSchema, 'ProductCreate');
+named(productPatchSchema, 'ProductPatch');
+named(productSchema, 'Product', { description: 'A marketplace product and its bundles' });
+named(productPageSchema, 'ProductPage');

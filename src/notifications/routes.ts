@@ -8,7 +8,7 @@ import { drained, dropConnection } from '../lib/backlog.js';
 import { traceparentFor } from '../http/trace.js';
 import type { Reader } from './repo.js';
 import {
-  categoryBody, categoryItem, CATEGORY_ID, feedQuery, feedResponse, idParams, preferencesBody, preferencesResponse, publishBody,
+  authzDecisionSchema, authzRequestSchema, categoryBody, categoryItem, CATEGORY_ID, feedQuery, feedResponse, idParams, preferencesBody, preferencesResponse, publishBody,
   publishResponse, templateBody, templateItem, type StreamData,
 } from './schemas.js';
 import { STREAM_COOKIE, STREAM_TTL_SECONDS, type AuthzRequest, type NotificationsService } from './service.js';
@@ -284,17 +284,8 @@ export function apiRoutes(svc: NotificationsService, gw: Gateway) {
       config: { auth: { schemes: ['internal'] } },
       schema: {
         tags: ['internal'], summary: 'Default authorization service for notification sends (NOTIFY_AUTHZ_URL unset); X-Internal-Secret required',
-        body: z.object({
-          action: z.literal('notifications:Send'),
-          publisher: z.object({ sub: z.string(), realm: z.string(), realmKind: z.string(), accountId: z.string().nullable(), roles: z.array(z.string()) }),
-          scope: z.enum(['user', 'tenant']),
-          subscriberId: z.string(),
-          template: z.string(),
-          categoryId: z.string(),
-          severity: z.enum(['info', 'warning', 'error', 'critical']),
-          channel: z.array(z.string()),
-        }),
-        response: { 200: z.object({ allow: z.boolean(), reason: z.string().optional() }) },
+        body: authzRequestSchema,
+        response: { 200: authzDecisionSchema },
       },
     }, async (request) => {
       return svc.defaultDecision(request.body as AuthzRequest);

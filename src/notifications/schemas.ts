@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { EXAMPLE, named } from '../http/components.js';
 
 export const SEVERITIES = ['info', 'warning', 'error', 'critical'] as const;
 export type Severity = (typeof SEVERITIES)[number];
@@ -120,3 +121,32 @@ export type StreamData =
   | { type: 'created'; notification: NotificationItem }
   | { type: 'dismissed'; id: string }
   | { type: 'dismissed-all'; accountId: string | null; through: number };
+
+/** The request the gateway sends to the authorization service (NOTIFY_AUTHZ_URL, or its own /internal/notifications/authorize). */
+export const authzRequestSchema = z.object({
+  action: z.literal('notifications:Send'),
+  publisher: z.object({ sub: z.string(), realm: z.string(), realmKind: z.string(), accountId: z.string().nullable(), roles: z.array(z.string()) }),
+  scope: z.enum(['user', 'tenant']),
+  subscriberId: z.string(),
+  template: z.string(),
+  categoryId: z.string(),
+  severity: z.enum(SEVERITIES),
+  channel: z.array(z.string()),
+});
+export const authzDecisionSchema = z.object({ allow: z.boolean(), reason: z.string().optional().describe('why a send is denied') });
+
+// --- OpenAPI components (issue 39): the resources above by name, with examples
+const E = EXAMPLE;
+named(publishBody, 'NotificationPublish', { example: { channel: ['in_app'], to: { subscriberId: 'user-42' }, scope: 'user', severity: 'warning', template: 'device/revoked', data: { thingId: E.thingId }, actionUrl: `/things/${E.thingId}` } });
+named(publishResponse, 'NotificationPublishResult', { example: { status: 'sent', id: E.otherId, channel: ['in_app'] } });
+named(preferencesBody, 'NotificationPreferencesUpdate', { example: { globalMute: false, disabledCategories: ['marketing'], quietHours: { start: '22:00', end: '07:00', timeZone: 'Europe/Berlin' } } });
+named(preferencesResponse, 'NotificationPreferences', { example: { globalMute: false, disabledCategories: ['marketing'], quietHours: { start: '22:00', end: '07:00', timeZone: 'Europe/Berlin' }, updatedAt: E.at } });
+const notification = { id: E.otherId, scope: 'user', accountId: null, template: 'device/revoked', categoryId: 'device', severity: 'warning', title: 'Device revoked', body: 'Device SN-000123 was revoked.', data: { thingId: E.thingId }, actionUrl: `/things/${E.thingId}`, createdAt: E.at, read: false, dismissed: false } as const;
+named(notificationItem, 'Notification', { example: notification });
+named(feedResponse, 'NotificationPage', { example: { items: [notification], limit: 20, offset: 0, hasMore: false } });
+named(categoryItem, 'NotificationCategory', { example: { id: 'device', name: 'Devices', names: { en: 'Devices', de: 'Geräte' } } });
+named(categoryBody, 'NotificationCategoryUpdate', { example: { names: { en: 'Devices', de: 'Geräte' } } });
+named(templateBody, 'NotificationTemplateUpdate', { example: { categoryId: 'device', subject: 'Device {{serial}} revoked', title: 'Device revoked', bodyText: 'Device {{serial}} was revoked.', bodyHtml: '<p>Device {{serial}} was revoked.</p>' } });
+named(templateItem, 'NotificationTemplate', { example: { id: 'device/revoked', categoryId: 'device', subject: 'Device {{serial}} revoked', title: 'Device revoked', bodyText: 'Device {{serial}} was revoked.', bodyHtml: '<p>Device {{serial}} was revoked.</p>', updatedAt: E.at } });
+named(authzRequestSchema, 'NotificationAuthorizationRequest', { example: { action: 'notifications:Send', publisher: { sub: 'svc-alerts', realm: `acc-${E.accountId}`, realmKind: 'acc', accountId: E.accountId, roles: ['operator'] }, scope: 'user', subscriberId: 'user-42', template: 'device/revoked', categoryId: 'device', severity: 'warning', channel: ['in_app'] } });
+named(authzDecisionSchema, 'NotificationAuthorizationDecision', { example: { allow: true } });

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { EXAMPLE, named } from '../http/components.js';
 import { ROLLOUT_STATES } from '../../machines/rollout.js';
 import { ROLLOUT_GROUP_STATES } from '../../machines/rolloutGroup.js';
 import { ACTION_STATUSES } from './repo.js';
@@ -77,3 +78,15 @@ export const actionSchema = z.object({
   id: z.uuid(), thing_id: z.uuid(), group: z.number().int(), status: actionStatus, progress: z.number().int().nullable(),
   reason: z.string().nullable(), updated_at: z.string(),
 });
+
+// --- OpenAPI components (issue 39): the resources above by name, with examples
+const E = EXAMPLE;
+named(thingQuery, 'ThingFilterQuery', { description: 'Fleet registry filters; every member optional', example: { model: 'FFF1:8001', state: ['ACTIVATED'], tags: ['line-4'], connected: true } });
+named(filterBody, 'TargetFilterCreate', { example: { name: 'line 4 plugs', query: { model: 'FFF1:8001', tags: ['line-4'] } } });
+named(filterSchema, 'TargetFilter', { example: { id: E.otherId, name: 'line 4 plugs', query: { model: 'FFF1:8001', tags: ['line-4'] }, created_at: E.at, updated_at: E.at } });
+named(thingSummary, 'ThingSummary', { example: { id: E.thingId, model: 'FFF1:8001', serial: 'SN-000123', state: 'ACTIVATED', tags: ['line-4'], connected: true, last_seen: E.at } });
+named(software, 'SoftwareArtifact', { example: { version: '2.4.1', url: 'https://firmware.example.net/plug-2.4.1.bin', sha256: 'a'.repeat(64), size: 524288 } });
+named(rolloutBody, 'RolloutCreate', { example: { name: 'plug 2.4.1', filter_id: E.otherId, software: { version: '2.4.1', url: 'https://firmware.example.net/plug-2.4.1.bin', sha256: 'a'.repeat(64), size: 524288 }, groups: [10, 90], success_threshold: 95, error_threshold: 2 } });
+named(rolloutSchema, 'Rollout');
+named(groupSchema, 'RolloutGroup');
+named(actionSchema, 'RolloutAction');

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { EXAMPLE, named } from '../http/components.js';
 
 const code = z.string().trim().min(1).max(100).regex(/^[a-z0-9][a-z0-9-]*$/, 'lower-case letters, digits and dashes');
 
@@ -71,3 +72,14 @@ export const leaveSchema = z.object({
 export const createOrganizationBody = z.strictObject({ name: z.string().trim().min(1).max(200) });
 export const addMemberBody = z.strictObject({ account_id: z.uuid() });
 export const orgParams = z.object({ orgId: z.uuid() });
+
+// --- OpenAPI components (issue 39): the resources above by name, with examples
+const E = EXAMPLE;
+named(defaultSchema, 'QuotaDefault', { example: { service_code: 'things', quota_code: 'things-per-account', name: 'Things per account', default_value: 10000, max_value: 1000000, adjustable: true } });
+named(quotaSchema, 'Quota', { example: { id: E.otherId, service_code: 'things', quota_code: 'things-per-account', name: 'Things per account', default_value: 10000, applied_value: 20000, max_value: 1000000, adjustable: true, scope: 'account', account_id: E.accountId, organization_id: null, updated_at: E.at } });
+named(accountQuotasSchema, 'AccountQuotas');
+named(requestSchema, 'QuotaRequest', { example: { id: E.otherId, kind: 'account', status: 'pending', account_id: E.accountId, organization_id: null, leave_request_account_id: null, leave_gated: false, leave_id: null, service_code: 'things', quota_code: 'things-per-account', desired_value: 50000, reason: 'second factory line', decision_reason: null, decided_by: null, decided_at: null, created_by: 'admin@acme', created_at: E.at } });
+named(submitRequestBody, 'QuotaRequestCreate', { example: { service_code: 'things', quota_code: 'things-per-account', desired_value: 50000, reason: 'second factory line' } });
+named(organizationSchema, 'Organization', { example: { id: E.otherId, name: 'Acme group', management_account_id: E.accountId, member_count: 3, created_at: E.at } });
+named(memberSchema, 'OrganizationMember', { example: { account_id: E.accountId, organization_id: E.otherId, status: 'active', management: true, leave_id: null, joined_at: E.at } });
+named(leaveSchema, 'OrganizationLeave');

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { EXAMPLE, named } from '../http/components.js';
 import { REGISTRAR_STATES } from '../../machines/registrar.js';
 import { ACCESS_DECISIONS, ACCESS_REQUEST_STATES } from '../../machines/accessRequest.js';
 import { FACTORY_REGISTRATION_STATES } from '../../machines/factoryRegistration.js';
@@ -128,3 +129,34 @@ export const deeplinkCreatedSchema = deeplinkSchema.extend({
   url: z.string().describe('encodable URL (e.g. in a QR code): <PUBLIC_BASE_URL>/links/device#<token>'),
 });
 export const deeplinkPage = pageOf(deeplinkSchema);
+
+// --- OpenAPI components (issue 39): the resources above by name, with examples
+const E = EXAMPLE;
+named(vendorSchema, 'Vendor', { description: 'An account\'s vendor ID namespace', example: { account_id: E.accountId, vid: '6A01', created_at: E.at } });
+named(registrarCreateBody, 'RegistrarCreate', { example: { name: 'Acme factory line 4' } });
+named(registrarSchema, 'Registrar', { example: { id: E.otherId, account_id: E.accountId, name: 'Acme factory line 4', description: '', state: 'APPROVED', canonical_model_id: E.modelId, decided_at: E.at, decided_by: 'platform-admin', reason: null, created_at: E.at, updated_at: E.at } });
+named(registrarPage, 'RegistrarPage');
+named(accessRequestCreateBody, 'AccessRequestCreate', { example: { registrar_id: E.otherId, note: 'we assemble line 4' } });
+named(decideBody, 'AccessRequestDecision', { example: { decision: 'APPROVED' } });
+named(accessRequestSchema, 'AccessRequest', { example: { id: E.otherId, registrar_id: E.otherId, requester_account_id: E.accountId, owner_account_id: E.accountId, note: null, state: 'PENDING', decision: null, decided_at: null, decided_by: null, reason: null, created_at: E.at } });
+named(accessRequestPage, 'AccessRequestPage');
+named(registrationSchema, 'FactoryRegistration', { example: { account_id: E.accountId, state: 'REQUESTED', note: null, requested_at: E.at, requested_by: 'admin@acme', decided_at: null, decided_by: null, reason: null } });
+named(registrationPage, 'FactoryRegistrationPage');
+named(redeemBody, 'Redemption', { description: 'A token or its shareable URL', example: { token: 'ela_' + 'A'.repeat(43) } });
+const artifact = { id: E.otherId, account_id: E.accountId, note: null, status: 'ACTIVE', expires_at: E.later, revoked_at: null, created_by: 'admin@acme', created_at: E.at } as const;
+named(artifactSchema, 'EligibilityArtifact', { example: artifact });
+named(artifactCreatedSchema, 'EligibilityArtifactCreated', { example: { ...artifact, token: 'ela_' + 'A'.repeat(43), url: `https://gateway.example.net/links/eligibility#ela_${'A'.repeat(43)}` } });
+named(artifactPage, 'EligibilityArtifactPage');
+named(grantSchema, 'EligibilityGrant', { example: { id: E.otherId, artifact_id: E.otherId, owner_account_id: E.accountId, requester_account_id: E.accountId, state: 'PENDING', decided_at: null, decided_by: null, reason: null, created_at: E.at } });
+named(grantPage, 'EligibilityGrantPage');
+named(referenceRequestCreateBody, 'ReferenceRequestCreate', { example: { registrar_id: E.otherId, filter: { serial_prefix: 'SN-0001' } } });
+const referenceRequest = { id: E.otherId, registrar_id: E.otherId, requester_account_id: E.accountId, owner_account_id: E.accountId, filter: { serial_prefix: 'SN-0001' }, note: null, state: 'PENDING', decided_at: null, decided_by: null, reason: null, revoked_at: null, created_at: E.at } as const;
+named(referenceRequestSchema, 'ReferenceRequest', { example: referenceRequest });
+named(referenceRequestPage, 'ReferenceRequestPage');
+named(thingReferenceSchema, 'ThingReference', { example: { id: E.otherId, thing_id: E.thingId, owner_account_id: E.accountId, source: 'device_deeplink', reference_request_id: null, device_deeplink_id: E.otherId, model_id: E.modelId, descriptor: 'FFF1:8001', manufacturer: 'Acme', model: 'FFF1:8001', serial: 'SN-000123', state: 'ACTIVATED', created_at: E.at } });
+named(thingReferencePage, 'ThingReferencePage');
+named(deeplinkCreateBody, 'DeviceDeeplinkCreate', { example: { thing_id: E.thingId, expires_in_seconds: 86400 } });
+const deeplink = { id: E.otherId, thing_id: E.thingId, expires_at: E.later, redemptions: 0, created_by: 'admin@acme', created_at: E.at };
+named(deeplinkSchema, 'DeviceDeeplink', { example: deeplink });
+named(deeplinkCreatedSchema, 'DeviceDeeplinkCreated', { example: { ...deeplink, token: 'dlk_' + 'A'.repeat(43), url: `https://gateway.example.net/links/device#dlk_${'A'.repeat(43)}` } });
+named(deeplinkPage, 'DeviceDeeplinkPage');

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { EXAMPLE, named } from '../http/components.js';
 import { LICENSE_APPROVALS, LICENSE_STATUSES, PROVISIONING_METHODS } from './repo.js';
 
 const hex4 = z.string().regex(/^[0-9a-fA-F]{4}$/, 'four hexadecimal digits');
@@ -189,3 +190,57 @@ export const enrollmentListQuery = z.strictObject({
   method: z.string().max(40).optional(),
 });
 export const enrollmentPageSchema = z.object({ items: z.array(enrollmentSchema), next_cursor: z.uuid().nullable() });
+
+// --- OpenAPI components (issue 39): the resources above by name, with examples
+const E = EXAMPLE;
+named(thingStateSchema.shape.state, 'ThingState', { description: 'A thing\'s lifecycle state (machines/thing.ts)', example: 'ACTIVATED' });
+named(modelCreateSchema, 'ModelCreate', { description: 'A device model to create, by provisioning method', example: { pid: '8001', name: 'Smart plug', provisioning_method: 'claim_token' } });
+named(modelSchema, 'Model', {
+  description: 'A device model (vid:pid) and how its devices provision',
+  example: { id: E.modelId, vid: 'FFF1', pid: '8001', descriptor: 'FFF1:8001', name: 'Smart plug', provisioning_method: 'claim_token', provisioning: {}, licenseApproval: 'automatic', created_at: E.at, description: '', owner_account_id: E.accountId, imported: false },
+});
+named(modelCreatedSchema, 'ModelCreated', {
+  description: 'A created model; secret (groupKey or webhookSecret) is shown once',
+  example: { id: E.modelId, vid: 'FFF1', pid: '8002', descriptor: 'FFF1:8002', name: 'Sensor', provisioning_method: 'symmetric_key', provisioning: {}, licenseApproval: 'automatic', created_at: E.at, description: '', owner_account_id: E.accountId, imported: false, secret: { groupKey: 'q8t1m3c2VjcmV0LWdyb3VwLWtleS1zaG93bi1vbmNlLW9ubHk=' } },
+});
+named(thingCreateSchema, 'ThingCreate', { description: 'A device to register', example: { manufacturer: 'Acme', model: 'FFF1:8001', serial: 'SN-000123' } });
+named(thingCreatedSchema, 'ThingCreated', { description: 'A registered device and its single-use enrollment token', example: { thingId: E.thingId, enrollmentToken: 'et_4Qm9c2Vjc2V0LXRva2Vu', expiresAt: E.later } });
+named(revokedSchema, 'ThingRevoked', { description: 'A revocation\'s outcome', example: { thingId: E.thingId, revoked: true, revokedSerials: ['5A3C9E01'], crlNumber: 12, disconnected: true } });
+named(claimGroupCreateSchema, 'ClaimGroupCreate', { example: { name: 'Line 4 batch 2026-11', maxDevices: 500, ttlDays: 30 } });
+named(claimGroupCreatedSchema, 'ClaimGroupCreated', {
+  description: 'A created claim group; sharedSecret is shown once',
+  example: { id: E.otherId, name: 'Line 4 batch 2026-11', sharedSecret: 'cg_3k9V1c2hhcmVkLXNlY3JldA', maxDevices: 500, ttlDays: 30, createdAt: E.at },
+});
+named(claimGroupSchema, 'ClaimGroup', {
+  description: 'A claim group: devices enroll with its shared secret until capped, expired or revoked',
+  example: { id: E.otherId, name: 'Line 4 batch 2026-11', maxDevices: 500, ttlDays: 30, createdAt: E.at, expiresAt: E.later, consumed: 42, status: 'active', revoked: false },
+});
+named(enrollSchema, 'DeviceEnrollment', { description: 'What a device sends to enroll (one provisioning method\'s fields)', example: { enrollmentToken: 'et_4Qm9c2Vjc2V0LXRva2Vu' } });
+named(enrollmentResponseSchema, 'DeviceCredentials', {
+  description: 'An enrolled device\'s certificate, key (unless it sent a CSR) and broker settings',
+  example: { thingId: E.thingId, certificate: '-----BEGIN CERTIFICATE-----\nMIIB…\n-----END CERTIFICATE-----\n', caCertificate: '-----BEGIN CERTIFICATE-----\nMIID…\n-----END CERTIFICATE-----\n', mqttBrokerUrl: 'mqtts://gateway.example:8883', mqttBrokerPort: 8883, caBundlePem: '-----BEGIN CERTIFICATE-----\nMIID…\n-----END CERTIFICATE-----\n', twinTopicPrefix: `devices/${E.thingId}/twin` },
+});
+named(deviceStatusSchema, 'DeviceStatus', { example: { thingId: E.thingId, state: 'ACTIVATED', revoked: false, enrolledAt: E.at, certificate: { serial: '5A3C9E01', notAfter: E.later, revoked: false } } });
+named(licenseSchema, 'License', { description: 'A granted device license (RS256 JWT)', example: { licenseId: E.otherId, license: 'eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiIzZjFjIn0.c2ln', expiresAt: E.later } });
+named(licenseStatusSchema, 'LicenseStatus', { example: { licenseId: E.otherId, status: 'granted', license: 'eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiIzZjFjIn0.c2ln', expiresAt: E.later } });
+named(licenseRecordSchema, 'LicenseRecord', {
+  description: 'A license decision as the tenant sees it',
+  example: { licenseId: E.otherId, thingId: E.thingId, kind: 'request', status: 'granted', features: ['telemetry'], reason: null, requestedAt: E.at, decidedAt: E.at, decidedBy: null, expiresAt: E.later },
+});
+named(accessCodeSchema, 'AccessCode', { example: { accessCode: 'ac_7Hx2bWFjY2Vzcy1jb2Rl', expiresAt: E.later } });
+named(thingStateSchema, 'ThingStateView', { description: 'A thing\'s lifecycle state and when it last changed', example: { state: 'IN_FACTORY', updated_at: E.at } });
+named(thingResolvedSchema, 'ResolvedThing', { example: { state: 'ACTIVATED', updated_at: E.at, id: E.thingId, manufacturer: 'Acme', model: 'FFF1:8001', serial: 'SN-000123', revoked: false } });
+named(factoryEligibilitySchema, 'FactoryEligibility', { example: { thing_id: E.thingId, state: 'IN_FACTORY', eligible: true, reason: 'the thing is in the factory', model_id: E.modelId, updated_at: E.at } });
+named(enrollmentCreateSchema, 'EnrollmentCreate', { example: { model: 'FFF1:8001', serial: 'SN-000123' } });
+named(enrollmentSchema, 'Enrollment', {
+  description: 'An enrollment: a thing as it was born (its id is the thing id)',
+  example: { id: E.thingId, thing_id: E.thingId, model_id: E.modelId, model: 'FFF1:8001', manufacturer: 'Acme', serial: 'SN-000123', method: 'factory', enrolled_at: E.at, state: 'ROLLEDOFF', revoked: false, certificate_serial: '5A3C9E01', certificate_not_after: E.later, certificate_revoked: false },
+});
+named(enrollmentPageSchema, 'EnrollmentPage', { description: 'A keyset page of enrollments' });
+
+/** The approval a webhook-provisioned model's approvalUrl receives (webhooks: enrollmentApproval). */
+export const enrollmentApprovalRequestSchema = named(z.object({
+  type: z.literal('enrollment.approval'), modelId: z.uuid(), descriptor: z.string().describe('vid:pid'), manufacturer: z.string(), serial: z.string(),
+}), 'EnrollmentApprovalRequest', { example: { type: 'enrollment.approval', modelId: E.modelId, descriptor: 'FFF1:8001', manufacturer: 'Acme', serial: 'SN-000123' } });
+export const enrollmentApprovalAnswerSchema = named(z.object({ approved: z.boolean().describe('true admits the device; anything else refuses it') }), 'EnrollmentApprovalAnswer', { example: { approved: true } });
+named(enrollmentCreatedSchema, 'EnrollmentCreated', { description: 'A factory enrollment: the enrollment and the device\'s credentials' });

@@ -22,5 +22,5 @@ import { bridgesDomain } from './bridges/index.js';
  * at start-up and names what to move). Stopped in reverse order.
  */
 export const domains: DomainModule[] = [
-  accountsDomain, quotasDomain, iamDomain, notificationsDomain, deviceSessionsDomain, blacklistDomain, vendorsDomain, trustDomain, registryDomain, marketplaceDomain, factoryDomain, feedDomain, ingestDomain, brokerDomain, consoleDomain, otaDomain, bridgesDomain,
+  accountsDomain, quotasDomain, iamDomain, deviceSessionsDomain, blacklistDomain, vendorsDomain, trustDomain, notificationsDomain, registryDomain, marketplaceDomain, factoryDomain, feedDomain, ingestDomain, brokerDomain, consoleDomain, otaDomain, bridgesDomain,
 ];

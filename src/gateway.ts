@@ -69,6 +69,8 @@ export interface ThingSearch {
   count(accountId: string, query: ThingQuery): Promise<number>;
   /** ids of the matched things, oldest first, at most `max` */
   ids(accountId: string, query: ThingQuery, max: number): Promise<string[]>;
+  /** one thing of the account (serial, model, ...), undefined when it has no such thing */
+  describe(accountId: string, thingId: string): Promise<ThingSummary | undefined>;
 }
 
 /** Topic kinds of `devices/{thingId}/` other domains use (their suffixes are in src/broker/topics.ts). */

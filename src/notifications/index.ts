@@ -29,12 +29,12 @@ declare module '../gateway.js' {
 export const notificationsDomain = defineDomain({
   name: 'notifications',
   provides: ['notifications'],
-  requires: ['accounts'],
-  async init(gw, { accounts }) {
+  requires: ['accounts', 'thingSearch'],
+  async init(gw, { accounts, thingSearch }) {
     const cut = new Counter({ name: 'notification_streams_cut_total', help: 'Notification streams dropped because their unsent backlog passed 1 MiB, by transport', labelNames: ['transport'], registers: [gw.metrics] });
     const hub = new StreamHub(gw.cluster, gw.config.SSE_HEARTBEAT_SECONDS * 1000, gw.log.child({ component: 'notifications' }), (transport) => cut.inc({ transport }));
     const published = new Counter({ name: 'notifications_published_total', help: 'Publish requests answered, by status and drop reason', labelNames: ['status', 'reason'], registers: [gw.metrics] });
-    const svc = new NotificationsService(gw, new Mailer(gw.config, gw.log), hub, accounts, published);
+    const svc = new NotificationsService(gw, new Mailer(gw.config, gw.log), hub, accounts, published, thingSearch);
     new Gauge({ name: 'notification_streams_open', help: 'Open notification streams (SSE and WebSocket) on this node', registers: [gw.metrics], collect() {
       this.set(hub.size);
     } });

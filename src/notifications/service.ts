@@ -1,6 +1,6 @@
 import crypto from 'node:crypto';
 import type { Counter } from 'prom-client';
-import type { Gateway, Services } from '../gateway.js';
+import type { Gateway, Services, ThingSearch } from '../gateway.js';
 import type { StoredEvent } from '../actors/store.js';
 import { isUuid, type Principal } from '../http/auth/principal.js';
 import { internal, invalid, notFound, refused, upstreamFailed } from '../lib/errors.js';
@@ -72,6 +72,8 @@ export class NotificationsService {
   constructor(
     private readonly gw: Gateway, private readonly mailer: Mailer, readonly hub: StreamHub, private readonly accounts: Pick<Services['accounts'], 'get'>,
     private readonly published: Counter<'status' | 'reason'>,
+    /** trust's declared service: names the device of a device event (serial and model) */
+    private readonly things: Pick<ThingSearch, 'describe'>,
   ) {}
 
   private get sql() {
@@ -215,7 +217,15 @@ export class NotificationsService {
     const template = await repo.template(this.sql, templateId);
     if (!template) return undefined;
     const data = { ...ev.payload } as Record<string, unknown>;
-    if (ev.type === 'thing.revoked' && !data.serial) data.serial = data.thingId; // revoked before it had a certificate
+    let stored: Record<string, unknown> = ev.payload;
+    if (ev.type === 'thing.revoked') {
+      // the device by its serial and model (trust's thingSearch), not its certificate's serial
+      const thing = typeof data.thingId === 'string' && isUuid(data.thingId) ? await this.things.describe(accountId, data.thingId).catch(() => undefined) : undefined;
+      data.certificateSerial = data.serial ?? 'none';
+      data.serial = thing?.serial ?? data.serial ?? data.thingId; // an unknown thing: what the event says
+      data.model = thing?.model ?? 'unknown';
+      if (thing) stored = { ...ev.payload, deviceSerial: thing.serial, model: thing.model };
+    }
     if (Array.isArray(data.deniedRequestIds)) data.deniedRequestIds = (data.deniedRequestIds as unknown[]).join(', ');
     const rendered = render(template, data, { strict: false, vars: { actionUrl: this.absolute(actionUrl) } });
     const n: NewNotification = {
@@ -226,7 +236,7 @@ export class NotificationsService {
       severity,
       title: rendered.title,
       body: rendered.text,
-      data: ev.payload,
+      data: stored,
       actionUrl,
       channels: ['in_app'],
       publisher: `event/${ev.type}`,

@@ -98,8 +98,8 @@ export const SEED_TEMPLATES: TemplateRecord[] = [
     categoryId: 'devices',
     subject: 'Device {{serial}} was revoked',
     title: 'Device {{serial}} was revoked',
-    bodyText: 'The certificate of device {{serial}} (thing {{thingId}}) was revoked by {{by}}. The device can no longer connect.\n\n{{actionUrl}}\n',
-    bodyHtml: layout('Device {{serial}} was revoked', '<p>The certificate of device <b>{{serial}}</b> (thing <code>{{thingId}}</code>) was revoked by {{by}}. The device can no longer connect.</p>'),
+    bodyText: 'Device {{serial}} (model {{model}}, thing {{thingId}}) was revoked by {{by}}: its certificate {{certificateSerial}} is on the CRL and the device can no longer connect.\n\n{{actionUrl}}\n',
+    bodyHtml: layout('Device {{serial}} was revoked', '<p>Device <b>{{serial}}</b> (model {{model}}, thing <code>{{thingId}}</code>) was revoked by {{by}}: its certificate <code>{{certificateSerial}}</code> is on the CRL and the device can no longer connect.</p>'),
   },
   {
     id: 'device/certificate-expiring',

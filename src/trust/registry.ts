@@ -1,5 +1,5 @@
 import type { Db, Sql } from '../db/client.js';
-import { conflict, invalid, notFound } from '../lib/errors.js';
+import { conflict, DomainError, invalid, notFound } from '../lib/errors.js';
 import { iso } from '../lib/encoding.js';
 import { isUuid } from '../http/auth/principal.js';
 import type { ThingQuery, ThingSearch, ThingSummary } from '../gateway.js';
@@ -207,6 +207,13 @@ export function thingSearch(registry: RegistryService): ThingSearch {
     },
     count: (accountId, q) => registry.count({ accountId }, filter(q)),
     ids: (accountId, q, max) => registry.ids({ accountId }, filter(q), max),
+    describe: async (accountId, thingId) => {
+      const t = await registry.get({ accountId }, thingId).catch((err: unknown) => {
+        if (err instanceof DomainError && err.kind === 'not_found') return undefined;
+        throw err;
+      });
+      return t && summary(t);
+    },
   };
 }
 

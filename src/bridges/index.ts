@@ -25,7 +25,7 @@ export const bridgesDomain = defineDomain({
     });
     const worker = new BridgeWorker({
       repo, service, telemetryLog, thingSearch, clock, log: log.child({ component: 'bridge-delivery' }), node: gw.cluster.nodeId, registry: gw.metrics,
-      settings: { ...DEFAULT_WORKER, retryMaxMs: config.BRIDGE_RETRY_MAX_MS },
+      settings: { ...DEFAULT_WORKER, retryMaxMs: config.BRIDGE_RETRY_MAX_MS, leaseSeconds: config.BRIDGE_LEASE_SECONDS, leaseEveryMs: config.BRIDGE_LEASE_SECONDS * 250 },
     });
     return { sealer, service, worker };
   },

@@ -186,6 +186,45 @@ describe('fast lane (device publishes decoded in front of Aedes)', () => {
     socket.destroy();
   });
 
+  it('writes the PUBACKs of a device with one message in flight straight to the TLS handle; what Aedes writes meanwhile, and the close, wait for them', async () => {
+    const d = devices[0];
+    const { socket, packets } = await rawDevice(d);
+    const conn = aedesClient<{ conn: tls.TLSSocket }>(d.thingId).conn;
+    let streamWrites = 0;
+    const write = conn.write;
+    conn.write = function counted(this: tls.TLSSocket, ...args: unknown[]) {
+      streamWrites += 1;
+      return (write as (...a: unknown[]) => boolean).apply(this, args);
+    } as tls.TLSSocket['write'];
+    const topic = `devices/${d.thingId}/telemetry`;
+    const publish = (messageId: number) => encode({ cmd: 'publish', topic, payload: `{"m":${messageId}}`, qos: 1, messageId });
+    const answers = () => packets.filter((p) => ['puback', 'suback', 'pingresp'].includes(p.cmd)).map((p) => (p.cmd === 'pingresp' ? 'pingresp' : `${p.cmd} ${(p as { messageId: number }).messageId}`));
+    // publish, wait for its PUBACK, publish (the first PUBACK of the process goes through the stream: it shows the lane Node's write request)
+    for (let i = 1; i <= 20; i++) {
+      socket.write(publish(i));
+      await waitFor(() => answers().includes(`puback ${i}`), 5000, `PUBACK ${i}`);
+    }
+    expect(streamWrites).toBeLessThanOrEqual(1);
+    // a publish and a PINGREQ in one record: Aedes writes its PINGRESP (through the stream) in the same
+    // turn, while the lane's PUBACK write is in flight (TLS takes one write at a time; without the wait
+    // Node aborts the process): it waits and comes after it; likewise a SUBACK
+    socket.write(Buffer.concat([publish(21), encode({ cmd: 'pingreq' })]));
+    socket.write(Buffer.concat([publish(22), encode({ cmd: 'subscribe', messageId: 23, subscriptions: [{ topic: `devices/${d.thingId}/commands`, qos: 1 }] })]));
+    await waitFor(() => answers().length >= 24, 5000, 'PUBACKs, PINGRESP and SUBACK');
+    socket.write(publish(24));
+    await waitFor(() => answers().length >= 25, 5000, 'PUBACK 24');
+    expect(answers().slice(20)).toEqual(['puback 21', 'pingresp', 'puback 22', 'suback 23', 'puback 24']);
+    // a publish and a DISCONNECT in one record: the PUBACK is written before the connection closes
+    const closed = new Promise((r) => socket.once('close', r));
+    socket.write(Buffer.concat([publish(25), encode({ cmd: 'disconnect' })]));
+    await closed;
+    expect(answers().slice(25)).toEqual(['puback 25']);
+    expect(await waitFor(async () => {
+      const t = await latestTelemetry<{ m: number }>(d.thingId);
+      return t.m === 25 ? t : undefined;
+    }, 10_000, 'latest telemetry')).toMatchObject({ m: 25 });
+  });
+
   it('refuses a bad payload on the lane with 0x99 and goes on with the next packet of the same record', async () => {
     const d = devices[1];
     const { socket, packets } = await rawDevice(d);

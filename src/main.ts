@@ -64,7 +64,7 @@ let stopping = 0;
 // (the embedded PostgreSQL left to its watchdog).
 process.on('SIGTERM', () => void shutdown('SIGTERM'));
 process.on('SIGINT', () => void shutdown('SIGINT'));
-const starting: Promise<{ mqttPort?: number; stop(): Promise<void> }> = primary ? startNodePrimary(config, log) : startGateway(config, { log });
+const starting: Promise<{ mqttPort?: number; httpsPort?: number; stop(): Promise<void> }> = primary ? startNodePrimary(config, log) : startGateway(config, { log });
 const running = await starting.catch(onStartFailure);
 if (worker) reportWorkerReady(running.mqttPort ?? config.MQTT_PORT);
 
@@ -72,8 +72,18 @@ const base = config.PUBLIC_BASE_URL;
 const lines = [
   `gateway ${config.NODE_ID} ready in ${Date.now() - started} ms${primary ? ` (${config.BROKER_WORKERS} worker processes)` : ''}`,
   `  HTTP API      ${base}  (listening on ${config.HTTP_HOST}:${config.HTTP_PORT}${config.httpLoopbackDefault ? ' only: the development issuer is on; set HTTP_HOST to listen on the network' : ''})`,
+  `  console       ${config.CONSOLE_BASE_URL}/things  (sign in${config.DEV_ISSUER ? ' with a realm, a user and roles' : ' with an access token'})`,
   `  API docs      ${base}/docs   (OpenAPI JSON: ${base}/docs/json)`,
+  ...(config.HTTPS_PORT !== undefined
+    ? [`  HTTPS (mTLS)  https://${config.MQTT_PUBLIC_HOST}:${running.httpsPort ?? config.HTTPS_PORT}  (devices call /ddi with their certificates; listening on ${config.HTTP_HOST})`]
+    : []),
   `  MQTT (TLS)    mqtts://${config.MQTT_PUBLIC_HOST}:${running.mqttPort ?? config.MQTT_PORT}  (client certificates required)`,
+  ...(config.MQTT_WS_PORT !== undefined
+    ? [`  MQTT over WS  ${config.MQTT_WS_BEHIND_PROXY ? `ws://<host>:${config.MQTT_WS_PORT}/mqtt  (plain, behind the TLS terminators in TRUSTED_PROXIES)` : `wss://${config.MQTT_PUBLIC_HOST}:${config.MQTT_WS_PORT}/mqtt  (client certificates required)`}`]
+    : []),
+  ...(config.MQTT_PROXY_PORT !== undefined
+    ? [`  MQTT (proxy)  tcp port ${config.MQTT_PROXY_PORT}  (PROXY v2 from TRUSTED_PROXIES only: a TLS terminator in front)`]
+    : []),
   `  database      ${config.embeddedDatabase ? `embedded PostgreSQL, data in ${config.DATA_DIR}/postgres` : 'DATABASE_URL'}`,
   `  PKI           ${config.CERTS_DIR}`,
   `  internal API  send X-Internal-Secret: ${config.INTERNAL_API_SECRET ? 'the value of INTERNAL_API_SECRET' : `the contents of ${path.join(config.CERTS_DIR, INTERNAL_SECRET_FILE)}`}  (broker hook POST /ddi/v1/authn/emqx)`,

@@ -106,7 +106,7 @@ describe.skipIf(!mosquittoAvailable)('delivery', () => {
     const N = 30;
     const devices: [TestAccount, EnrolledDevice][] = [];
     for (const acc of [A, A, B, B]) devices.push([acc, await enrollDevice(gw, acc)]);
-    const results = await Promise.all(devices.map(([, d]) => mosquittoPub(gw.mqttPort, d, `devices/${d.thingId}/telemetry`, lines(d.thingId, N))));
+    const results = await Promise.all(devices.map(([, d]) => mosquittoPub(gw.mqttPort!, d, `devices/${d.thingId}/telemetry`, lines(d.thingId, N))));
     for (const r of results) expect(r.code, r.out).toBe(0);
 
     await waitFor(async () => (await sA.count()) >= 2 * N && (await sB.count()) >= 2 * N && fromRabbit.length >= 2 * (N - 10), 20_000, 'deliveries');
@@ -144,7 +144,7 @@ describe.skipIf(!mosquittoAvailable)('delivery', () => {
     const id = await createRule(gw, A, { from: '$events/connectivity', bridge_id: await createBridge(gw, A, { type: 'nats', url: NATS_URL, subject_prefix: s.prefix }) });
     expect((await gw.http.patch(`/api/v1/rules/${id}`, { enabled: false }, { token: A.operator })).body.status).toBe('DISABLED');
     const d = await enrollDevice(gw, A);
-    expect((await mosquittoPub(gw.mqttPort, d, `devices/${d.thingId}/telemetry`, ['{"x":1}'])).code).toBe(0);
+    expect((await mosquittoPub(gw.mqttPort!, d, `devices/${d.thingId}/telemetry`, ['{"x":1}'])).code).toBe(0);
     await waitFor(async () => (await rule(gw, A, id)).lag.messages === 2, 10_000, 'connect and disconnect waiting');
     expect(await s.count()).toBe(0);
     expect((await gw.http.patch(`/api/v1/rules/${id}`, { enabled: true }, { token: A.operator })).body.status).toBe('ENABLED');
@@ -161,14 +161,14 @@ describe.skipIf(!mosquittoAvailable)('delivery', () => {
     const sA = await stream();
     const ruleA = await createRule(gw, A, { from: 'devices/+/telemetry', bridge_id: await createBridge(gw, A, { type: 'nats', url: NATS_URL, subject_prefix: sA.prefix }) });
     const [dA, dC] = [await enrollDevice(gw, A), await enrollDevice(gw, C)];
-    expect((await mosquittoPub(gw.mqttPort, dC, `devices/${dC.thingId}/telemetry`, lines(dC.thingId, 10))).code).toBe(0);
+    expect((await mosquittoPub(gw.mqttPort!, dC, `devices/${dC.thingId}/telemetry`, lines(dC.thingId, 10))).code).toBe(0);
     const failing = await waitFor(async () => { const r = await rule(gw, C, ruleC); return r.status === 'FAILING' ? r : undefined; }, 15_000, 'C failing');
     expect(failing.last_error).toMatch(/refused/i);
     expect(failing.failing_since).not.toBeNull();
     expect(failing.delivered).toBe(0);
     expect(failing.lag.messages).toBe(10);
     // while C fails, A's messages go through
-    expect((await mosquittoPub(gw.mqttPort, dA, `devices/${dA.thingId}/telemetry`, lines(dA.thingId, 10))).code).toBe(0);
+    expect((await mosquittoPub(gw.mqttPort!, dA, `devices/${dA.thingId}/telemetry`, lines(dA.thingId, 10))).code).toBe(0);
     await waitFor(async () => (await sA.count()) === 10, 10_000, "A's messages");
     expect((await rule(gw, A, ruleA)).status).toBe('ENABLED');
     expect((await rule(gw, C, ruleC)).delivered).toBe(0);

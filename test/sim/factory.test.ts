@@ -1,3 +1,4 @@
+import { spawn } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runFactoryLine } from '../../src/sim/factory.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
@@ -24,5 +25,31 @@ describe('factory-line simulator', () => {
     expect(Object.entries(bad.failureCauses)[0]).toEqual([expect.stringMatching(/^identify leg: .*simulated station failure/), 3]);
     const states = await gw.db.sql<{ lifecycle_state: string }[]>`select lifecycle_state from things where serial like 'BAD-%'`;
     expect(states.map((s) => s.lifecycle_state)).toEqual(['ROLLEDOFF', 'ROLLEDOFF', 'ROLLEDOFF']);
+  });
+});
+
+describe('sim:factory CLI', () => {
+  it('against a gateway that may not call loopback targets: every run fails, the summary names the cause, exit 1', async () => {
+    const strict = await startTestGateway({ PROVISION_LEG_ATTEMPTS: '1', PROVISION_LEG_RETRY_SECONDS: '1' });
+    try {
+      const res = await new Promise<{ code: number; out: string; err: string }>((resolve) => {
+        const proc = spawn('node_modules/.bin/tsx', ['src/sim/factoryCli.ts', '--url', strict.httpUrl, '--devices', '2', '--concurrency', '2', '--timeout', '60', '--no-progress']);
+        let out = '';
+        let err = '';
+        proc.stdout.on('data', (d) => (out += d));
+        proc.stderr.on('data', (d) => (err += d));
+        proc.on('exit', (code) => resolve({ code: code ?? 1, out, err }));
+      });
+      expect(res.code, res.err).toBe(1);
+      const summary = JSON.parse(res.out);
+      expect(summary).toMatchObject({ enrolled: 2, provisioned: 2, inFactory: 0, failedRuns: 2, unexpectedFailedRuns: 2 });
+      const [[cause, n]] = Object.entries(summary.failureCauses as Record<string, number>);
+      expect(n).toBe(2);
+      expect(cause).toMatch(/^identify leg: .+/);
+      expect(cause).not.toContain('simulated');
+      expect(res.err).toContain(`2 run(s) failed: ${cause}`);
+    } finally {
+      await strict.close();
+    }
   });
 });

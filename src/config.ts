@@ -31,7 +31,7 @@ export const configSchema = z.object({
   MQTT_WS_PORT: port.optional().describe('MQTT over secure WebSocket (wss://host:port/mqtt, subprotocol mqtt), client certificates as on MQTT_PORT; unset = off'),
   MQTT_WS_BEHIND_PROXY: bool.default(false).describe('MQTT_WS_PORT is plain HTTP behind a TLS terminator (PROXY v2 headers from TRUSTED_PROXIES, as MQTT_PROXY_PORT) instead of TLS'),
   HAPROXY_RUNTIME_API: csv.default([]).describe('HAProxy admin sockets (unix socket paths or host:port) to push every CRL change to, before a revocation answers (set ssl crl-file + commit ssl crl-file)'),
-  HAPROXY_CRL_FILE: z.string().min(1).optional().describe("the crl-file name in HAProxy's configuration the pushes replace (required with HAPROXY_RUNTIME_API)"),
+  HAPROXY_CRL_PATH: z.string().min(1).optional().describe("the crl-file name in HAProxy's configuration the pushes replace (required with HAPROXY_RUNTIME_API)"),
   DATA_DIR: z.string().default('./data'),
   CERTS_DIR: z.string().default('./certs'),
   DATABASE_URL: url.optional(),
@@ -184,7 +184,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     raw.DATABASE_URL = withPassword.href;
   }
   if ((raw.MQTT_PROXY_PORT !== undefined || raw.MQTT_WS_BEHIND_PROXY) && raw.TRUSTED_PROXIES.length === 0) throw invalidConfiguration(['  MQTT_PROXY_PORT / MQTT_WS_BEHIND_PROXY: need TRUSTED_PROXIES (the TLS terminators allowed to send PROXY headers)']);
-  if (raw.HAPROXY_RUNTIME_API.length > 0 && !raw.HAPROXY_CRL_FILE) throw invalidConfiguration(['  HAPROXY_RUNTIME_API: needs HAPROXY_CRL_FILE (the crl-file path in the HAProxy configuration)']);
+  if (raw.HAPROXY_RUNTIME_API.length > 0 && !raw.HAPROXY_CRL_PATH) throw invalidConfiguration(['  HAPROXY_RUNTIME_API: needs HAPROXY_CRL_PATH (the crl-file path in the HAProxy configuration)']);
   const devIssuer = raw.DEV_ISSUER ?? raw.OIDC_ISSUERS.length === 0;
   // The development issuer mints platform-admin tokens for whoever asks: off the network by default.
   const httpLoopbackDefault = devIssuer && raw.HTTP_HOST === undefined;

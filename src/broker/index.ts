@@ -131,8 +131,8 @@ export const brokerDomain = defineDomain({
       ...(gw.config.MQTT_PROXY_PORT !== undefined ? { proxy: { port: gw.config.MQTT_PROXY_PORT, trustedProxies: gw.config.TRUSTED_PROXIES } } : {}),
       ...(gw.config.MQTT_WS_PORT !== undefined ? { ws: { port: gw.config.MQTT_WS_PORT, behindProxy: gw.config.MQTT_WS_BEHIND_PROXY, trustedProxies: gw.config.TRUSTED_PROXIES } } : {}),
     });
-    const haproxy = gw.config.HAPROXY_RUNTIME_API.length > 0 && gw.config.HAPROXY_CRL_FILE
-      ? new HaproxyRuntime({ sockets: gw.config.HAPROXY_RUNTIME_API, crlFile: gw.config.HAPROXY_CRL_FILE, log: gw.log.child({ component: 'haproxy-runtime' }) })
+    const haproxy = gw.config.HAPROXY_RUNTIME_API.length > 0 && gw.config.HAPROXY_CRL_PATH
+      ? new HaproxyRuntime({ sockets: gw.config.HAPROXY_RUNTIME_API, crlFile: gw.config.HAPROXY_CRL_PATH, log: gw.log.child({ component: 'haproxy-runtime' }) })
       : undefined;
     const crl = new CrlWatcher(gw, broker, crlSource, haproxy);
     await crl.start();

@@ -131,13 +131,23 @@ describe('docker-compose.yml', () => {
     expect(configs[0].INTERNAL_API_SECRET).toBe(configs[1].INTERNAL_API_SECRET);
   });
 
-  it('mounts docs/haproxy.cfg into the LB, whose default addresses are the compose services and ports', () => {
-    expect(compose.services.lb.volumes).toEqual(['./docs/haproxy.cfg:/usr/local/etc/haproxy/haproxy.cfg:ro']);
-    const defaults = Object.fromEntries([...read('docs/haproxy.cfg').matchAll(/"\$\{(\w+)-([^}]+)\}"/g)].map((m) => [m[1], m[2]]));
+  it('mounts docs/haproxy-mqtt-tls.cfg into the LB, whose default addresses are the compose services and ports (issue 35)', () => {
+    expect(compose.services.lb.volumes).toEqual(['./docs/haproxy-mqtt-tls.cfg:/usr/local/etc/haproxy/haproxy.cfg:ro', 'certs:/app/certs:ro']);
+    const defaults = Object.fromEntries([...read('docs/haproxy-mqtt-tls.cfg').matchAll(/"\$\{(\w+)-([^}]+)\}"/g)].map((m) => [m[1], m[2]]));
+    const lbAddress = compose.services.lb.networks.default.ipv4_address;
+    const env = resolved().services['gateway-a'].environment;
     expect(defaults).toEqual({
+      LB_THREADS: '2', LB_MAXCONN: '200000', LB_ADMIN_BIND: `ipv4@${lbAddress}:9999`,
       LB_HTTP_BIND: ':8080', GATEWAY_A_HTTP: 'gateway-a:8080', GATEWAY_B_HTTP: 'gateway-b:8080',
-      LB_MQTT_BIND: ':8883', GATEWAY_A_MQTT: 'gateway-a:8883', GATEWAY_B_MQTT: 'gateway-b:8883',
+      LB_MQTT_BIND: ':8883', GATEWAY_A_MQTT: `gateway-a:${env.MQTT_PROXY_PORT}`, GATEWAY_B_MQTT: `gateway-b:${env.MQTT_PROXY_PORT}`,
+      TLS_CERT: '/app/certs/server.crt', TLS_CA: '/app/certs/ca-bundle.pem', TLS_CRL: env.HAPROXY_CRL_PATH,
     });
+    // the nodes push CRLs to the LB's admin socket and take PROXY headers from it alone
+    expect(env).toMatchObject({ HAPROXY_RUNTIME_API: `${lbAddress}:9999`, TRUSTED_PROXIES: lbAddress });
+    expect(path.dirname(env.HAPROXY_CRL_PATH)).toBe('/app/certs');
+    // the docs/haproxy.cfg passthrough alternative keeps the compose names
+    const passthrough = Object.fromEntries([...read('docs/haproxy.cfg').matchAll(/"\$\{(\w+)-([^}]+)\}"/g)].map((m) => [m[1], m[2]]));
+    expect(passthrough).toMatchObject({ LB_MQTT_BIND: ':8883', GATEWAY_A_MQTT: 'gateway-a:8883' });
   });
 
   it("publishes only the LB: plain HTTP on the host's loopback unless LB_HTTP_PUBLISH says otherwise, MQTT/TLS on every interface", () => {

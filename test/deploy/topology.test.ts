@@ -126,7 +126,7 @@ beforeAll(async () => {
       MQTT_PROXY_PORT: String(proxyPort),
       // the gateway writes the CRL file haproxy loads at its start, and pushes every change to its admin socket
       HAPROXY_RUNTIME_API: adminSocket,
-      HAPROXY_CRL_FILE: crlFile,
+      HAPROXY_CRL_PATH: crlFile,
       PUBLIC_BASE_URL: publicBase,
       TRUSTED_PROXIES: '127.0.0.1',
       JOBS: 'false',

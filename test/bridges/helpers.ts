@@ -25,6 +25,13 @@ export class TestStream {
     return new TestStream(nc, jsm, name, prefix);
   }
 
+  /** An existing stream (its server restarted). */
+  static async attach(url: string, name: string, prefix: string): Promise<TestStream> {
+    const u = new URL(url);
+    const nc = await connect({ servers: `${u.hostname}:${u.port}` });
+    return new TestStream(nc, await jetstreamManager(nc), name, prefix);
+  }
+
   async count(): Promise<number> {
     return (await this.jsm.streams.info(this.name)).state.messages;
   }

@@ -9,7 +9,12 @@
  * issues its own device certificates from the gateway's device CA and prepares their TLS contexts
  * first, so the clients' PEM parsing is not in the measured window). BASELINE_ROOT=<checkout>
  * also runs the gateway of another checkout (same certificates), measured in the same rounds, as
- * a before/after. Rewrites its docs/benchmarks.md section.
+ * a before/after. Row "gateway + haproxy (TLS offload)" (issue 35): a second gateway process
+ * behind Debian's HAProxy running docs/haproxy-mqtt-tls.cfg (nbthread = cores), which terminates
+ * the clients' mutual TLS and hands each connection to the gateway's MQTT_PROXY_PORT with a PROXY
+ * v2 header; its CPU and RSS growth are both processes' together, and each apart below the table
+ * (the gateway's alone: one process's memory per connection behind the terminator). Set
+ * HAPROXY=0 to leave it out. Rewrites its docs/benchmarks.md section.
  *
  *   npm run bench:connections
  *   CONNECTIONS=2000 npm run bench:connections -- --no-write
@@ -26,6 +31,8 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { MqttClient } from 'mqtt';
 import { ROOT, connectMany, cpuSeconds, issueDevices, rssBytes, startGatewayProcess, startMosquitto } from './lib/brokers.js';
+import { freePort } from '../src/db/embedded.js';
+import { runtimeCommand } from '../src/broker/haproxyRuntime.js';
 import { writeBenchmarkSection } from './lib/report.js';
 
 interface WorkerResult { connected: number; failed: number; resumed: number; p50: number; p99: number }
@@ -77,7 +84,7 @@ async function worker(): Promise<void> {
   process.exit(0);
 }
 
-interface Measured { connected: number; resumed: number; n: number; seconds: number; cpuMsPerSession: number; cpuSettledMsPerSession: number; dbMsPerSession: number; rssBefore: number; rssAfter: number; kibPerConnection: number; latencies: string }
+interface Measured { connected: number; resumed: number; n: number; seconds: number; cpuMsPerSession: number; cpuSettledMsPerSession: number; dbMsPerSession: number; rssBefore: number; rssAfter: number; kibPerConnection: number; latencies: string; apart: { cpuSettledMsPerSession: number; kibPerConnection: number }[] }
 
 /** CPU seconds of a process and all its descendants (the gateway's embedded PostgreSQL) */
 function treeCpuSeconds(pid: number): number {
@@ -96,16 +103,19 @@ function treeCpuSeconds(pid: number): number {
 
 interface IdleRates { own: number; children: number }
 
-/** CPU seconds per second a broker (and its child processes) uses while no client is connected */
-async function idleRates(pid: number): Promise<IdleRates> {
-  const own0 = cpuSeconds(pid);
-  const tree0 = treeCpuSeconds(pid);
+/** CPU seconds per second a broker (and its child processes) uses while no client is connected; `own` per process of `pids` in `apart` */
+async function idleRates(pids: number[]): Promise<IdleRates & { apart: number[] }> {
+  const own0 = pids.map(cpuSeconds);
+  const tree0 = sum(pids.map(treeCpuSeconds));
   const t0 = performance.now();
   await new Promise((r) => setTimeout(r, 3000));
   const seconds = (performance.now() - t0) / 1000;
-  const own = (cpuSeconds(pid) - own0) / seconds;
-  return { own, children: (treeCpuSeconds(pid) - tree0) / seconds - own };
+  const apart = pids.map((p, i) => (cpuSeconds(p) - own0[i]) / seconds);
+  const own = sum(apart);
+  return { own, children: (sum(pids.map(treeCpuSeconds)) - tree0) / seconds - own, apart };
 }
+
+const sum = (xs: number[]) => xs.reduce((a, x) => a + x, 0);
 
 /**
  * One round against one broker: `go` (full handshakes) or `resume` (with the tickets of the last
@@ -114,22 +124,28 @@ async function idleRates(pid: number): Promise<IdleRates> {
  * (`idle`: its rates measured before any connect: timers, jobs); `dbMsPerSession`: the broker's
  * child processes (the gateway's PostgreSQL) over the same span, less their idle rate likewise.
  */
-async function measure(pid: number, port: number, n: number, ask: (line: string) => Promise<string[]>, command: 'go' | 'resume', idle: IdleRates): Promise<Measured> {
+async function measure(pids: number[], port: number, n: number, ask: (line: string) => Promise<string[]>, command: 'go' | 'resume', idle: IdleRates & { apart: number[] }): Promise<Measured> {
   await new Promise((r) => setTimeout(r, 2000));
-  const rssBefore = rssBytes(pid);
-  const cpuBefore = cpuSeconds(pid);
-  const treeBefore = treeCpuSeconds(pid);
+  // the processes of one broker (the gateway and HAProxy in front of it) as one: sums
+  const rssEach0 = pids.map(rssBytes);
+  const cpuEach0 = pids.map(cpuSeconds);
+  const rssBefore = sum(rssEach0);
+  const cpuBefore = sum(cpuEach0);
+  const treeBefore = sum(pids.map(treeCpuSeconds));
+  const cpuSecondsAll = () => sum(pids.map(cpuSeconds));
   const idleRate = idle.own;
   const idleTreeRate = idle.children;
   const start = performance.now();
   const outs = (await ask(`${command} ${port}`)).map((l) => JSON.parse(l) as WorkerResult);
   const seconds = (performance.now() - start) / 1000;
-  const cpu = cpuSeconds(pid) - cpuBefore;
+  const cpu = cpuSecondsAll() - cpuBefore;
   await new Promise((r) => setTimeout(r, 3000)); // connect bookkeeping (database writes) settles
   const span = (performance.now() - start) / 1000;
-  const cpuSettled = cpuSeconds(pid) - cpuBefore - idleRate * span;
-  const db = treeCpuSeconds(pid) - treeBefore - (cpuSeconds(pid) - cpuBefore) - idleTreeRate * span;
-  const rssAfter = rssBytes(pid);
+  const cpuSettled = cpuSecondsAll() - cpuBefore - idleRate * span;
+  const db = sum(pids.map(treeCpuSeconds)) - treeBefore - (cpuSecondsAll() - cpuBefore) - idleTreeRate * span;
+  const rssEach1 = pids.map(rssBytes);
+  const cpuEach1 = pids.map(cpuSeconds);
+  const rssAfter = sum(rssEach1);
   const connected = outs.reduce((a, o) => a + o.connected, 0);
   await ask('stop');
   const per = (seconds: number) => seconds * 1000 / Math.max(1, connected);
@@ -138,6 +154,55 @@ async function measure(pid: number, port: number, n: number, ask: (line: string)
     cpuMsPerSession: per(cpu), cpuSettledMsPerSession: per(cpuSettled), dbMsPerSession: per(db),
     kibPerConnection: (rssAfter - rssBefore) / Math.max(1, connected) / 1024,
     latencies: outs.map((o) => `${Math.round(o.p50)}/${Math.round(o.p99)}`).join(', '),
+    apart: pids.map((_, i) => ({
+      cpuSettledMsPerSession: per(cpuEach1[i] - cpuEach0[i] - idle.apart[i] * span),
+      kibPerConnection: (rssEach1[i] - rssEach0[i]) / Math.max(1, connected) / 1024,
+    })),
+  };
+}
+
+/** The hard limit of open files (HAProxy raises its own limit up to it: two per proxied connection) */
+function openFilesLimit(): number {
+  const line = fs.readFileSync('/proc/self/limits', 'utf8').split('\n').find((l) => l.startsWith('Max open files'));
+  const hard = line?.split(/\s{2,}/)[2];
+  return hard && /^\d+$/.test(hard) ? Number(hard) : 1024;
+}
+
+const HAPROXY_BIN = ['/usr/sbin/haproxy', '/usr/local/sbin/haproxy'].find((f) => fs.existsSync(f));
+
+/**
+ * Debian's HAProxy with docs/haproxy-mqtt-tls.cfg in front of `gw` (both backend servers: its
+ * MQTT_PROXY_PORT), the CRL file the gateway wrote; resolves once the MQTT backend is up.
+ */
+async function startHaproxy(dir: string, gw: { httpUrl: string; certsDir: string }, proxyPort: number, adminSocket: string, crlFile: string) {
+  const [httpPort, mqttPort] = [await freePort(), await freePort()];
+  const http = new URL(gw.httpUrl).host;
+  const proc = spawn(HAPROXY_BIN!, ['-db', '-f', 'docs/haproxy-mqtt-tls.cfg'], {
+    cwd: ROOT,
+    env: {
+      ...process.env, LB_HTTP_BIND: `127.0.0.1:${httpPort}`, LB_MQTT_BIND: `127.0.0.1:${mqttPort}`, GATEWAY_A_HTTP: http, GATEWAY_B_HTTP: http,
+      GATEWAY_A_MQTT: `127.0.0.1:${proxyPort}`, GATEWAY_B_MQTT: `127.0.0.1:${proxyPort}`, LB_ADMIN_BIND: adminSocket,
+      LB_THREADS: String(os.cpus().length), LB_MAXCONN: String(Math.min(200_000, Math.floor((openFilesLimit() - 200) / 2))),
+      TLS_CERT: path.join(gw.certsDir, 'server.crt'), TLS_CA: path.join(gw.certsDir, 'ca-bundle.pem'), TLS_CRL: crlFile,
+    },
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    if (proc.exitCode !== null) throw new Error(`haproxy exited (${proc.exitCode})`);
+    const stat = await runtimeCommand(adminSocket, 'show stat').catch(() => '');
+    if (/^gateways_mqtt,a,.*,UP,/m.test(stat)) break;
+    if (Date.now() > deadline) throw new Error('haproxy: the MQTT backend did not come up');
+    await new Promise((r) => setTimeout(r, 300));
+  }
+  void dir;
+  return {
+    pid: proc.pid!, port: mqttPort,
+    stop: () => new Promise<void>((resolve) => {
+      if (proc.exitCode !== null) return resolve();
+      proc.once('exit', () => resolve());
+      proc.kill('SIGTERM');
+    }),
   };
 }
 
@@ -152,7 +217,17 @@ async function main(): Promise<void> {
   // the gateway of another checkout, same certificates (its own database), for a before/after in the same rounds
   const baseline = process.env.BASELINE_ROOT ? await startGatewayProcess(path.join(dir, 'baseline'), {}, gateway.certsDir, process.env.BASELINE_ROOT) : undefined;
   let mosquitto: Awaited<ReturnType<typeof startMosquitto>> | undefined;
+  let offloaded: Awaited<ReturnType<typeof startGatewayProcess>> | undefined;
+  let haproxy: Awaited<ReturnType<typeof startHaproxy>> | undefined;
   try {
+    if (HAPROXY_BIN && process.env.HAPROXY !== '0') {
+      // a gateway of its own behind HAProxy (same certificates): its memory is not the first gateway's
+      const proxyPort = await freePort();
+      const adminSocket = path.join(dir, 'haproxy-admin.sock');
+      const crlFile = path.join(dir, 'haproxy-crl.pem');
+      offloaded = await startGatewayProcess(path.join(dir, 'offloaded'), { MQTT_PROXY_PORT: String(proxyPort), TRUSTED_PROXIES: '127.0.0.1', HAPROXY_RUNTIME_API: adminSocket, HAPROXY_CRL_PATH: crlFile }, gateway.certsDir);
+      haproxy = await startHaproxy(dir, offloaded, proxyPort, adminSocket, crlFile);
+    }
     const per = Math.ceil(n / workersN);
     const workers = Array.from({ length: workersN }, (_, i) => spawn(process.execPath, ['--import', 'tsx', fileURLToPath(import.meta.url), '--conn-worker', String(Math.min(per, n - i * per)), gateway.certsDir], { cwd: ROOT, stdio: ['pipe', 'pipe', 'inherit'] }));
     const lines = workers.map((w) => readline.createInterface({ input: w.stdout! }));
@@ -166,12 +241,13 @@ async function main(): Promise<void> {
     await Promise.all(workers.map((_, i) => nextLine(i)));
     console.log(`  certificates issued in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
     mosquitto = await startMosquitto(dir, gateway.certsDir);
-    const brokers: { name: string; pid: number; port: number; idle?: IdleRates }[] = [
-      ...(baseline ? [{ name: 'gateway, baseline', pid: baseline.pid, port: baseline.mqttPort }] : []),
-      { name: 'gateway (Aedes)', pid: gateway.pid, port: gateway.mqttPort },
-      { name: 'mosquitto 2', pid: mosquitto.pid, port: mosquitto.port },
+    const brokers: { name: string; pids: number[]; port: number; idle?: IdleRates & { apart: number[] } }[] = [
+      ...(baseline ? [{ name: 'gateway, baseline', pids: [baseline.pid], port: baseline.mqttPort }] : []),
+      { name: 'gateway (Aedes)', pids: [gateway.pid], port: gateway.mqttPort },
+      ...(haproxy && offloaded ? [{ name: OFFLOAD, pids: [offloaded.pid, haproxy.pid], port: haproxy.port }] : []),
+      { name: 'mosquitto 2', pids: [mosquitto.pid], port: mosquitto.port },
     ];
-    for (const b of brokers) b.idle = await idleRates(b.pid);
+    for (const b of brokers) b.idle = await idleRates(b.pids);
     console.log(`  idle CPU: ${brokers.map((b) => `${b.name} ${(b.idle!.own * 1000).toFixed(0)} ms/s (child processes ${(b.idle!.children * 1000).toFixed(0)} ms/s)`).join(', ')}`);
     // not measured: every broker's first connects (JIT warm-up of the gateways, session caches)
     for (const b of brokers) {
@@ -181,7 +257,7 @@ async function main(): Promise<void> {
     const results: { name: string; round: 'full' | 'resumed'; r: Measured }[] = [];
     for (const command of ['go', 'resume'] as const) {
       for (const b of brokers) {
-        const r = await measure(b.pid, b.port, n, ask, command, b.idle!);
+        const r = await measure(b.pids, b.port, n, ask, command, b.idle!);
         const round = command === 'go' ? 'full' : 'resumed';
         results.push({ name: b.name, round, r });
         console.log(`  ${b.name}, ${round}: ${r.connected}/${n} in ${r.seconds.toFixed(1)} s (${r.resumed} resumed), ${r.cpuMsPerSession.toFixed(2)} ms CPU per session (${r.cpuSettledMsPerSession.toFixed(2)} with the 3 s after, less idle; database ${r.dbMsPerSession.toFixed(2)}), ${r.kibPerConnection.toFixed(1)} KiB per connection`);
@@ -201,7 +277,15 @@ ${rows.join('\n')}`;
       const m = of('mosquitto 2', round);
       return `${round}: handshakes/s ${((g.connected / g.seconds) / (m.connected / m.seconds)).toFixed(2)}, CPU per session ${(m.cpuSettledMsPerSession / g.cpuSettledMsPerSession).toFixed(2)} (Mosquitto's / the gateway's, with the 3 s after, less idle)${round === 'full' ? `, memory per connection ${(m.kibPerConnection / g.kibPerConnection).toFixed(2)}` : ''}`;
     }).join('; ');
-    const ratios = [`Ratios gateway/Mosquitto: ${ratioLine('gateway (Aedes)')}.`, ...(baseline ? [`Baseline gateway/Mosquitto: ${ratioLine('gateway, baseline')}.`] : [])].join('\n');
+    const apart = haproxy ? (['full', 'resumed'] as const).map((round) => {
+      const r = of(OFFLOAD, round);
+      return `${round}: gateway ${r.apart[0].cpuSettledMsPerSession.toFixed(2)} ms CPU per session${round === 'full' ? ` and ${r.apart[0].kibPerConnection.toFixed(1)} KiB per connection` : ''}, HAProxy ${r.apart[1].cpuSettledMsPerSession.toFixed(2)} ms${round === 'full' ? ` and ${r.apart[1].kibPerConnection.toFixed(1)} KiB` : ''}`;
+    }).join('; ') : '';
+    const ratios = [
+      `Ratios gateway/Mosquitto: ${ratioLine('gateway (Aedes)')}.`,
+      ...(haproxy ? [`Ratios gateway + haproxy (TLS offload)/Mosquitto: ${ratioLine(OFFLOAD)}.`, `Gateway + haproxy apart (CPU with the 3 s after, less idle; RSS growth): ${apart}.`] : []),
+      ...(baseline ? [`Baseline gateway/Mosquitto: ${ratioLine('gateway, baseline')}.`] : []),
+    ].join('\n');
     console.log(ratios);
     const loadAfter = os.loadavg()[0];
     console.log(`load average ${loadBefore.toFixed(1)} at the start, ${loadAfter.toFixed(1)} at the end`);
@@ -220,7 +304,10 @@ The gateway's CPU per session includes the connect bookkeeping (connectivity row
 domain events, written in batches since issue 19; the certificate first-use question, which here is always asked,
 batched, since the bench's certificates are minutes old); its PostgreSQL's CPU is the separate column. Mosquitto keeps nothing.
 The gateway runs with glibc's \`MALLOC_MMAP_THRESHOLD_=65536\`, as deployed (Dockerfile, \`npm start\`).
-
+${haproxy ? `Row "${OFFLOAD}": a second gateway process behind Debian's HAProxy ${'(docs/haproxy-mqtt-tls.cfg, nbthread = cores)'}, which terminates
+the mutual TLS (device CA, CRL) and hands each connection to the gateway's MQTT_PROXY_PORT with a PROXY v2 header; its CPU
+and RSS growth are both processes' together, each apart in the line below the ratios.
+` : ''}
 ${table}
 
 ${ratios}
@@ -228,12 +315,17 @@ ${ratios}
       writeBenchmarkSection(section);
     }
   } finally {
+    await haproxy?.stop();
+    await offloaded?.stop();
     await mosquitto?.stop();
     await baseline?.stop();
     await gateway.stop();
     fs.rmSync(dir, { recursive: true, force: true });
   }
 }
+
+/** the row of the gateway behind HAProxy */
+const OFFLOAD = 'gateway + haproxy (TLS offload)';
 
 if (process.argv[2] === '--conn-worker') await worker();
 else await main();

@@ -1,4 +1,11 @@
+import { spawn, type ChildProcess } from 'node:child_process';
 import crypto from 'node:crypto';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { freePort } from '../../src/db/embedded.js';
+import { waitFor } from '../helpers/wait.js';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import type { TestGateway } from '../helpers/gateway.js';
@@ -6,6 +13,67 @@ import type { TestAccount } from '../helpers/accounts.js';
 
 export const NATS_URL = 'nats://127.0.0.1:4222';
 export const AMQP_URL = 'amqp://guest:guest@127.0.0.1:5672';
+export const NATS_SERVER = '/usr/sbin/nats-server';
+
+/** Does something accept TCP connections on 127.0.0.1:`port`? */
+export function listening(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const s = net.connect({ host: '127.0.0.1', port }, () => { s.destroy(); resolve(true); });
+    s.on('error', () => resolve(false));
+    s.setTimeout(1000, () => { s.destroy(); resolve(false); });
+  });
+}
+
+/** Debian's nats-server -js on a free port with its own store (started by the test, stopped by it). */
+export class NatsServer {
+  private proc?: ChildProcess;
+  private constructor(readonly port: number, readonly storeDir: string) {}
+
+  static async start(): Promise<NatsServer> {
+    const s = new NatsServer(await freePort(), fs.mkdtempSync(path.join(os.tmpdir(), 'nats-store-')));
+    await s.start();
+    return s;
+  }
+
+  get url(): string {
+    return `nats://127.0.0.1:${this.port}`;
+  }
+
+  /** (Re)starts it on the same port and store: its streams survive a restart. */
+  async start(): Promise<void> {
+    const p = spawn(NATS_SERVER, ['-js', '-a', '127.0.0.1', '-p', String(this.port), '-sd', this.storeDir], { stdio: 'ignore' });
+    this.proc = p;
+    await waitFor(async () => {
+      if (p.exitCode !== null) throw new Error(`nats-server exited (${p.exitCode})`);
+      return listening(this.port);
+    }, 15_000, 'nats-server up', 100);
+  }
+
+  async stop(): Promise<void> {
+    const p = this.proc;
+    this.proc = undefined;
+    if (!p || p.exitCode !== null) return;
+    const gone = new Promise((resolve) => p.once('exit', resolve));
+    p.kill('SIGTERM');
+    await gone;
+  }
+
+  async close(): Promise<void> {
+    await this.stop();
+    fs.rmSync(this.storeDir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * The NATS JetStream sink of a test: the machine's (127.0.0.1:4222) where it is up, else a
+ * nats-server -js the test starts (undefined when neither: the test skips).
+ */
+export async function natsSink(): Promise<{ url: string; close: () => Promise<void> } | undefined> {
+  if (await listening(4222)) return { url: NATS_URL, close: async () => {} };
+  if (!fs.existsSync(NATS_SERVER)) return undefined;
+  const s = await NatsServer.start();
+  return { url: s.url, close: () => s.close() };
+}
 
 export interface CloudEvent {
   specversion: string; id: string; source: string; type: string; time: string; subject: string;

@@ -1,16 +1,12 @@
-import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import type { MqttClient } from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freePort } from '../../src/db/embedded.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { enrollDevice } from '../helpers/devices.js';
 import { waitFor } from '../helpers/wait.js';
 import { connectDevice } from '../broker/fixtures.js';
-import { createBridge, createRule, rule, TestStream } from './helpers.js';
+import { createBridge, createRule, NATS_SERVER, NatsServer, rule, TestStream } from './helpers.js';
 
 /**
  * The sink stopped and restarted: Debian's nats-server -js, started by this test on a free port
@@ -21,49 +17,23 @@ import { createBridge, createRule, rule, TestStream } from './helpers.js';
  * seconds a longer outage only repeats the same refused attempt, and the data waits in the
  * telemetry history, kept for days; `BRIDGE_OUTAGE_SECONDS=30 npx vitest run test/bridges/outage.test.ts`).
  */
-const NATS_SERVER = '/usr/sbin/nats-server';
 const available = fs.existsSync(NATS_SERVER);
 if (!available) console.warn('nats-server not installed: the sink outage test is skipped (.ci/run installs it)');
 const OUTAGE_MS = Number(process.env.BRIDGE_OUTAGE_SECONDS ?? 3) * 1000;
 
 let gw: TestGateway;
 let account: TestAccount;
-let natsPort: number;
-const storeDir = fs.mkdtempSync(path.join(os.tmpdir(), 'nats-store-'));
-let nats: ChildProcess | undefined;
-
-async function startNats(): Promise<void> {
-  const p = spawn(NATS_SERVER, ['-js', '-a', '127.0.0.1', '-p', String(natsPort), '-sd', storeDir], { stdio: 'ignore' });
-  nats = p;
-  await waitFor(async () => {
-    if (p.exitCode !== null) throw new Error(`nats-server exited (${p.exitCode})`);
-    const s = await TestStream.create(`nats://127.0.0.1:${natsPort}`, 'probe').catch(() => undefined);
-    if (!s) return false;
-    await s.close();
-    return true;
-  }, 15_000, 'nats-server up', 100);
-}
-
-async function stopNats(): Promise<void> {
-  const p = nats;
-  nats = undefined;
-  if (!p || p.exitCode !== null) return;
-  const gone = new Promise((resolve) => p.once('exit', resolve));
-  p.kill('SIGTERM');
-  await gone;
-}
+let nats: NatsServer;
 
 beforeAll(async () => {
   if (!available) return;
-  natsPort = await freePort();
-  await startNats();
+  nats = await NatsServer.start();
   gw = await startTestGateway({ BRIDGE_RETRY_MAX_MS: '1000' });
   account = await createAccount(gw);
 });
 afterAll(async () => {
-  await stopNats();
+  await nats?.close();
   await gw?.close();
-  fs.rmSync(storeDir, { recursive: true, force: true });
 });
 
 async function publish(client: MqttClient, thingId: string, from: number, n: number): Promise<void> {
@@ -72,7 +42,7 @@ async function publish(client: MqttClient, thingId: string, from: number, n: num
 
 describe.skipIf(!available)('sink outage', () => {
   it('the sink stopped and restarted: the rule lags and retries, then delivers everything in order and its lag returns to 0', async () => {
-    const url = `nats://127.0.0.1:${natsPort}`;
+    const url = nats.url;
     let stream = await TestStream.create(url);
     const ruleId = await createRule(gw, account, { from: 'devices/+/telemetry', bridge_id: await createBridge(gw, account, { type: 'nats', url, subject_prefix: stream.prefix }) });
     const device = await enrollDevice(gw, account);
@@ -82,7 +52,7 @@ describe.skipIf(!available)('sink outage', () => {
     const { name, prefix } = stream;
     await stream.nc.close();
 
-    await stopNats();
+    await nats.stop();
     const outageStart = Date.now();
     await publish(client, device.thingId, 20, 50);
     const lagging = await waitFor(async () => {
@@ -95,7 +65,7 @@ describe.skipIf(!available)('sink outage', () => {
     if (rest > 0) await new Promise((r) => setTimeout(r, rest));
     expect((await rule(gw, account, ruleId)).lag.messages).toBe(50);
 
-    await startNats();
+    await nats.start();
     stream = await TestStream.attach(url, name, prefix);
     await waitFor(async () => (await stream.count()) >= 70, 20_000, 'all 70 after the restart');
     const after = await waitFor(async () => { const r = await rule(gw, account, ruleId); return r.lag.messages === 0 ? r : undefined; }, 10_000, 'lag 0');

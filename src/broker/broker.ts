@@ -52,9 +52,9 @@ export interface BrokerOptions {
   /** 48 bytes of TLS session ticket keys shared by the workers of a multi-core node (default: random, this broker's own) */
   ticketKeys?: Buffer;
   /** MQTT_PROXY_PORT: plain TCP from a TLS terminator in TRUSTED_PROXIES, the identity in a PROXY v2 header (proxyListener.ts) */
-  proxy?: { port: number; trustedProxies: readonly string[] };
+  proxy?: { port: number; trusted: (address: string | undefined) => boolean };
   /** MQTT_WS_PORT: MQTT over secure WebSocket (wsListener.ts); `behindProxy`: plain HTTP from a terminator with PROXY v2 headers */
-  ws?: { port: number; behindProxy: boolean; trustedProxies: readonly string[] };
+  ws?: { port: number; behindProxy: boolean; trusted: (address: string | undefined) => boolean };
 }
 
 /**
@@ -183,16 +183,16 @@ export class Broker {
     });
     const refused = () => void (this.stats.proxyRefused += 1);
     if (options.proxy) {
-      this.proxyListener = new ProxyListener({ host: options.host, port: options.proxy.port, trustedProxies: options.proxy.trustedProxies, log: options.log, refused }, (socket, identity) => {
+      this.proxyListener = new ProxyListener({ host: options.host, port: options.proxy.port, trusted: options.proxy.trusted, log: options.log, refused }, (socket, identity) => {
         this.identities.set(socket, identity);
         this.handleSocket(socket);
       });
     }
     if (options.ws) {
-      const { port, behindProxy, trustedProxies } = options.ws;
+      const { port, behindProxy, trusted } = options.ws;
       this.wsListener = new WsListener({
         host: options.host, port, log: options.log, maxPayload: MAX_PACKET_BYTES + 8,
-        ...(behindProxy ? { proxied: { trustedProxies, refused } } : { tls: this.tlsOptions() }),
+        ...(behindProxy ? { proxied: { trusted, refused } } : { tls: this.tlsOptions() }),
       }, (stream, identity) => this.handleStream(stream, identity));
     }
     this.server.on('tlsClientError', (err) => {

@@ -8,6 +8,7 @@ import { CommandRouter } from './commands.js';
 import { ConnectivityHub } from './connectivityStream.js';
 import { CrlWatcher } from './crl.js';
 import { HaproxyRuntime } from './haproxyRuntime.js';
+import { isTrustedProxy } from '../http/trustedProxies.js';
 import { DeviceChannel } from './messaging.js';
 import { BrokerHost } from './host.js';
 import { IngestBuffer } from './ingest.js';
@@ -118,6 +119,8 @@ export const brokerDomain = defineDomain({
     await repo.releaseDeadNodes(gw.cluster.nodeId, NODE_TTL_SECONDS);
     // the partitions of today and the next days exist before the first message is written
     await history.maintain();
+    // the TLS terminators allowed to send PROXY headers (the same list and parsing as HTTP's forwarding headers)
+    const trusted = (address: string | undefined) => isTrustedProxy(address, gw.config.TRUSTED_PROXIES);
     const broker = await Broker.start({
       host: gw.config.MQTT_HOST,
       port: gw.config.MQTT_PORT,
@@ -128,8 +131,8 @@ export const brokerDomain = defineDomain({
       // the workers of a multi-core node share one set: a device resumes its TLS session on any of them
       ...(isNodeWorker(gw.config) ? { ticketKeys: await nodeTicketKeys() } : {}),
       // behind a TLS terminator (docs/haproxy-mqtt-tls.cfg) and MQTT over WebSocket: off unless configured
-      ...(gw.config.MQTT_PROXY_PORT !== undefined ? { proxy: { port: gw.config.MQTT_PROXY_PORT, trustedProxies: gw.config.TRUSTED_PROXIES } } : {}),
-      ...(gw.config.MQTT_WS_PORT !== undefined ? { ws: { port: gw.config.MQTT_WS_PORT, behindProxy: gw.config.MQTT_WS_BEHIND_PROXY, trustedProxies: gw.config.TRUSTED_PROXIES } } : {}),
+      ...(gw.config.MQTT_PROXY_PORT !== undefined ? { proxy: { port: gw.config.MQTT_PROXY_PORT, trusted } } : {}),
+      ...(gw.config.MQTT_WS_PORT !== undefined ? { ws: { port: gw.config.MQTT_WS_PORT, behindProxy: gw.config.MQTT_WS_BEHIND_PROXY, trusted } } : {}),
     });
     const haproxy = gw.config.HAPROXY_RUNTIME_API.length > 0 && gw.config.HAPROXY_CRL_PATH
       ? new HaproxyRuntime({ sockets: gw.config.HAPROXY_RUNTIME_API, crlFile: gw.config.HAPROXY_CRL_PATH, log: gw.log.child({ component: 'haproxy-runtime' }) })

@@ -1,7 +1,6 @@
 import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from '../log.js';
-import { isTrustedProxy } from '../http/trustedProxies.js';
 import { deviceIdentity, parseProxyHeader, ProxyHeaderError, type ProxiedIdentity } from './proxyProtocol.js';
 
 /** how long a trusted proxy has to send the whole PROXY header after connecting */
@@ -11,8 +10,8 @@ export const PROXY_HEADER_TIMEOUT_MS = 5_000;
 export type ProxyRefusal = 'untrusted' | 'header' | 'identity' | 'timeout';
 
 export interface ProxyAcceptOptions {
-  /** TRUSTED_PROXIES: only these peers may connect */
-  trustedProxies: readonly string[];
+  /** is this peer address one of TRUSTED_PROXIES (src/http/trustedProxies.ts, given by the broker's index.ts)? Only those may connect */
+  trusted: (address: string | undefined) => boolean;
   log: Logger;
   /** a counter per refusal reason */
   refused?: (reason: ProxyRefusal) => void;
@@ -34,7 +33,7 @@ export function acceptProxied(socket: net.Socket, options: ProxyAcceptOptions, o
     socket.destroy();
   };
   socket.on('error', () => {});
-  if (!isTrustedProxy(socket.remoteAddress, options.trustedProxies)) return refuse('untrusted', `${socket.remoteAddress} is not in TRUSTED_PROXIES`);
+  if (!options.trusted(socket.remoteAddress)) return refuse('untrusted', `${socket.remoteAddress} is not in TRUSTED_PROXIES`);
   let received: Buffer = Buffer.alloc(0);
   const timer = setTimeout(() => {
     socket.off('data', onData);

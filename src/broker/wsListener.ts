@@ -28,7 +28,7 @@ export interface WsListenerOptions {
    * plain HTTP from TRUSTED_PROXIES, each connection beginning with a PROXY v2 header.
    */
   tls?: tls.TlsOptions;
-  proxied?: { trustedProxies: readonly string[]; refused?: (reason: ProxyRefusal) => void };
+  proxied?: { trusted: (address: string | undefined) => boolean; refused?: (reason: ProxyRefusal) => void };
 }
 
 const problem = (status: number, title: string, detail: string) => {
@@ -61,7 +61,7 @@ export class WsListener {
     if (options.proxied) {
       this.server = http.createServer(plain);
       const proxied = options.proxied;
-      this.front = net.createServer({ noDelay: true }, (socket) => acceptProxied(socket, { trustedProxies: proxied.trustedProxies, log: options.log, refused: proxied.refused }, (s, identity) => {
+      this.front = net.createServer({ noDelay: true }, (socket) => acceptProxied(socket, { trusted: proxied.trusted, log: options.log, refused: proxied.refused }, (s, identity) => {
         this.proxiedIdentities.set(s, identity);
         this.server.emit('connection', s);
         // acceptProxied paused it (the bytes after the header were put back): the HTTP parser reads on

@@ -60,6 +60,9 @@ export class HaproxyRuntime {
   /** Pushes `pem` (one or more PEM CRLs) to every socket; resolves when each took it or failed. */
   async push(pem: string): Promise<void> {
     this.latest = pem;
+    // a new push starts each failed socket's backoff again (it is tried now)
+    for (const { timer } of this.retries.values()) clearTimeout(timer);
+    this.retries.clear();
     this.writeFile(pem);
     await Promise.all(this.options.sockets.map((socket) => this.pushTo(socket, pem)));
   }

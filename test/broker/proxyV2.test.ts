@@ -1,17 +1,31 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
 import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { inject } from 'vitest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import mqtt, { type MqttClient } from 'mqtt';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { createClaimGroup, enrollDevice, revokeDevice } from '../helpers/devices.js';
 import { buildProxyHeader, deviceIdentity, parseProxyHeader, PP2_CLIENT, ProxyHeaderError, type ProxyHeaderParts } from '../../src/broker/proxyProtocol.js';
-import { metric, pubackCode, type TestDevice } from './fixtures.js';
+import { metric, pubackCode, tlsOutcome, type TestDevice } from './fixtures.js';
+import { freePort } from '../../src/db/embedded.js';
+import { runtimeCommand } from '../../src/broker/haproxyRuntime.js';
+import { waitFor } from '../helpers/wait.js';
 
 // MQTT_PROXY_PORT: plain TCP from a TLS terminator, the device's identity in a PROXY v2 header.
 // The terminator here is this test writing the header (what HAProxy sends, see
 // test/deploy/topology.test.ts for the real HAProxy); the trusted proxy is 127.0.0.2, so a
 // connection from 127.0.0.1 is an untrusted one.
 const PROXY = '127.0.0.2';
+const HAPROXY = ['/usr/sbin/haproxy', '/usr/local/sbin/haproxy'].find((f) => fs.existsSync(f));
+/** HAProxy's admin socket (nobody listens there until the last test starts HAProxy) and its crl-file, in a folder made only then */
+const tlsDir = fs.mkdtempSync(path.join(os.tmpdir(), 'proxy-v2-'));
+const adminSocket = path.join(tlsDir, 'admin.sock');
+const crlPath = path.join(tlsDir, 'crl', 'crl.pem');
+let haproxy: ChildProcess | undefined;
 
 let gw: TestGateway;
 let port: number;
@@ -19,12 +33,20 @@ let account: TestAccount;
 let claimSecret: string;
 
 beforeAll(async () => {
-  gw = await startTestGateway({ MQTT_PROXY_PORT: '0', TRUSTED_PROXIES: PROXY });
+  gw = await startTestGateway({ MQTT_PROXY_PORT: '0', TRUSTED_PROXIES: PROXY, HAPROXY_RUNTIME_API: adminSocket, HAPROXY_CRL_PATH: crlPath });
   port = gw.testHooks.broker.listenerPorts().proxy!;
   account = await createAccount(gw);
   claimSecret = (await createClaimGroup(gw, account)).sharedSecret;
 });
-afterAll(async () => gw?.close());
+afterAll(async () => {
+  if (haproxy && haproxy.exitCode === null) {
+    const exited = new Promise((resolve) => haproxy!.once('exit', resolve));
+    haproxy.kill('SIGTERM');
+    await exited;
+  }
+  await gw?.close();
+  fs.rmSync(tlsDir, { recursive: true, force: true });
+});
 
 const VERIFIED = PP2_CLIENT.SSL | PP2_CLIENT.CERT_CONN | PP2_CLIENT.CERT_SESS;
 
@@ -155,5 +177,34 @@ describe('MQTT_PROXY_PORT', () => {
     await gone;
     client.end(true);
     await expect(connectThrough(buildProxyHeader(headerOf(device)), device)).rejects.toThrow(/Not authorized|0x87|135|closed/i);
+  });
+});
+
+describe.skipIf(!HAPROXY)('CRL pushes to HAProxy\'s runtime API', () => {
+  it('a revocation succeeds while HAProxy is unreachable; the push is retried until HAProxy takes the CRL and refuses the certificate at its handshake', async () => {
+    const device = await enrollDevice(gw, account, { claimSecret });
+    // the CRL before the revocation: what HAProxy will load from its file at start
+    const der = Buffer.from(await (await fetch(`${gw.httpUrl}/api/v1/certificates/crl`)).arrayBuffer());
+    // nothing listens on the admin socket: the revocation still answers (its push failed and is retried)
+    expect((await revokeDevice(gw, account, device.thingId)).revokedSerials.length).toBe(1);
+    fs.mkdirSync(path.dirname(crlPath));
+    const oldCrl = `-----BEGIN X509 CRL-----\n${der.toString('base64').replace(/.{64}/g, '$&\n')}\n-----END X509 CRL-----\n`;
+    fs.writeFileSync(crlPath, oldCrl);
+    const certs = inject('certsDir');
+    const [httpPort, mqttPort] = [await freePort(), await freePort()];
+    haproxy = spawn(HAPROXY!, ['-db', '-f', 'docs/haproxy-mqtt-tls.cfg'], {
+      env: {
+        ...process.env, LB_HTTP_BIND: `127.0.0.1:${httpPort}`, LB_MQTT_BIND: `127.0.0.1:${mqttPort}`, LB_ADMIN_BIND: adminSocket, LB_THREADS: '1', LB_MAXCONN: '1000',
+        GATEWAY_A_HTTP: new URL(gw.httpUrl).host, GATEWAY_B_HTTP: new URL(gw.httpUrl).host, GATEWAY_A_MQTT: `127.0.0.1:${port}`, GATEWAY_B_MQTT: `127.0.0.1:${port}`,
+        TLS_CERT: path.join(certs, 'server.crt'), TLS_CA: path.join(certs, 'ca-bundle.pem'), TLS_CRL: crlPath,
+      },
+      stdio: 'ignore',
+    });
+    const serial = device.serial.toUpperCase().replace(/^0+/, '');
+    // the gateway's retry (1 s, doubling) pushes the CRL holding the serial; the file HAProxy started with does not hold it
+    await waitFor(async () => (await runtimeCommand(adminSocket, `show ssl crl-file ${crlPath}`).catch(() => '')).toUpperCase().includes(serial), 20_000, 'the revoked serial in HAProxy\'s CRL', 250);
+    // (a retry pushes over the socket only: the file is written with a new load, at most every CRL_REFRESH_SECONDS)
+    expect(fs.readFileSync(crlPath, 'utf8')).toBe(oldCrl);
+    expect(await tlsOutcome(mqttPort, device.certPem, device.keyPem, device.caPem)).toMatch(/certificate revoked/);
   });
 });

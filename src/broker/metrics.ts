@@ -28,6 +28,7 @@ export function registerBrokerMetrics(registry: Registry, broker: () => Broker |
   counter('mqtt_messages_received_total', 'PUBLISH packets received from devices on this node (after authorization)', (b) => b.stats.messagesReceived);
   counter('mqtt_connects_total', 'MQTT sessions accepted on this node', (b) => b.stats.connects);
   counter('mqtt_connects_refused_total', 'MQTT CONNECTs refused on this node (CN mismatch, revoked certificate)', (b) => b.stats.connectsRefused);
+  counter('mqtt_proxy_connections_refused_total', 'Connections on MQTT_PROXY_PORT (and MQTT_WS_PORT behind a terminator) closed before CONNECT: peer not in TRUSTED_PROXIES, no valid PROXY v2 header, no verified client certificate in it', (b) => b.stats.proxyRefused);
   counter('mqtt_tls_handshakes_refused_total', 'TLS handshakes refused on the MQTT port (no, unknown, expired or revoked client certificate)', (b) => b.stats.tlsHandshakesRefused);
   new Counter({
     name: 'broker_payloads_rejected_total', help: 'Device publishes refused for their payload on this node (MQTT 5: PUBACK 0x99; MQTT 3.1.1: dropped), by reason',

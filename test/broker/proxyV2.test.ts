@@ -154,6 +154,7 @@ describe('MQTT_PROXY_PORT', () => {
     const device = await enrollDevice(gw, account, { claimSecret });
     const valid = buildProxyHeader(headerOf(device));
     const refusedBefore = await metric(gw, 'mqtt_connects_refused_total');
+    const proxyRefusedBefore = await metric(gw, 'mqtt_proxy_connections_refused_total');
     // the same valid header from 127.0.0.1 (not in TRUSTED_PROXIES)
     expect(await outcome(valid, device, '127.0.0.1')).toBe('closed');
     // a trusted proxy that sends MQTT without the header
@@ -162,8 +163,9 @@ describe('MQTT_PROXY_PORT', () => {
     expect(await outcome(buildProxyHeader(headerOf(device, { ssl: { client: VERIFIED, verify: 21, cn: device.thingId } })), device)).toBe('closed');
     // TLS without a client certificate
     expect(await outcome(buildProxyHeader(headerOf(device, { ssl: { client: PP2_CLIENT.SSL, verify: 0, cn: device.thingId } })), device)).toBe('closed');
-    // none of them reached CONNECT (the broker's refusals count CONNECTs it read)
+    // none of them reached CONNECT (the broker's refusals count CONNECTs it read); each is counted as a proxy refusal
     expect(await metric(gw, 'mqtt_connects_refused_total')).toBe(refusedBefore);
+    expect(await metric(gw, 'mqtt_proxy_connections_refused_total')).toBe(proxyRefusedBefore + 4);
     // and the valid header from the trusted address is answered with CONNACK accepted (0x20 0x02 0x00 0x00)
     expect(await outcome(valid, device)).toMatch(/^20020000/);
   });

@@ -20,6 +20,7 @@ import https from 'node:https';
 import os from 'node:os';
 import type { AddressInfo } from 'node:net';
 import autocannon from 'autocannon';
+import { gatewayClient, must } from '../src/clients/api.js';
 import { signedHeaders, signingTimestamp, type Credentials } from '../src/clients/svcSigner.js';
 import type { RunningGateway } from '../src/server.js';
 import { thingKind } from '../src/trust/kinds.js';
@@ -32,11 +33,6 @@ const { duration, connections, rounds, write } = roundOptions();
 const CHANGES_PER_ROUND = 4000;
 const WRITERS = 4;
 const PER_TX = 25;
-
-async function json(res: Response): Promise<Record<string, any>> {
-  if (!res.ok) throw new Error(`${res.status} ${await res.text()}`);
-  return (await res.json()) as Record<string, any>;
-}
 
 /** `count` things born in ROLLEDOFF (one change each) by WRITERS concurrent writers. */
 async function writeChanges(gw: RunningGateway, accountId: string, count: number): Promise<void> {
@@ -75,12 +71,12 @@ async function main() {
     const accounts = gw.services.accounts as unknown as { create(i: { name: string }): Promise<{ id: string }> };
     const plain = await accounts.create({ name: 'bench feed, no subscription' });
     const subscribed = await accounts.create({ name: 'bench feed, one subscription' });
-    const token = async (accountId: string, roles: string[]) => (await json(await fetch(`${base}/dev/token`, {
-      method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ realm: `acc-${accountId}`, sub: `bench-${roles[0]}`, roles }),
-    }))).access_token as string;
-    const admin = await token(subscribed.id, ['admin']);
-    const post = (p: string, body: unknown, bearer = admin) => fetch(`${base}${p}`, { method: 'POST', headers: { authorization: `Bearer ${bearer}`, 'content-type': 'application/json' }, body: JSON.stringify(body) }).then(json);
-    await post('/provisioning/v1/state-change-subscriptions', { target_url: receiverUrl, acknowledge_polling_still_mandatory: true });
+    // the typed client generated from the gateway's own document (src/clients/api.ts): a contract change breaks this bench at compile time
+    const anon = gatewayClient(base);
+    const token = async (accountId: string, roles: string[]) =>
+      (await must(anon.POST('/dev/token', { body: { realm: `acc-${accountId}`, sub: `bench-${roles[0]}`, roles } }))).access_token;
+    const admin = gatewayClient(base, { bearer: await token(subscribed.id, ['admin']) });
+    await must(admin.POST('/provisioning/v1/state-change-subscriptions', { body: { target_url: receiverUrl, acknowledge_polling_still_mandatory: true } }));
 
     // --- 1. written and delivered
     const writeRound = async (withSubscription: boolean) => {
@@ -112,26 +108,24 @@ async function main() {
 
     // --- 2. feed pages/s (a log of the changes written above: pages of 100 from its start)
     const viewer = await token(subscribed.id, ['viewer']);
-    const model = await post('/api/v1/models', { vid: 'FFF8', pid: '0001', name: 'bench', provisioning_method: 'none' });
-    const service = await post('/api/v1/factory-services', { role: 'provision', model_id: model.id, endpoint_url: 'https://factory.example' });
+    const reader = gatewayClient(base, { bearer: viewer });
+    const model = await must(admin.POST('/api/v1/models', { body: { vid: 'FFF8', pid: '0001', name: 'bench', provisioning_method: 'none' } }));
+    const service = await must(admin.POST('/api/v1/factory-services', { body: { role: 'provision', model_id: model.id, endpoint_url: 'https://factory.example' } }));
     const creds: Credentials = { accessKeyId: service.access_key_id, secretAccessKey: service.secret_access_key };
     // full pages from many places in the log and in the things: a signature is accepted once, so
     // every signed request needs a target of its own within its second
-    const get = (p: string) => fetch(`${base}${p}`, { headers: { authorization: `Bearer ${viewer}` } }).then(json);
+    const feedPage = (since?: string, limit = 100) => must(reader.GET('/provisioning/v1/state-changes', { params: { query: { since, limit } } }));
+    const thingsPage = (after?: string, limit = 100) => must(reader.GET('/provisioning/v1/things', { params: { query: { after, limit } } }));
     const cursors: string[] = [];
-    for (let page = await get('/provisioning/v1/state-changes?limit=100'); page.has_more; page = await get(`/provisioning/v1/state-changes?limit=100&since=${page.next_cursor}`)) {
-      cursors.push(page.next_cursor);
-    }
+    for (let page = await feedPage(); page.has_more; page = await feedPage(page.next_cursor)) cursors.push(page.next_cursor);
     const afters: string[] = [];
-    for (let page = await get('/provisioning/v1/things?limit=100'); page.next_cursor; page = await get(`/provisioning/v1/things?limit=100&after=${page.next_cursor}`)) {
-      afters.push(page.next_cursor);
-    }
+    for (let page = await thingsPage(); page.next_cursor; page = await thingsPage(page.next_cursor)) afters.push(page.next_cursor);
     cursors.splice(-2);
     afters.splice(-2);
     const LIMITS = 10; // limit 91..100: pages of nearly the same size, ten times as many targets
     const feedTarget = (i: number) => `/provisioning/v1/state-changes?since=${cursors[i % cursors.length]}&limit=${100 - (Math.floor(i / cursors.length) % LIMITS)}`;
     const thingsTarget = (i: number) => `/provisioning/v1/things?after=${afters[i % afters.length]}&limit=${100 - (Math.floor(i / afters.length) % LIMITS)}`;
-    if ((await get(feedTarget(0))).items.length !== 100 || (await get(thingsTarget(0))).items.length !== 100) throw new Error('expected full pages');
+    if ((await feedPage(cursors[0])).items.length !== 100 || (await thingsPage(afters[0])).items.length !== 100) throw new Error('expected full pages');
     const host = new URL(base).host;
     let n = 0;
     const run = (path: () => string, headers: (p: string) => Record<string, string>) => (seconds: number) => autocannon({

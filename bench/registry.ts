@@ -14,45 +14,47 @@ import os from 'node:os';
 import autocannon from 'autocannon';
 import { startBenchGateway } from './lib/gateway.js';
 import { roundOptions } from './lib/args.js';
+import { gatewayClient, must } from '../src/clients/api.js';
 
 const { duration, connections, rounds } = roundOptions();
-
-async function json(res: Response): Promise<Record<string, any>> {
-  if (!res.ok) throw new Error(`${res.status} ${await res.text()}`);
-  return (await res.json()) as Record<string, any>;
-}
 
 async function main() {
   const gw = await startBenchGateway('registry');
   try {
     const base = gw.httpUrl;
-    const dev = async (body: unknown) => (await json(await fetch(`${base}/dev/token`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }))).access_token as string;
-    const platform = await dev({ realm: 'platform', sub: 'bench-op', roles: ['platform-operator'] });
+    // the typed client generated from the gateway's own document (src/clients/api.ts): a contract change breaks this bench at compile time
+    const anon = gatewayClient(base);
+    const dev = async (body: { realm: string; sub: string; roles: string[] }) => (await must(anon.POST('/dev/token', { body }))).access_token;
+    const platform = gatewayClient(base, { bearer: await dev({ realm: 'platform', sub: 'bench-op', roles: ['platform-operator'] }) });
     const account = async (name: string) => {
       const created = await gw.services.accounts.create({ name });
-      return { id: created.id, admin: await dev({ realm: `acc-${created.id}`, sub: `${name}-admin`, roles: ['admin'] }) };
+      const admin = await dev({ realm: `acc-${created.id}`, sub: `${name}-admin`, roles: ['admin'] });
+      return { id: created.id, admin, api: gatewayClient(base, { bearer: admin }) };
     };
-    const call = (method: string, token: string, p: string, body?: unknown) => fetch(`${base}${p}`, {
-      method, headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body),
-    }).then(json);
+    const id = (value: string) => ({ params: { path: { id: value } } });
 
     const maker = await account('maker');
-    await call('POST', maker.admin, '/api/v1/vendors', {});
-    await call('POST', maker.admin, '/api/v1/factory-registrations', {});
-    await call('POST', platform, `/api/v1/factory-registrations/${maker.id}/approve`, {});
-    const shared = await call('POST', maker.admin, '/api/v1/models', { pid: '0001', name: 'shared', provisioning_method: 'none' });
-    const plain = await call('POST', maker.admin, '/api/v1/models', { pid: '0002', name: 'plain', provisioning_method: 'none' });
-    const registrar = await call('POST', maker.admin, '/api/v1/registrars', { name: 'line' });
-    await call('PUT', maker.admin, `/api/v1/registrars/${registrar.id}/canonical-model`, { model_id: shared.id });
-    await call('POST', platform, `/api/v1/registrars/${registrar.id}/approve`, {});
+    const m = maker.api;
+    await must(m.POST('/api/v1/vendors', { body: {} }));
+    await must(m.POST('/api/v1/factory-registrations', { body: {} }));
+    await must(platform.POST('/api/v1/factory-registrations/{account_id}/approve', { params: { path: { account_id: maker.id } }, body: {} }));
+    const shared = await must(m.POST('/api/v1/models', { body: { pid: '0001', name: 'shared', provisioning_method: 'none' } }));
+    const plain = await must(m.POST('/api/v1/models', { body: { pid: '0002', name: 'plain', provisioning_method: 'none' } }));
+    const registrar = await must(m.POST('/api/v1/registrars', { body: { name: 'line' } }));
+    await must(m.PUT('/api/v1/registrars/{id}/canonical-model', { ...id(registrar.id), body: { model_id: shared.id } }));
+    await must(platform.POST('/api/v1/registrars/{id}/approve', { ...id(registrar.id), body: {} }));
+    /** a partner account with an approved eligibility grant and an approved reference request on the registrar */
+    const partnerOf = async (name: string) => {
+      const partner = await account(name);
+      const artifact = await must(m.POST('/api/v1/eligibility-artifacts', { body: {} }));
+      const grant = await must(partner.api.POST('/api/v1/eligibility-artifacts/redeem', { body: { token: artifact.token } }));
+      await must(m.POST('/api/v1/eligibility-grants/{id}/approve', { ...id(grant.id), body: {} }));
+      return { partner, request: await must(partner.api.POST('/api/v1/reference-requests', { body: { registrar_id: registrar.id } })) };
+    };
     const partners = [];
     for (let i = 0; i < 3; i++) {
-      const partner = await account(`partner${i}`);
-      const artifact = await call('POST', maker.admin, '/api/v1/eligibility-artifacts', {});
-      const grant = await call('POST', partner.admin, '/api/v1/eligibility-artifacts/redeem', { token: artifact.token });
-      await call('POST', maker.admin, `/api/v1/eligibility-grants/${grant.id}/approve`, {});
-      const request = await call('POST', partner.admin, '/api/v1/reference-requests', { registrar_id: registrar.id });
-      await call('POST', maker.admin, `/api/v1/reference-requests/${request.id}/approve`, {});
+      const { partner, request } = await partnerOf(`partner${i}`);
+      await must(m.POST('/api/v1/reference-requests/{id}/approve', { ...id(request.id), body: {} }));
       partners.push(partner);
     }
 
@@ -101,13 +103,9 @@ async function main() {
     console.log(`thing references: ${refs} for ${sharedThings[0].n} shared things x 3 partners (caught up ${Date.now() - start} ms after the last round)`);
 
     // one more partner's approval: the initial reconcile over every shared thing so far
-    const late = await account('late');
-    const artifact = await call('POST', maker.admin, '/api/v1/eligibility-artifacts', {});
-    const grant = await call('POST', late.admin, '/api/v1/eligibility-artifacts/redeem', { token: artifact.token });
-    await call('POST', maker.admin, `/api/v1/eligibility-grants/${grant.id}/approve`, {});
-    const request = await call('POST', late.admin, '/api/v1/reference-requests', { registrar_id: registrar.id });
+    const { request } = await partnerOf('late');
     const t0 = performance.now();
-    const approved = await call('POST', maker.admin, `/api/v1/reference-requests/${request.id}/approve`, {});
+    const approved = await must(m.POST('/api/v1/reference-requests/{id}/approve', { ...id(request.id), body: {} }));
     const approveMs = performance.now() - t0;
 
     console.log(`without reference requests: ${mean(without).toFixed(1)} enrollments/s; with 3 approved: ${mean(withRefs).toFixed(1)} enrollments/s;`

@@ -26,6 +26,10 @@ export const ROUTE_STATUSES: ReadonlyArray<{ route: RegExp; statuses: Readonly<R
   { route: /^POST \/api\/v1\/(accounts\/me|organizations\/\{orgId\})\/quota-requests$/, statuses: { 422: 'the quota is not adjustable, or the value is above its maximum or not an increase' } },
   { route: /^(POST \/platform\/v1\/scps|PUT \/platform\/v1\/accounts\/\{accountId\}\/scps\/\{scpId\})$/, statuses: { 422: 'the SCP document is larger than the scp-document-size quota' } },
   { route: /^POST \/api\/notifications\/publish$/, statuses: { 502: 'the authorization service could not be reached or gave no decision (fail closed)' } },
+  { route: /^POST \/ddi\/v1\/enroll$/, statuses: { 401: 'a wrong enrollment token, claim secret or derived key', 403: 'refused: revoked, blacklisted, a claim group capped or expired, an approval webhook that did not approve', 429: 'too many failed attempts for this identifier or source (Retry-After)' } },
+  { route: /^GET \/(api|provisioning)\/v1\/things\/resolve$/, statuses: { 409: 'several things match the model and serial: send manufacturer' } },
+  { route: /^GET \/wms-ingest\/v1\/quarantine$/, statuses: { 404: 'the warehouse is not registered for the partner' } },
+  { route: /^POST \/api\/v1\/internal\/models$/, statuses: { 404: 'the account is not known' } },
   { route: /^POST \/ddi\/v1\/\{thingId\}\/certificate\/renew$/, statuses: { 429: 'too many renewed certificates not yet used in 24 h' } },
 ];
 

@@ -242,6 +242,14 @@ export function exampleOf(schema: any, schemas: Record<string, any>, depth: numb
   }
 }
 
+/** `#/components/responses/<Title>` for a status's generic problem response (made on first use). */
+function sharedProblem(doc: Record<string, any>, status: number | 'default'): ResponseObject {
+  const name = status === 'default' ? 'OtherProblem' : titleOf(status).replace(/[^A-Za-z0-9]+/g, ' ').trim().split(' ').map((w) => w[0].toUpperCase() + w.slice(1)).join('');
+  doc.components.responses ??= {};
+  doc.components.responses[name] ??= problemResponse(status === 'default' ? 'Any other error, as problem+json' : describeStatus(status));
+  return { $ref: `#/components/responses/${name}` } as ResponseObject;
+}
+
 /** On the whole document: named components, the Problem component, problem responses and operationIds. */
 export const openapiTransformObject: TransformObject = (documentObject) => {
   const doc = jsonSchemaTransformObject(documentObject as Parameters<typeof jsonSchemaTransformObject>[0]) as Record<string, any>;
@@ -264,9 +272,11 @@ export const openapiTransformObject: TransformObject = (documentObject) => {
         responses[status] = problemResponse(own ?? describeStatus(Number(status), extra.get(Number(status))));
       }
       for (const status of [...new Set([...statuses, ...extra.keys()])].sort((a, b) => a - b)) {
-        responses[status] ??= problemResponse(describeStatus(status, extra.get(status)));
+        const why = extra.get(status);
+        // the same on every route: one shared response component, referenced
+        responses[status] ??= why ? problemResponse(describeStatus(status, why)) : sharedProblem(doc, status);
       }
-      responses.default ??= problemResponse('Any other error, as problem+json');
+      responses.default ??= sharedProblem(doc, 'default');
       op.responses = responses;
     }
   }

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { named } from '../http/components.js';
+import { EXAMPLE, named } from '../http/components.js';
 import { isSemver, PRODUCT_STATES } from '../../machines/marketplaceProduct.js';
 
 /** Schemas of the marketplace routes (src/marketplace/routes.ts). */
@@ -87,7 +87,7 @@ export type ProductView = z.infer<typeof productSchema>;
 export const productPageSchema = z.object({ items: z.array(productSchema), next_cursor: z.string().nullable() });
 
 // --- OpenAPI components (issue 39): the resources above by name
-named(productCreateSchema, 'ProductCreate');
+named(productCreateSchema, 'ProductCreate', { example: { model_id: EXAMPLE.modelId, name: 'Smart plug app', version: '1.0.0', bundles: [{ name: 'plug-firmware', version: '2.4.1' }] } });
 named(productPatchSchema, 'ProductPatch');
 named(productSchema, 'Product', { description: 'A marketplace product and its bundles' });
 named(productPageSchema, 'ProductPage');

@@ -9,6 +9,7 @@ import type { Clock } from '../../src/lib/clock.js';
 import type { FaultHook } from '../../src/lib/faults.js';
 import { startGateway, type RunningGateway } from '../../src/server.js';
 import { createTestDatabase, type TestDatabase } from './db.js';
+import { recordStatuses } from './statusLog.js';
 
 /**
  * A running gateway as tests see it: its public interfaces (HTTP, MQTT), the declared test hooks
@@ -60,6 +61,7 @@ export async function startTestGateway(env: Record<string, string> = {}, opts: {
       return (res.body as { access_token: string }).access_token;
     },
     async close() {
+      await recordStatuses(running.httpUrl); // only with STATUS_LOG set (issue 39: test/helpers/statusLog.ts)
       await running.stop();
       if (!opts.db) await db.drop();
       fs.rmSync(dataDir, { recursive: true, force: true });

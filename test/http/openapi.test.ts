@@ -85,7 +85,9 @@ describe('OpenAPI document', () => {
   it('every operation documents its error responses as problem+json of the shared Problem schema', () => {
     expect(doc.components.schemas.Problem).toEqual(PROBLEM_SCHEMA);
     expect(Object.keys(doc.paths['/api/v1/things/{thingId}/state'].get.responses)).toEqual(['200', '400', '401', '403', '404', '414', '429', '500', '503', 'default']);
-    expect(doc.paths['/api/v1/things/{thingId}/state'].get.responses['414'].description).toMatch(/^URI Too Long \(problem type `uri-too-long`/);
+    // a status the same on every route is one shared response component
+    expect(doc.paths['/api/v1/things/{thingId}/state'].get.responses['414']).toEqual({ $ref: '#/components/responses/URITooLong' });
+    expect(doc.components.responses.URITooLong.description).toMatch(/^URI Too Long \(problem type `uri-too-long`/);
     const wrong: string[] = [];
     for (const { method, path, op } of ops) {
       const where = `${method.toUpperCase()} ${path}`;
@@ -100,8 +102,9 @@ describe('OpenAPI document', () => {
       const authenticated = !(Array.isArray(op.security) && op.security.length === 0);
       if (authenticated && !(responses['401'] && responses['403'])) wrong.push(`${where}: authenticated, no 401/403`);
       for (const s of errors) {
-        const content = responses[s].content ?? {};
-        if (!responses[s].description) wrong.push(`${where} ${s}: no description`);
+        const response = (responses[s].$ref ? resolve(responses[s].$ref) : responses[s]) as Json;
+        const content = response.content ?? {};
+        if (!response.description) wrong.push(`${where} ${s}: no description`);
         if (Object.keys(content).join() !== PROBLEM_JSON) wrong.push(`${where} ${s}: content ${Object.keys(content).join()}`);
         else if (content[PROBLEM_JSON].schema?.$ref !== PROBLEM_REF) wrong.push(`${where} ${s}: not the Problem schema`);
       }
@@ -147,7 +150,7 @@ describe('OpenAPI document', () => {
         if (!op.responses || Object.keys(op.responses).length === 0) wrong.push(`${where}: no responses`);
         for (const [s, r] of Object.entries<Json>(op.responses ?? {})) {
           if (!/^([1-5](\d\d|XX)|default)$/.test(s)) wrong.push(`${where}: bad status key ${s}`);
-          if (typeof r.description !== 'string') wrong.push(`${where} ${s}: no description`);
+          if (typeof (r.$ref ? (resolve(r.$ref) as Json | undefined)?.description : r.description) !== 'string') wrong.push(`${where} ${s}: no description`);
         }
         for (const req of op.security ?? []) for (const k of Object.keys(req)) if (!schemes.includes(k)) wrong.push(`${where}: unknown security scheme ${k}`);
       }
@@ -190,7 +193,8 @@ describe('operationId derivation', () => {
     expect(op.operationId).toBe('readA');
     expect(op['x-problem-statuses']).toBeUndefined();
     expect(op.responses['409']).toBe(own);
-    expect(op.responses['404'].content['application/problem+json'].schema.$ref).toBe(PROBLEM_REF);
+    expect(op.responses['404']).toEqual({ $ref: '#/components/responses/NotFound' });
+    expect(out.components.responses.NotFound.content['application/problem+json'].schema.$ref).toBe(PROBLEM_REF);
     // an error the route documented as application/json is what the gateway sends: problem+json
     expect(op.responses['410']).toEqual({ description: 'not the caller\'s', content: { 'application/problem+json': { schema: { $ref: PROBLEM_REF } } } });
     expect(op.responses['200']).toEqual({ description: 'ok' });

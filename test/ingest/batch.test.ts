@@ -182,7 +182,9 @@ describe('OpenAPI', () => {
     expect(paths).toEqual(expect.arrayContaining([`${P}/products/batch`, `${P}/stock/batch`, `${P}/jobs`, `${P}/jobs/{job_id}`, `${P}/jobs/{job_id}/errors`, `${P}/quarantine`, `${P}/quarantine/{quarantine_id}/release`, `${P}/warehouses/{warehouse_id}`]));
     expect(paths.some((p) => p.includes('*'))).toBe(false);
     const errors = doc.paths[`${P}/jobs/{job_id}/errors`].get;
-    expect(Object.keys(errors.responses['200'].content['application/json'].schema.properties)).toEqual(['items', 'next_page_token', 'has_more']);
+    // the answer is the named IngestJobErrorPage component (issue 39)
+    expect(errors.responses['200'].content['application/json'].schema).toEqual({ $ref: '#/components/schemas/IngestJobErrorPage' });
+    expect(Object.keys(doc.components.schemas.IngestJobErrorPage.properties)).toEqual(['items', 'next_page_token', 'has_more']);
   });
 });
 

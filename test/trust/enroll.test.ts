@@ -49,6 +49,8 @@ describe('OpenAPI', () => {
       '/api/v1/certificates/crl', '/api/v1/certificates/ca', '/ddi/v1/authn/emqx', '/ddi/v1/{thingId}/device/status', '/api/v1/models']) {
       expect(Object.keys(res.body.paths)).toContain(p);
     }
-    expect(JSON.stringify(res.body.paths['/ddi/v1/enroll'])).toContain('twinTopicPrefix');
+    // the answer is the named DeviceCredentials component (issue 39)
+    expect(res.body.paths['/ddi/v1/enroll'].post.responses['200'].content['application/json'].schema).toEqual({ $ref: '#/components/schemas/DeviceCredentials' });
+    expect(JSON.stringify(res.body.components.schemas.DeviceCredentials)).toContain('twinTopicPrefix');
   });
 });

@@ -1,11 +1,11 @@
 import type { Gateway } from '../gateway.js';
+import type { SnapshotFrom } from 'xstate';
 import type { UnitOfWork } from '../actors/store.js';
 import { DomainError, invalid, unprocessable } from '../lib/errors.js';
 import { isoNow } from '../lib/clock.js';
 import { unstorableField } from '../lib/text.js';
 import { THING_IDENTITY, identityKey, repo } from './repo.js';
-import { claimGroupKind, claimRefusal, thingKind } from './kinds.js';
-import { certificatesBorn } from './certificates.js';
+import { claimGroupKind, claimRefusal, deviceCertificateKind, thingKind } from './kinds.js';
 
 export interface PendingClaim {
   groupId: string;
@@ -19,6 +19,9 @@ export type ClaimOutcome = 'claimed' | 'repeat' | DomainError;
 const MAX_BATCH = 64;
 /** batches in flight per node: one forms while another commits */
 const MAX_TRANSACTIONS = 2;
+
+/** A claim group as the batch loaded (and locked) it. */
+type LoadedGroup = NonNullable<Awaited<ReturnType<UnitOfWork['load']>>> & { snapshot: SnapshotFrom<typeof claimGroupKind.machine> };
 
 /** A concurrent batch (through another group of the same account) enrolled an identity this one was about to. */
 class IdentityRace extends Error {}
@@ -91,7 +94,13 @@ export class ClaimBatcher {
     // 1. lock the groups (id order: no deadlock between batches)
     const groupIds = [...new Set(claims.map((c) => c.groupId))].sort();
     // pipelined on the transaction's connection: the locks are still taken in this order
-    const loaded = await Promise.all(groupIds.map((id) => uow.load(claimGroupKind, id)));
+    //    (and the identities taken already, read after the locks: same connection, in order)
+    const firstOfIdentity = new Map<string, PendingClaim['thing']>();
+    for (const c of claims) if (!firstOfIdentity.has(identityKey(c.thing))) firstOfIdentity.set(identityKey(c.thing), c.thing);
+    const [loaded, taken] = await Promise.all([
+      Promise.all(groupIds.map((id) => uow.load(claimGroupKind, id))),
+      repo.takenIdentities(uow.sql, [...firstOfIdentity.values()]),
+    ]);
     const present = new Set(groupIds.filter((_, i) => loaded[i]));
     // 2. one identity once per batch (later duplicates share the first one's fate); identities
     //    enrolled already are repeats (committed ones: claimers of the same group wait on its lock)
@@ -105,13 +114,13 @@ export class ClaimBatcher {
       else if (!present.has(c.groupId)) outcomes[i] = claimRefusal(undefined);
       else { first.set(key, i); candidates.push(i); }
     });
-    const taken = await repo.takenIdentities(uow.sql, candidates.map((i) => claims[i].thing));
     // 3. each group's machine takes the claims that fit, in arrival order
     //    (the groups are independent: their events go out pipelined)
     const byGroup = groupIds
       .map((groupId) => ({ groupId, members: candidates.filter((i) => claims[i].groupId === groupId && !taken.has(identityKey(claims[i].thing))) }))
       .filter((g) => g.members.length);
-    const decided = await Promise.all(byGroup.map((g) => this.claimMany(uow, g.groupId, g.members.map((i) => claims[i].thing.id), at)));
+    const loadedOf = new Map(groupIds.map((id, i) => [id, loaded[i]]));
+    const decided = await Promise.all(byGroup.map((g) => this.claimMany(uow, g.groupId, g.members.map((i) => claims[i].thing.id), at, loadedOf.get(g.groupId))));
     const accepted: number[] = [];
     byGroup.forEach(({ members }, g) => {
       for (const i of members) {
@@ -131,16 +140,27 @@ export class ClaimBatcher {
         input: { id: t.id, accountId: t.accountId, manufacturer: t.manufacturer, model: t.model, serial: t.serial, enrolledBy: 'claim_token', enrolledAt: at },
         row: repo.thingRow(uow.sql, { ...t, claimGroupId: groupId }),
       }));
-    const born = await uow.createWithRows(thingKind, births, THING_IDENTITY);
-    // a claim counted by its group but whose identity another group's batch enrolled meanwhile:
-    // roll back; retried alone, it finds that identity taken and answers as a repeat
-    if (born.size !== accepted.length) throw new IdentityRace();
+    // 5. and their certificates born with their rows (the machine's projection written at insert),
+    //    pipelined behind the things (same connection, in order): a few statements for the batch
+    const [things, certificates] = await Promise.allSettled([
+      uow.createWithRows(thingKind, births, THING_IDENTITY),
+      uow.createWithRows(deviceCertificateKind, accepted.map((i) => {
+        const { certificate: c, thing } = claims[i];
+        return {
+          id: c.serial,
+          input: { serial: c.serial, thingId: thing.id, issuedAt: at, notAfter: c.notAfter.toISOString(), renewal: false },
+          row: { thing_id: thing.id, pem: c.pem, sealed_private_key: c.sealedKey, not_after: c.notAfter },
+        };
+      })),
+    ]);
+    // a claim counted by its group but whose identity another group's batch enrolled meanwhile
+    // (its certificate then fails too): roll back; retried alone, it finds that identity taken
+    // and answers as a repeat
+    if (things.status === 'fulfilled' && things.value.size !== accepted.length) throw new IdentityRace();
+    if (things.status === 'rejected') throw things.reason;
+    if (certificates.status === 'rejected') throw certificates.reason;
     for (const i of accepted) outcomes[i] = 'claimed';
     for (const [i, earlier] of duplicates) outcomes[i] = outcomes[earlier] === 'claimed' ? 'repeat' : outcomes[earlier];
-    // 5. their certificates, in one statement, then born in use (pipelined)
-    const certs = accepted.map((i) => ({ ...claims[i].certificate, thingId: claims[i].thing.id }));
-    await repo.insertCertificates(uow.sql, certs);
-    await certificatesBorn(uow, certs, at);
     return outcomes;
   }
 
@@ -149,8 +169,11 @@ export class ClaimBatcher {
    * When it takes none, its state says why; an active group that refused has outlived its TTL,
    * which EXPIRE records (the machine accepts EXPIRE only then).
    */
-  private async claimMany(uow: UnitOfWork, groupId: string, thingIds: string[], at: string): Promise<{ taken: Set<string>; refusal: DomainError }> {
-    const result = await uow.trySend(claimGroupKind, groupId, { type: 'CLAIM_MANY', at, thingIds });
+  private async claimMany(
+    uow: UnitOfWork, groupId: string, thingIds: string[], at: string, loaded: LoadedGroup | undefined,
+  ): Promise<{ taken: Set<string>; refusal: DomainError }> {
+    // the group was loaded (and locked) at the start of the batch: its machine decides from that snapshot
+    const result = await uow.trySend(claimGroupKind, groupId, { type: 'CLAIM_MANY', at, thingIds }, loaded);
     if ('refused' in result) {
       const state = result.snapshot.can({ type: 'EXPIRE', at }) ? (await uow.send(claimGroupKind, groupId, { type: 'EXPIRE', at })).state : result.state;
       return { taken: new Set(), refusal: claimRefusal(state) };

@@ -140,7 +140,7 @@ export class BridgesRepo {
       select count(*)::int as messages, min(created_at) as oldest from (
         select e.created_at from domain_events e
         where e.account_id = ${accountId} and e.type in ${this.sql(types as string[])} and (e.xid, e.seq) > (${xid}::xid8, ${seq}::bigint)
-        limit 20000) x`;
+        limit 2000) x`;
     return r;
   }
 

@@ -83,7 +83,7 @@ export const ruleSchema = z.object({
   failed: z.number().int().describe('delivery attempts the sink refused (a batch counts each of its messages)'),
   last_delivered_at: z.string().nullable(),
   lag: z.object({
-    messages: z.number().int().describe('messages written and not yet acknowledged by the sink (counted up to 20,000 history rows)'),
+    messages: z.number().int().describe('messages written and not yet acknowledged by the sink (counted over at most 2,000 history rows, one per thing and ingest batch: a lower bound beyond; `seconds` then tells more)'),
     seconds: z.number().describe('age of the oldest message not yet acknowledged (0 when none)'),
   }),
   created_at: z.string(),

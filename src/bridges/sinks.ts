@@ -1,5 +1,4 @@
-import { connect as natsConnect, type NatsConnection } from '@nats-io/transport-node';
-import { jetstream, type JetStreamClient } from '@nats-io/jetstream';
+import { connect as natsConnect, createInbox, headers, type Msg, type NatsConnection } from '@nats-io/transport-node';
 import amqp from 'amqplib';
 
 /** One message for a sink: where it goes (NATS subject / AMQP routing key), its id (for deduplication) and its body. */
@@ -38,13 +37,22 @@ export function openSink(s: SinkSettings): Sink {
 
 const message = (err: unknown) => (err instanceof Error ? err.message : String(err));
 
-/** NATS JetStream: acknowledged publishes, the message id as `Nats-Msg-Id` (the stream drops a duplicate within its window). */
+/**
+ * NATS JetStream: every message is an acknowledged publish (the stream answers each with a PubAck
+ * on its reply subject), sent pipelined on one connection with the message id as `Nats-Msg-Id` (the
+ * stream drops a duplicate within its window). The replies come to one wildcard inbox subscription
+ * per connection, counted per batch: the client's `js.publish` does the same per message with a
+ * request of its own (a promise, a timer and a subscription entry each), about 5 times the CPU
+ * (docs/decisions.md, "Data bridges").
+ */
 class NatsSink implements Sink {
-  private conn?: Promise<{ nc: NatsConnection; js: JetStreamClient }>;
+  private conn?: Promise<{ nc: NatsConnection; inbox: string }>;
+  private batches = new Map<number, { pending: number; resolve: () => void; reject: (err: Error) => void }>();
+  private nextBatch = 0;
 
   constructor(private readonly s: SinkSettings) {}
 
-  private connection(): Promise<{ nc: NatsConnection; js: JetStreamClient }> {
+  private connection(): Promise<{ nc: NatsConnection; inbox: string }> {
     this.conn ??= (async () => {
       const u = new URL(this.s.url);
       const user = this.s.username ?? (u.username ? decodeURIComponent(u.username) : undefined);
@@ -54,19 +62,65 @@ class NatsSink implements Sink {
         ...(this.s.token ? { token: this.s.token } : user !== undefined && pass === undefined ? { token: user } : user !== undefined ? { user, pass } : {}),
         timeout: this.s.timeoutMs, reconnect: true, maxReconnectAttempts: -1, reconnectTimeWait: 500, name: 'gateway-bridge',
       });
-      return { nc, js: jetstream(nc, { timeout: this.s.timeoutMs }) };
+      const inbox = createInbox();
+      nc.subscribe(`${inbox}.>`, { callback: (_err, m) => this.reply(m.subject.slice(inbox.length + 1), m) });
+      return { nc, inbox };
     })();
     const pending = this.conn;
-    pending.then(({ nc }) => void nc.closed().then(() => { if (this.conn === pending) this.conn = undefined; }), () => { if (this.conn === pending) this.conn = undefined; });
+    const drop = () => {
+      if (this.conn !== pending) return;
+      this.conn = undefined;
+      this.failAll(new Error('NATS connection closed'));
+    };
+    pending.then(({ nc }) => void nc.closed().then(drop), drop);
     return pending;
   }
 
+  /** A PubAck (or a refusal) of message `<batch>.<index>`. */
+  private reply(token: string, m: Msg): void {
+    const batch = this.batches.get(Number(token.slice(0, token.indexOf('.'))));
+    if (!batch) return; // a batch given up (timed out): sent again by the caller
+    let error: string | undefined;
+    if (m.headers?.hasError) error = `${m.headers.code} ${m.headers.description || 'no stream for the subject'}`;
+    else {
+      try {
+        const ack = JSON.parse(decoder.decode(m.data)) as { error?: { code?: number; description?: string }; seq?: number };
+        if (ack.error) error = `${ack.error.code ?? ''} ${ack.error.description ?? 'refused'}`;
+        else if (typeof ack.seq !== 'number') error = 'not a PubAck';
+      } catch {
+        error = 'not a PubAck';
+      }
+    }
+    if (error) batch.reject(new Error(error));
+    else if (--batch.pending === 0) batch.resolve();
+  }
+
+  private failAll(err: Error): void {
+    for (const b of this.batches.values()) b.reject(err);
+  }
+
   async publish(messages: SinkMessage[]): Promise<void> {
-    const { js } = await this.connection();
-    const acks = messages.map((m) => js.publish(m.subject, m.body, { msgID: m.id, timeout: this.s.timeoutMs }));
-    const results = await Promise.allSettled(acks);
-    const failed = results.find((r) => r.status === 'rejected');
-    if (failed) throw new Error(`NATS JetStream refused: ${message((failed as PromiseRejectedResult).reason)}`);
+    if (messages.length === 0) return;
+    const { nc, inbox } = await this.connection();
+    const id = this.nextBatch++;
+    let timer: NodeJS.Timeout | undefined;
+    const acked = new Promise<void>((resolve, reject) => {
+      this.batches.set(id, { pending: messages.length, resolve, reject });
+      timer = setTimeout(() => reject(new Error(`no PubAck within ${this.s.timeoutMs} ms`)), this.s.timeoutMs);
+    });
+    try {
+      messages.forEach((m, i) => {
+        const h = headers();
+        h.set('Nats-Msg-Id', m.id);
+        nc.publish(m.subject, m.body, { headers: h, reply: `${inbox}.${id}.${i}` });
+      });
+      await acked;
+    } catch (err) {
+      throw new Error(`NATS JetStream refused: ${message(err)}`);
+    } finally {
+      clearTimeout(timer);
+      this.batches.delete(id);
+    }
   }
 
   async close(): Promise<void> {
@@ -78,6 +132,8 @@ class NatsSink implements Sink {
     } catch { /* never connected */ }
   }
 }
+
+const decoder = new TextDecoder();
 
 /** RabbitMQ: persistent messages to the bridge's exchange on a confirm channel, routing key = subject. */
 class AmqpSink implements Sink {

@@ -15,7 +15,7 @@ export interface WorkerSettings {
   leaseSeconds: number;
   /** an idle rule looks for new data this often */
   pollMs: number;
-  /** history rows read per batch, and messages at most in flight per rule (its own budget) */
+  /** history rows read per batch at most (fewer when they hold many messages, see RuleRunner.rowsWanted), and messages at most in flight per rule (its own budget) */
   batchRows: number;
   maxInFlight: number;
   retryBaseMs: number;
@@ -24,7 +24,7 @@ export interface WorkerSettings {
 }
 
 export const DEFAULT_WORKER: WorkerSettings = {
-  leaseEveryMs: 2_000, leaseSeconds: 15, pollMs: 250, batchRows: 500, maxInFlight: 2_000, retryBaseMs: 500, retryMaxMs: 30_000, sinkTimeoutMs: 5_000,
+  leaseEveryMs: 2_000, leaseSeconds: 15, pollMs: 250, batchRows: 1_000, maxInFlight: 5_000, retryBaseMs: 500, retryMaxMs: 30_000, sinkTimeoutMs: 5_000,
 };
 
 /** how long a rule's thing filter (where.thing) is kept before it is asked again */
@@ -133,6 +133,12 @@ class RuleRunner {
   private thingFilter?: { at: number; ids: Set<string> };
   private readonly thingId?: string;
   private lagAt = 0;
+  /**
+   * history rows asked per read: a row holds one thing's messages of one ingest batch (one to
+   * thousands), so the read adapts to what the last batch could send (reading rows that do not fit
+   * the in-flight budget would read their text from PostgreSQL again and again)
+   */
+  private rowsWanted = 64;
 
   constructor(private readonly w: BridgeWorker, private row: RuleRow) {
     this.thingId = row.source === 'telemetry' ? parseFrom(row.from_filter).thingId : undefined;
@@ -210,7 +216,7 @@ class RuleRunner {
   /** Lag on /metrics, asked at most once a second. */
   private async measureLag(force: boolean): Promise<void> {
     const now = Date.now();
-    if (!force && now - this.lagAt < 1_000) return;
+    if (!force && now - this.lagAt < 2_000) return;
     this.lagAt = now;
     try {
       const lag = await this.w.d.service.lag(this.row);
@@ -269,7 +275,8 @@ class RuleRunner {
       });
     };
     if (r.source === 'telemetry') {
-      const rows = await this.w.d.telemetryLog.read(r.account_id, { tx: r.pos_xid, thingId: r.pos_thing }, this.w.d.settings.batchRows);
+      const limit = this.rowsWanted;
+      const rows = await this.w.d.telemetryLog.read(r.account_id, { tx: r.pos_xid, thingId: r.pos_thing }, limit);
       if (rows.length === 0) return { sent: 0, more: false };
       let taken = 0;
       let count = 0;
@@ -286,7 +293,8 @@ class RuleRunner {
       }
       const last = rows[taken - 1];
       next = { xid: last.tx, thing: last.thingId, seq: null };
-      more = taken < rows.length || rows.length === this.w.d.settings.batchRows;
+      more = taken < rows.length || rows.length === limit;
+      this.rowsWanted = taken < rows.length ? Math.max(taken + 1, 4) : rows.length === limit ? Math.min(limit * 2, this.w.d.settings.batchRows) : limit;
     } else {
       const kind: Kind = r.source;
       const events = await this.w.d.repo.events(r.account_id, SOURCE_EVENTS[r.source], r.pos_xid, r.pos_seq ?? '0', Math.min(this.w.d.settings.batchRows, this.w.d.settings.maxInFlight));

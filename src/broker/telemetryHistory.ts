@@ -384,8 +384,8 @@ export class TelemetryLog {
     return rows.map((r) => ({ tx: r.tx, thingId: r.thing_id, firstAt: r.first_at, points: r.points }));
   }
 
-  /** What the account's log holds after `after` (at most `bound` rows counted): messages and the oldest row's time. */
-  async behind(accountId: string, after: TelemetryPosition, bound = 20_000): Promise<{ messages: number; oldest: Date | null }> {
+  /** What the account's log holds after `after` (at most `bound` rows counted: a lower bound beyond): messages and the oldest row's time. */
+  async behind(accountId: string, after: TelemetryPosition, bound = 2_000): Promise<{ messages: number; oldest: Date | null }> {
     const [r] = await this.sql<{ messages: number; oldest: Date | null }[]>`
       with h as materialized (select pg_snapshot_xmin(pg_current_snapshot()) as xmin)
       select coalesce(sum(json_array_length(x.points)), 0)::int as messages, min(x.first_at) as oldest from (

@@ -1,0 +1,208 @@
+/**
+ * bench:bridges: the gateway's telemetry throughput and CPU per message with one data bridge rule
+ * forwarding all telemetry to NATS JetStream, against the same gateway, fleet and load with the rule
+ * disabled, in alternating rounds of one run (bench:mqtt's shapes: 50 and 300 devices, 48-byte and
+ * 1 KiB payloads, QoS 0 and QoS 1 with 20 in flight per device).
+ *
+ * The load generator is Debian's `mosquitto_pub -l` (one process per device, MQTT 5, mutual TLS),
+ * as in bench:mqtt; the devices are real things of one account (enrolled over HTTP), so the rule
+ * reads them. A round ends when the gateway counted every message (`mqtt_messages_received_total`);
+ * with the rule, the bridge's catch-up is measured too: from the round's end until the rule's sink
+ * acknowledged every message of the round (`bridge_rule_delivered_total`), and the largest lag during
+ * the round (messages received and not yet acknowledged by the sink, sampled every 500 ms).
+ * The sink: NATS at 127.0.0.1:4222 (else a `nats-server -js` started here), a memory stream.
+ *
+ *   npm run bench:bridges                         (SHAPES=50,300 PAYLOADS=small,1k QOS=0,1 ROUNDS=2 MSGS_QOS0=60000 MSGS_QOS1=30000)
+ *   SHAPES=50 QOS=1 ROUNDS=1 npm run bench:bridges -- --no-write
+ */
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { parseArgs } from 'node:util';
+import { connect } from '@nats-io/transport-node';
+import { jetstreamManager, StorageType, DiscardPolicy } from '@nats-io/jetstream';
+import { cpuSeconds, descendants, freePort, startGatewayProcess } from './lib/brokers.js';
+import { writeBenchmarkSection } from './lib/report.js';
+
+const { values: args } = parseArgs({ options: { 'no-write': { type: 'boolean', default: false } } });
+const list = (name: string, fallback: string) => (process.env[name] ?? fallback).split(',').map((x) => x.trim()).filter(Boolean);
+const SHAPES = list('SHAPES', '50,300').map(Number);
+const PAYLOADS = list('PAYLOADS', 'small,1k') as ('small' | '1k')[];
+const QOS = list('QOS', '0,1').map(Number) as (0 | 1)[];
+const ROUNDS = Number(process.env.ROUNDS ?? 2);
+const MSGS = { 0: Number(process.env.MSGS_QOS0 ?? 60_000), 1: Number(process.env.MSGS_QOS1 ?? 30_000) };
+const INFLIGHT = 20;
+const PAYLOAD_TEXT = {
+  small: JSON.stringify({ temperature: 21.5, humidity: 40, voltage: 3.3, seq: 1 }).padEnd(48, ' '),
+  '1k': JSON.stringify({ blob: 'x'.repeat(1000) }).slice(0, 1024),
+};
+const PREFIX = 'benchbr';
+
+const listening = (port: number) => new Promise<boolean>((resolve) => {
+  const s = net.connect({ host: '127.0.0.1', port }, () => { s.destroy(); resolve(true); });
+  s.on('error', () => resolve(false));
+});
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function natsSink(dir: string): Promise<{ url: string; stop(): Promise<void> }> {
+  if (await listening(4222)) return { url: 'nats://127.0.0.1:4222', stop: async () => {} };
+  const port = await freePort();
+  const proc = spawn('/usr/sbin/nats-server', ['-js', '-a', '127.0.0.1', '-p', String(port), '-sd', path.join(dir, 'nats')], { stdio: 'ignore' });
+  while (!(await listening(port))) await sleep(100);
+  return { url: `nats://127.0.0.1:${port}`, stop: () => new Promise((r) => { proc.once('exit', () => r()); proc.kill('SIGTERM'); }) };
+}
+
+async function main(): Promise<void> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-bridges-'));
+  fs.chmodSync(dir, 0o755); // embedded PostgreSQL runs as its own user when we are root
+  const sink = await natsSink(dir);
+  const nc = await connect({ servers: sink.url.replace('nats://', '') });
+  const jsm = await jetstreamManager(nc);
+  await jsm.streams.delete('BENCHBR').catch(() => {});
+  await jsm.streams.add({ name: 'BENCHBR', subjects: [`${PREFIX}.>`], storage: StorageType.Memory, max_bytes: 256 * 1024 * 1024, discard: DiscardPolicy.Old, duplicate_window: 10_000_000_000 });
+
+  const gw = await startGatewayProcess(path.join(dir, 'gw'));
+  const loads = os.loadavg().map((l) => l.toFixed(1)).join(' ');
+  console.log(`bench:bridges  shapes ${SHAPES.join('/')}, payloads ${PAYLOADS.join('/')}, QoS ${QOS.join('/')}, ${ROUNDS} rounds, ${MSGS[0]}/${MSGS[1]} msgs per round (QoS 0/1), ${os.cpus().length} CPUs, load ${loads}, sink ${sink.url}`);
+  const api = async (method: string, p: string, token: string | undefined, body?: unknown) => {
+    const r = await fetch(`${gw.httpUrl}${p}`, { method, headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) }, body: body === undefined ? undefined : JSON.stringify(body) });
+    const text = await r.text();
+    if (r.status >= 300) throw new Error(`${method} ${p}: ${r.status} ${text}`);
+    return text ? JSON.parse(text) : undefined;
+  };
+  const platform = (await api('POST', '/dev/token', undefined, { realm: 'platform', sub: 'bench', roles: ['platform-admin'] })).access_token;
+  const accountId = crypto.randomUUID();
+  await api('POST', '/platform/v1/accounts', platform, { id: accountId, name: 'bench bridges' });
+  const op = (await api('POST', '/dev/token', undefined, { realm: `acc-${accountId}`, sub: 'op', roles: ['operator'] })).access_token;
+  const bridge = await api('POST', '/api/v1/bridges', op, { name: 'bench', type: 'nats', url: sink.url, subject_prefix: PREFIX });
+  const rule = await api('POST', '/api/v1/rules', op, { name: 'all telemetry', from: 'devices/+/telemetry', bridge_id: bridge.id, enabled: false });
+
+  // devices: real things of the account (token enrollment), their files for mosquitto_pub
+  const maxShape = Math.max(...SHAPES);
+  const devices: { id: string; cert: string; key: string }[] = [];
+  let ca = '';
+  const claimSecret = (await api('POST', '/api/v1/things/claim-groups', op, { name: 'bench', maxDevices: 100_000, ttlDays: 1 })).sharedSecret;
+  for (let i = 0; i < maxShape; i++) {
+    const e = await api('POST', '/ddi/v1/enroll', undefined, { provisioningMethod: 'claim_token', claimSecret, manufacturer: 'Bench', model: 'bridge-1', serial: `BR-${i}` });
+    const id: string = e.twinTopicPrefix.slice('devices/'.length);
+    const f = { id, cert: path.join(dir, `${id}.crt`), key: path.join(dir, `${id}.key`) };
+    fs.writeFileSync(f.cert, e.certificate);
+    fs.writeFileSync(f.key, e.privateKey, { mode: 0o600 });
+    ca = e.caBundlePem;
+    devices.push(f);
+  }
+  const caFile = path.join(dir, 'ca.pem');
+  fs.writeFileSync(caFile, ca);
+
+  const metric = async (name: string, label?: string) => {
+    const text = await fetch(`${gw.httpUrl}/metrics`).then((r) => r.text(), () => fetch(`${gw.httpUrl}/metrics`).then((r) => r.text()));
+    const m = new RegExp(`^${name}${label ? `\\{rule="${label}"\\}` : ''} (\\d+(?:\\.\\d+)?(?:e\\+\\d+)?)$`, 'm').exec(text);
+    return m ? Number(m[1]) : 0;
+  };
+  const gwCpu = () => cpuSeconds(gw.pid);
+  // PostgreSQL: its processes' CPU and that of the backends they reaped (cutime/cstime), so backends ending mid-round still count
+  const ticks = 100;
+  const pgCpu = () => descendants(gw.pid).reduce((sum, p) => {
+    try {
+      const stat = fs.readFileSync(`/proc/${p}/stat`, 'utf8');
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      return sum + (Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14])) / ticks;
+    } catch { return sum; }
+  }, 0);
+
+  interface Row { shape: number; payload: string; qos: number; rule: boolean; msgsPerSecond: number; cpuUsPerMsg: number; pgUsPerMsg: number; catchUpS: number; maxLag: number }
+  const rows: Row[] = [];
+  for (const shape of SHAPES) {
+    for (const qos of QOS) {
+      const fleet = devices.slice(0, shape);
+      const procs: ChildProcess[] = fleet.map((d) => {
+        const p = spawn('mosquitto_pub', ['-h', '127.0.0.1', '-p', String(gw.mqttPort), '-V', 'mqttv5', '--cafile', caFile, '--cert', d.cert, '--key', d.key,
+          '-i', d.id, '-u', d.id, '-t', `devices/${d.id}/telemetry`, '-q', String(qos), '-M', String(INFLIGHT), '-k', '600', '-l'], { stdio: ['pipe', 'ignore', 'ignore'] });
+        p.stdin!.on('error', () => {});
+        return p;
+      });
+      while ((await metric('mqtt_connected_clients')) < shape) await sleep(200);
+      for (const payload of PAYLOADS) {
+        for (let round = 0; round < ROUNDS; round++) {
+          for (const withRule of round % 2 === 0 ? [false, true] : [true, false]) {
+            await api('PATCH', `/api/v1/rules/${rule.id}`, op, { enabled: withRule });
+            // the rule starts where it stopped: let it catch up before the round
+            if (withRule) while ((await api('GET', `/api/v1/rules/${rule.id}`, op)).lag.messages > 0) await sleep(200);
+            await sleep(500);
+            const n = MSGS[qos];
+            const per = Math.ceil(n / shape);
+            const total = per * shape;
+            const line = PAYLOAD_TEXT[payload] + '\n';
+            const chunk = line.repeat(per);
+            const recv0 = await metric('mqtt_messages_received_total');
+            const del0 = await metric('bridge_rule_delivered_total', rule.id);
+            const [c0, p0, t0] = [gwCpu(), pgCpu(), performance.now()];
+            for (const p of procs) p.stdin!.write(chunk);
+            let maxLag = 0;
+            let lastSample = 0;
+            while ((await metric('mqtt_messages_received_total')) - recv0 < total) {
+              if (withRule && performance.now() - lastSample > 500) {
+                lastSample = performance.now();
+                // received and not yet acknowledged by the sink
+                const [got, sent] = [await metric('mqtt_messages_received_total'), await metric('bridge_rule_delivered_total', rule.id)];
+                maxLag = Math.max(maxLag, got - recv0 - (sent - del0));
+              }
+              await sleep(20);
+            }
+            const t1 = performance.now();
+            const seconds = (t1 - t0) / 1000;
+            let catchUp = 0;
+            if (withRule) {
+              while ((await metric('bridge_rule_delivered_total', rule.id)) - del0 < total) await sleep(20);
+              catchUp = (performance.now() - t1) / 1000;
+            } else await sleep(300); // the last flush
+            const [c1, p1] = [gwCpu(), pgCpu()];
+            const r: Row = {
+              shape, payload, qos, rule: withRule, msgsPerSecond: total / seconds,
+              cpuUsPerMsg: ((c1 - c0) * 1e6) / total, pgUsPerMsg: ((p1 - p0) * 1e6) / total, catchUpS: catchUp, maxLag,
+            };
+            rows.push(r);
+            console.log(`${shape} devices ${payload} QoS ${qos} ${withRule ? 'rule   ' : 'no rule'}: ${Math.round(r.msgsPerSecond)} msg/s, gateway ${r.cpuUsPerMsg.toFixed(1)} µs/msg, postgres ${r.pgUsPerMsg.toFixed(1)} µs/msg${withRule ? `, catch-up ${catchUp.toFixed(2)} s after the round, max lag ${maxLag}` : ''}`);
+          }
+        }
+      }
+      for (const p of procs) p.stdin!.end();
+      await Promise.all(procs.map((p) => (p.exitCode !== null ? undefined : new Promise((r) => p.once('exit', r)))));
+      while ((await metric('mqtt_connected_clients')) > 0) await sleep(200);
+    }
+  }
+  await gw.stop();
+  await nc.close();
+  await sink.stop();
+
+  const median = (xs: number[]) => { const s = [...xs].sort((a, b) => a - b); return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2; };
+  const table = ['| devices | payload | QoS | msg/s without rule | msg/s with rule | ratio | gateway µs/msg without / with | PostgreSQL µs/msg without / with | catch-up after round (s) | max lag (msgs) |', '|---|---|---|---|---|---|---|---|---|---|'];
+  for (const shape of SHAPES) for (const payload of PAYLOADS) for (const qos of QOS) {
+    const of = (rule: boolean) => rows.filter((r) => r.shape === shape && r.payload === payload && r.qos === qos && r.rule === rule);
+    const [a, b] = [of(false), of(true)];
+    if (!a.length || !b.length) continue;
+    const m = (rs: Row[], k: keyof Row) => median(rs.map((r) => r[k] as number));
+    table.push(`| ${shape} | ${payload === 'small' ? '48 B' : '1 KiB'} | ${qos} | ${Math.round(m(a, 'msgsPerSecond'))} | ${Math.round(m(b, 'msgsPerSecond'))} | ${(m(b, 'msgsPerSecond') / m(a, 'msgsPerSecond')).toFixed(2)} | ${m(a, 'cpuUsPerMsg').toFixed(1)} / ${m(b, 'cpuUsPerMsg').toFixed(1)} | ${m(a, 'pgUsPerMsg').toFixed(1)} / ${m(b, 'pgUsPerMsg').toFixed(1)} | ${m(b, 'catchUpS').toFixed(2)} | ${Math.max(...b.map((r) => r.maxLag))} |`);
+  }
+  console.log(table.join('\n'));
+  const section = `## bench:bridges (issue 34)
+
+\`npm run bench:bridges\`, ${new Date().toISOString().slice(0, 10)}, ${os.cpus().length} CPUs, node ${process.version}, load average at the start ${loads}
+(**measured while other helpers' tests and benchmarks ran on the same machine: the lead reruns it on a quiet one**).
+One gateway process, ${SHAPES.join(' and ')} devices (\`mosquitto_pub -l\`, MQTT 5, mutual TLS; QoS 1 with ${INFLIGHT} in flight), one rule forwarding all
+telemetry of the account to NATS JetStream (${sink.url === 'nats://127.0.0.1:4222' ? "the machine's server" : 'nats-server -js'}, memory stream), enabled in one round and disabled in the
+other, alternating, ${ROUNDS} rounds each, medians. msg/s: the gateway's intake (every message counted by \`mqtt_messages_received_total\`);
+CPU per message: the gateway process (and its embedded PostgreSQL apart) from the round's start until, with the rule, the sink
+acknowledged the round's last message (so it includes the delivery). Catch-up: seconds from the round's end until then; max lag:
+received and not yet acknowledged by the sink, the largest seen during the round (sampled every 500 ms). Ratio: with / without (target >= 0.8).
+
+${table.join('\n')}
+`;
+  if (!args['no-write']) writeBenchmarkSection(section);
+  fs.rmSync(dir, { recursive: true, force: true });
+}
+
+main().then(() => process.exit(0), (err) => { console.error(err); process.exit(1); });

@@ -46,7 +46,7 @@ export class CrlWatcher {
         const pems = rootCrl ? [crl.pem, toPem(await rootCrl.der(), 'X509 CRL')] : undefined;
         this.broker.setCrl(pems, serials);
         // HAProxy checks the device CA's CRL (and the root's, when there is one) at every handshake it terminates
-        if (this.haproxy) await this.haproxy.push((pems ?? [crl.pem]).map((p) => p.trim()).join('\n') + '\n');
+        if (this.haproxy) await this.haproxy.push((pems ?? [crl.pem]).map((p) => p.trim()).join('\n') + '\n', serials);
         if (crl.number !== this.loadedNumber) this.gw.log.debug({ crlNumber: crl.number, revoked: serials.length }, 'broker CRL loaded');
         this.loadedNumber = crl.number;
       } catch (err) {

@@ -50,6 +50,7 @@ export function runtimeCommand(address: string, command: string, timeoutMs = COM
  */
 export class HaproxyRuntime {
   private latest?: string;
+  private latestSerials: readonly string[] = [];
   private readonly retries = new Map<string, { timer: NodeJS.Timeout; delay: number }>();
   /** pushes that failed and were not yet followed by a success, per socket (for /metrics and tests) */
   readonly failures = new Map<string, number>();
@@ -57,24 +58,31 @@ export class HaproxyRuntime {
 
   constructor(private readonly options: HaproxyRuntimeOptions) {}
 
-  /** Pushes `pem` (one or more PEM CRLs) to every socket; resolves when each took it or failed. */
-  async push(pem: string): Promise<void> {
+  /**
+   * Pushes `pem` (one or more PEM CRLs) to every socket; resolves when each took it or failed.
+   * `serials` (hex): the revoked serials it lists, checked in HAProxy's copy after the commit (a
+   * transaction is per file, not per client: another node's concurrent push of an older CRL may
+   * have been the one committed; then it is pushed again, at most 3 times in a row).
+   */
+  async push(pem: string, serials: readonly string[] = []): Promise<void> {
     this.latest = pem;
+    this.latestSerials = serials;
     // a new push starts each failed socket's backoff again (it is tried now)
     for (const { timer } of this.retries.values()) clearTimeout(timer);
     this.retries.clear();
     this.writeFile(pem);
-    await Promise.all(this.options.sockets.map((socket) => this.pushTo(socket, pem)));
+    await Promise.all(this.options.sockets.map((socket) => this.pushTo(socket, pem, serials)));
   }
 
-  private async pushTo(socket: string, pem: string): Promise<boolean> {
+  private async pushTo(socket: string, pem: string, serials: readonly string[]): Promise<boolean> {
     const { crlFile, log } = this.options;
     try {
-      const body = pem.trim().split(/\r?\n/).filter((line) => line.trim() !== '').join('\n');
-      const set = await runtimeCommand(socket, `set ssl crl-file ${crlFile} <<\n${body}\n\n`, this.options.commandTimeoutMs);
-      if (!/transaction (created|updated)/i.test(set)) throw new Error(`set ssl crl-file: ${set.trim() || 'no answer'}`);
-      const commit = await runtimeCommand(socket, `commit ssl crl-file ${crlFile}`, this.options.commandTimeoutMs);
-      if (!/success/i.test(commit)) throw new Error(`commit ssl crl-file: ${commit.trim() || 'no answer'}`);
+      for (let attempt = 1; ; attempt++) {
+        await this.setAndCommit(socket, pem);
+        const missing = await this.missingSerials(socket, serials);
+        if (missing === 0) break;
+        if (attempt === 3) throw new Error(`HAProxy's ${crlFile} lacks ${missing} revoked serials after the commit (concurrent pushes of another CRL?)`);
+      }
       const retry = this.retries.get(socket);
       if (retry) clearTimeout(retry.timer);
       this.retries.delete(socket);
@@ -88,13 +96,30 @@ export class HaproxyRuntime {
     }
   }
 
+  private async setAndCommit(socket: string, pem: string): Promise<void> {
+    const { crlFile } = this.options;
+    const body = pem.trim().split(/\r?\n/).filter((line) => line.trim() !== '').join('\n');
+    const set = await runtimeCommand(socket, `set ssl crl-file ${crlFile} <<\n${body}\n\n`, this.options.commandTimeoutMs);
+    if (!/transaction (created|updated)/i.test(set)) throw new Error(`set ssl crl-file: ${set.trim() || 'no answer'}`);
+    const commit = await runtimeCommand(socket, `commit ssl crl-file ${crlFile}`, this.options.commandTimeoutMs);
+    if (!/success/i.test(commit)) throw new Error(`commit ssl crl-file: ${commit.trim() || 'no answer'}`);
+  }
+
+  /** How many of `serials` HAProxy's committed copy of the file does not list (`show ssl crl-file`). */
+  private async missingSerials(socket: string, serials: readonly string[]): Promise<number> {
+    if (serials.length === 0) return 0;
+    const shown = await runtimeCommand(socket, `show ssl crl-file ${this.options.crlFile}`, this.options.commandTimeoutMs);
+    const listed = new Set([...shown.matchAll(/Serial Number:\s*([0-9A-Fa-f]+)/g)].map((m) => m[1].toLowerCase().replace(/^0+(?=.)/, '')));
+    return serials.filter((s) => !listed.has(s.toLowerCase().replace(/^0+(?=.)/, ''))).length;
+  }
+
   private scheduleRetry(socket: string): void {
     if (this.stopped) return;
     const previous = this.retries.get(socket);
     if (previous) clearTimeout(previous.timer);
     const delay = previous ? Math.min(previous.delay * 2, RETRY_MAX_MS) : RETRY_FIRST_MS;
     const timer = setTimeout(() => {
-      if (this.latest !== undefined) void this.pushTo(socket, this.latest);
+      if (this.latest !== undefined) void this.pushTo(socket, this.latest, this.latestSerials);
     }, delay);
     timer.unref();
     this.retries.set(socket, { timer, delay });

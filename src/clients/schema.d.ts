@@ -8255,6 +8255,15 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            /** @description Not Found: no quota with this service_code and quota_code (problem type `not-found`) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -8404,7 +8413,15 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
-            404: components["responses"]["NotFound"];
+            /** @description Not Found: no quota with this service_code and quota_code (problem type `not-found`) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             414: components["responses"]["URITooLong"];
@@ -17850,7 +17867,7 @@ export interface operations {
                             failed: number;
                             last_delivered_at: string | null;
                             lag: {
-                                /** @description messages written and not yet acknowledged by the sink (counted up to 20,000 history rows) */
+                                /** @description messages written and not yet acknowledged by the sink (counted over at most 2,000 history rows, one per thing and ingest batch: a lower bound beyond; `seconds` then tells more) */
                                 messages: number;
                                 /** @description age of the oldest message not yet acknowledged (0 when none) */
                                 seconds: number;
@@ -17968,7 +17985,7 @@ export interface operations {
                         failed: number;
                         last_delivered_at: string | null;
                         lag: {
-                            /** @description messages written and not yet acknowledged by the sink (counted up to 20,000 history rows) */
+                            /** @description messages written and not yet acknowledged by the sink (counted over at most 2,000 history rows, one per thing and ingest batch: a lower bound beyond; `seconds` then tells more) */
                             messages: number;
                             /** @description age of the oldest message not yet acknowledged (0 when none) */
                             seconds: number;
@@ -18052,7 +18069,7 @@ export interface operations {
                         failed: number;
                         last_delivered_at: string | null;
                         lag: {
-                            /** @description messages written and not yet acknowledged by the sink (counted up to 20,000 history rows) */
+                            /** @description messages written and not yet acknowledged by the sink (counted over at most 2,000 history rows, one per thing and ingest batch: a lower bound beyond; `seconds` then tells more) */
                             messages: number;
                             /** @description age of the oldest message not yet acknowledged (0 when none) */
                             seconds: number;
@@ -18196,7 +18213,7 @@ export interface operations {
                         failed: number;
                         last_delivered_at: string | null;
                         lag: {
-                            /** @description messages written and not yet acknowledged by the sink (counted up to 20,000 history rows) */
+                            /** @description messages written and not yet acknowledged by the sink (counted over at most 2,000 history rows, one per thing and ingest batch: a lower bound beyond; `seconds` then tells more) */
                             messages: number;
                             /** @description age of the oldest message not yet acknowledged (0 when none) */
                             seconds: number;

@@ -23,7 +23,7 @@ export const ROUTE_STATUSES: ReadonlyArray<{ route: RegExp; statuses: Readonly<R
   { route: /^POST \/wms-ingest\/v1\/jobs$/, statuses: { 404: 'the warehouse is not registered for the partner', 422: 'the job holds no item or breaks an envelope rule', 503: 'the node has no room for another upload now (Retry-After)' } },
   { route: /^PUT \/wms-ingest\/v1\/warehouses\/\{warehouse_id\}$/, statuses: { 422: 'warehouse_id must be 1-64 characters of A-Z a-z 0-9 . _ -' } },
   { route: /^POST \/api\/v1\/ota\/rollouts$/, statuses: { 422: 'the target filter matches no thing or too many, or the groups do not add up' } },
-  { route: /^POST \/api\/v1\/(accounts\/me|organizations\/\{orgId\})\/quota-requests$/, statuses: { 422: 'the quota is not adjustable, or the value is above its maximum or not an increase' } },
+  { route: /^POST \/api\/v1\/(accounts\/me|organizations\/\{orgId\})\/quota-requests$/, statuses: { 404: 'no quota with this service_code and quota_code', 422: 'the quota is not adjustable, or the value is above its maximum or not an increase' } },
   { route: /^(POST \/platform\/v1\/scps|PUT \/platform\/v1\/accounts\/\{accountId\}\/scps\/\{scpId\})$/, statuses: { 422: 'the SCP document is larger than the scp-document-size quota' } },
   { route: /^POST \/api\/notifications\/publish$/, statuses: { 502: 'the authorization service could not be reached or gave no decision (fail closed)' } },
   { route: /^POST \/ddi\/v1\/enroll$/, statuses: { 401: 'a wrong enrollment token, claim secret or derived key', 403: 'refused: revoked, blacklisted, a claim group capped or expired, an approval webhook that did not approve', 429: 'too many failed attempts for this identifier or source (Retry-After)' } },

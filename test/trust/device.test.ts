@@ -160,7 +160,8 @@ describe('OpenAPI', () => {
     expect(doc.paths['/ddi/v1/authn/emqx'].post.security).toEqual([{ internal: [] }]);
     expect(doc.paths['/internal/notifications/authorize'].post.security).toEqual([{ internal: [] }]);
     expect(doc.components.securitySchemes).toMatchObject({ 'device-cert': { type: 'mutualTLS' }, internal: { type: 'apiKey', name: 'X-Internal-Secret' } });
-    expect(doc.paths['/api/v1/things'].post.security).toBeUndefined();
+    // user routes list the user schemes (issue 39), never the device or internal ones
+    expect(doc.paths['/api/v1/things'].post.security).toEqual([{ bearer: [] }, { svc: [] }, { svc: [], svcSessionToken: [] }]);
   });
 });
 

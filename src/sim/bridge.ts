@@ -1,0 +1,100 @@
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
+
+/**
+ * The simulator's data bridge (issue 34): `--bridge nats://host:port` creates, for the fleet's
+ * account, a NATS JetStream stream capturing `<prefix>.>`, a bridge to it and a rule forwarding all
+ * the fleet's telemetry, and reports at the end what reached the sink (messages in the stream per
+ * device, against what the devices sent) and the rule's own counts and lag.
+ *
+ * Wiring into src/sim/cli.ts (owned by another change): parse `--bridge URL`, then
+ *   const bridge = args.bridge ? await startSimBridge({ gatewayUrl, token, natsUrl: args.bridge }) : undefined;
+ *   ... runSimulation(...) ...
+ *   if (bridge) console.log(formatBridgeReport(await bridge.report(summary.sent)));  // then bridge.close()
+ */
+export interface SimBridgeOptions {
+  gatewayUrl: string;
+  /** a tenant token of the fleet's account (operator or admin) */
+  token: string;
+  /** the NATS server the bridge publishes to, nats://host:port (credentials in it are sealed by the gateway) */
+  natsUrl: string;
+  /** subject prefix and stream name (default sim<random>) */
+  prefix?: string;
+  /** delete the rule, bridge and stream at close (default true) */
+  cleanup?: boolean;
+}
+
+export interface SimBridgeReport {
+  ruleId: string;
+  stream: string;
+  /** messages the devices sent (as the simulator counted them), when given */
+  sent?: number;
+  /** messages in the stream */
+  received: number;
+  /** distinct devices seen in the stream */
+  devices: number;
+  rule: { status: string; delivered: number; failed: number; lag: { messages: number; seconds: number }; last_error: string | null };
+}
+
+export interface SimBridge {
+  ruleId: string;
+  /** waits (up to `waitMs`) until the rule's lag is 0, then counts what reached the sink */
+  report(sent?: number, waitMs?: number): Promise<SimBridgeReport>;
+  close(): Promise<void>;
+}
+
+async function api(base: string, token: string, method: string, p: string, body?: unknown): Promise<any> {
+  const res = await fetch(new URL(p, base), {
+    method, headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  if (!res.ok) throw new Error(`${method} ${p}: ${res.status} ${text}`);
+  return text ? JSON.parse(text) : undefined;
+}
+
+export async function startSimBridge(o: SimBridgeOptions): Promise<SimBridge> {
+  const prefix = o.prefix ?? `sim${Math.random().toString(36).slice(2, 10)}`;
+  const stream = prefix.toUpperCase().replace(/[^A-Z0-9_-]/g, '_');
+  const u = new URL(o.natsUrl);
+  const nc: NatsConnection = await connect({
+    servers: `${u.hostname}:${u.port || 4222}`,
+    ...(u.username ? (u.password ? { user: decodeURIComponent(u.username), pass: decodeURIComponent(u.password) } : { token: decodeURIComponent(u.username) }) : {}),
+  });
+  const jsm: JetStreamManager = await jetstreamManager(nc);
+  await jsm.streams.add({ name: stream, subjects: [`${prefix}.>`] });
+  const bridge = await api(o.gatewayUrl, o.token, 'POST', '/api/v1/bridges', { name: `simulator ${prefix}`, type: 'nats', url: o.natsUrl, subject_prefix: prefix });
+  const rule = await api(o.gatewayUrl, o.token, 'POST', '/api/v1/rules', { name: `simulator ${prefix}`, from: 'devices/+/telemetry', bridge_id: bridge.id });
+
+  return {
+    ruleId: rule.id,
+    async report(sent, waitMs = 30_000) {
+      const deadline = Date.now() + waitMs;
+      let view = await api(o.gatewayUrl, o.token, 'GET', `/api/v1/rules/${rule.id}`);
+      while (view.lag.messages > 0 && Date.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 500));
+        view = await api(o.gatewayUrl, o.token, 'GET', `/api/v1/rules/${rule.id}`);
+      }
+      const info = await jsm.streams.info(stream, { subjects_filter: `${prefix}.>` });
+      return {
+        ruleId: rule.id, stream, sent, received: info.state.messages, devices: Object.keys(info.state.subjects ?? {}).length,
+        rule: { status: view.status, delivered: view.delivered, failed: view.failed, lag: view.lag, last_error: view.last_error },
+      };
+    },
+    async close() {
+      if (o.cleanup !== false) {
+        await api(o.gatewayUrl, o.token, 'DELETE', `/api/v1/rules/${rule.id}`).catch(() => {});
+        await api(o.gatewayUrl, o.token, 'DELETE', `/api/v1/bridges/${bridge.id}`).catch(() => {});
+        await jsm.streams.delete(stream).catch(() => {});
+      }
+      await nc.close();
+    },
+  };
+}
+
+export function formatBridgeReport(r: SimBridgeReport): string {
+  return [
+    `bridge (rule ${r.ruleId}, stream ${r.stream}): ${r.received} messages reached the sink from ${r.devices} devices${r.sent !== undefined ? ` (the devices sent ${r.sent})` : ''}`,
+    `  rule ${r.rule.status}: delivered ${r.rule.delivered}, failed ${r.rule.failed}, lag ${r.rule.lag.messages} messages / ${r.rule.lag.seconds} s${r.rule.last_error ? `, last error: ${r.rule.last_error}` : ''}`,
+  ].join('\n');
+}

@@ -5,10 +5,10 @@ import type { ZodApp } from '../gateway.js';
 
 const PAGES_DIR = new URL('./pages/', import.meta.url);
 const ASSETS_DIR = new URL('./assets/', import.meta.url);
-const ASSETS = ['console.css', 'common.js', 'chart.js', 'notifications.js', 'fleet.js', 'device.js', 'ota.js', 'provisioning.js', 'iam.js', 'sessions.js'] as const;
+const ASSETS = ['console.css', 'common.js', 'chart.js', 'notifications.js', 'fleet.js', 'device.js', 'ota.js', 'provisioning.js', 'iam.js', 'sessions.js', 'bridges.js'] as const;
 const PAGES = {
   notifications: 'Notifications', fleet: 'Fleet', device: 'Device',
-  ota: 'OTA', provisioning: 'Provisioning', iam: 'Access', sessions: 'Sessions',
+  ota: 'OTA', provisioning: 'Provisioning', iam: 'Access', sessions: 'Sessions', bridges: 'Bridges',
 } as const;
 
 /** Scripts from this origin only (no inline script): device data can never run as code. */
@@ -60,6 +60,10 @@ export async function consoleRoutes(app: ZodApp): Promise<void> {
     config: { auth: 'public' },
     schema: { tags, summary: "Console: the account's access keys (secret shown once; deactivate, delete) and the roles assigned to its users" },
   }, send('iam'));
+  app.get('/console/bridges', {
+    config: { auth: 'public' },
+    schema: { tags, summary: "Console: the account's data bridges and rules with their delivery counts, lag and last error; enable and disable rules" },
+  }, send('bridges'));
   app.get('/console/assets/:file', {
     config: { auth: 'public' },
     schema: { tags, summary: 'Console scripts and stylesheet', params: z.object({ file: z.enum(ASSETS) }) },

@@ -90,6 +90,11 @@ describe('validation', () => {
     expect((await gw.http.delete(`/api/v1/bridges/${bridge}`, { token: A.operator })).status).toBe(409);
     expect((await gw.http.delete(`/api/v1/rules/${r.body.id}`, { token: A.operator })).status).toBe(204);
     expect((await gw.http.delete(`/api/v1/bridges/${bridge}`, { token: A.operator })).status).toBe(204);
+    // the console page and its script
+    const pageRes = await gw.http.get('/console/bridges');
+    expect(pageRes.status).toBe(200);
+    expect(pageRes.text).toMatch(/id="rule-rows"/);
+    expect((await gw.http.get('/console/assets/bridges.js')).text).toMatch(/\/api\/v1\/rules/);
   });
 });
 

@@ -105,6 +105,21 @@ export async function brokerRoutes(
     return { id: result.id, status: 'completed' as const, response: result.response };
   });
 
+  app.delete('/api/v1/things/:thingId/session', {
+    config: { auth: { action: 'device:Session:Disconnect', roles: WRITERS } },
+    schema: {
+      tags: ['devices'],
+      summary: "Disconnect one of the account's devices from MQTT on whichever node holds its session (404 when it is connected nowhere); the device may connect again, revoke it to keep it out",
+      params: thingParams, response: { 204: z.null() },
+    },
+  }, async (request, reply) => {
+    const { thingId } = request.params;
+    await devices.requireThing(request.principal!, thingId);
+    const { disconnected } = await deviceSessions.disconnect(thingId);
+    if (!disconnected) throw notFound(`thing ${thingId} is not connected`, { type: 'device-not-connected' });
+    return reply.code(204).send(null);
+  });
+
   app.delete('/platform/v1/broker/sessions/:thingId', {
     config: { auth: { action: 'platform:BrokerSession:Disconnect', roles: ['platform-admin', 'platform-operator'] } },
     schema: {

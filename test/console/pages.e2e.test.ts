@@ -169,7 +169,7 @@ describe.skipIf(!hasChromium)('console OTA, provisioning, access and sessions pa
     await operator.page.close();
   });
 
-  it('sessions: the connected device with its protocol and since, live; no kick for a tenant; the device page offers a viewer no Send, Save or Revoke; the badge is live on every page', async () => {
+  it('sessions: the connected device with its protocol and since, live; no kick for a viewer, an operator disconnects a device; the device page offers a viewer no Send, Save or Revoke; the badge is live on every page', async () => {
     const { page, errors } = await open('/console/sessions', 'vic', 'viewer');
     const row = `tr[data-thing-id="${devices[0].thingId}"]`;
     await page.waitForSelector(row);
@@ -192,6 +192,24 @@ describe.skipIf(!hasChromium)('console OTA, provisioning, access and sessions pa
     await second.endAsync();
     await page.waitForSelector(`tr[data-thing-id="${devices[1].thingId}"]`, { state: 'detached' });
     await screenshot(page, 'sessions');
+
+    // an operator of the account is offered the kick (DELETE /api/v1/things/{id}/session); the device is dropped
+    const kicked = await connectDevice(gw.mqttPort!, devices[1], { reconnectPeriod: 0 });
+    const closed = new Promise<void>((resolve) => kicked.once('close', () => resolve()));
+    const operator = await open('/console/sessions', 'olga', 'operator');
+    const kickRow = `tr[data-thing-id="${devices[1].thingId}"]`;
+    await operator.page.click(`${kickRow} button.kick`);
+    await closed;
+    await operator.page.waitForSelector(kickRow, { state: 'detached' });
+    expect(operator.errors).toEqual([]);
+    await operator.page.close();
+    // not connected: 404; another account's thing: 404; a viewer: 403
+    const again = await gw.http.delete(`/api/v1/things/${devices[1].thingId}/session`, { token: account.admin });
+    expect(again.status, again.text).toBe(404);
+    expect(again.body.type).toMatch(/device-not-connected$/);
+    const other = await createAccount(gw);
+    expect((await gw.http.delete(`/api/v1/things/${devices[0].thingId}/session`, { token: other.admin })).status).toBe(404);
+    expect((await gw.http.delete(`/api/v1/things/${devices[0].thingId}/session`, { token: await gw.token({ realm: `acc-${account.id}`, sub: 'vic', roles: ['viewer'] }) })).status).toBe(403);
 
     await page.goto(`${gw.httpUrl}/console/things/${devices[0].thingId}`);
     await page.waitForSelector('#device:not(.hidden)');

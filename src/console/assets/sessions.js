@@ -1,9 +1,9 @@
 // Sessions page: the account's connected devices (MQTT protocol, since when, last seen), kept
-// live by the connectivity stream; a kick (the platform's session disconnect) offered to
-// platform operators only.
+// live by the connectivity stream; a kick (DELETE /api/v1/things/{id}/session) offered to the
+// account's admins and operators.
 import { $, allowed, api, el, fmtTime, liveSocket, page, relative } from './common.js';
 
-const KICKERS = ['platform-admin', 'platform-operator'];
+const KICKERS = ['admin', 'operator'];
 const PROTOCOL = { 3: 'MQTT 3.1', 4: 'MQTT 3.1.1', 5: 'MQTT 5' };
 const setStatus = (text) => { $('status').textContent = text; };
 let socket;
@@ -40,7 +40,7 @@ const reload = () => (loading = loading.then(load));
 
 async function kick(t) {
   try {
-    await api('DELETE', `/platform/v1/broker/sessions/${encodeURIComponent(t.id)}`);
+    await api('DELETE', `/api/v1/things/${encodeURIComponent(t.id)}/session`);
     setStatus(`${t.serial} disconnected`);
   } catch (err) {
     setStatus(`disconnect failed: ${err.message}`);

@@ -1,0 +1,86 @@
+import { createActor } from 'xstate';
+import { describe, expect, it } from 'vitest';
+import { bridgeRuleMachine } from '../../machines/bridgeRule.js';
+import { envelope, passes, pick, splitPoints } from '../../src/bridges/envelope.js';
+import { parseFrom } from '../../src/bridges/service.js';
+
+describe('bridgeRule machine', () => {
+  const start = () => {
+    const emitted: string[] = [];
+    const a = createActor(bridgeRuleMachine, { input: { id: 'r', accountId: 'a', name: 'n', failingAfterMs: 10_000, createdAt: '2026-01-01T00:00:00.000Z' } });
+    a.on('*', (e) => emitted.push(e.type));
+    a.start();
+    return { a, emitted };
+  };
+  const at = (s: number) => new Date(Date.UTC(2026, 0, 1, 0, 0, s)).toISOString();
+
+  it('a run of refusals as long as failingAfterMs makes it FAILING (once), the first success ENABLED again', () => {
+    const { a, emitted } = start();
+    a.send({ type: 'DELIVERY_FAILED', at: at(1), error: 'no responders' });
+    a.send({ type: 'DELIVERY_FAILED', at: at(10), error: 'no responders' });
+    expect(a.getSnapshot().value).toBe('ENABLED');
+    expect(a.getSnapshot().context.failingSince).toBe(at(1));
+    a.send({ type: 'DELIVERY_FAILED', at: at(11), error: 'timeout' });
+    expect(a.getSnapshot().value).toBe('FAILING');
+    a.send({ type: 'DELIVERY_FAILED', at: at(30), error: 'timeout' });
+    expect(emitted.filter((e) => e === 'rule.failing')).toHaveLength(1);
+    expect(a.getSnapshot().context.lastError).toBe('timeout');
+    a.send({ type: 'DELIVERED', at: at(31) });
+    expect(a.getSnapshot().value).toBe('ENABLED');
+    expect(a.getSnapshot().context.failingSince).toBeNull();
+    expect(emitted).toContain('rule.recovered');
+  });
+
+  it('a success ends a run: refusals before it do not count toward FAILING', () => {
+    const { a } = start();
+    a.send({ type: 'DELIVERY_FAILED', at: at(1), error: 'x' });
+    a.send({ type: 'DELIVERED', at: at(5) });
+    a.send({ type: 'DELIVERY_FAILED', at: at(12), error: 'x' });
+    expect(a.getSnapshot().value).toBe('ENABLED');
+  });
+
+  it('disabled: no deliveries are taken; enabling resumes; deleted is final', () => {
+    const { a } = start();
+    a.send({ type: 'DISABLE', at: at(1), by: 'u' });
+    expect(a.getSnapshot().can({ type: 'DELIVERY_FAILED', at: at(2), error: 'x' })).toBe(false);
+    a.send({ type: 'ENABLE', at: at(3), by: 'u' });
+    expect(a.getSnapshot().value).toBe('ENABLED');
+    a.send({ type: 'DELETE', at: at(4), by: 'u' });
+    expect(a.getSnapshot().status).toBe('done');
+  });
+});
+
+describe('envelope', () => {
+  it('splits stored points without re-encoding, strings with brackets and escapes included', () => {
+    const text = '[[1700000000000,{"a":"x]}[{\\"","t":20.50}],[1700000000001,{"b":{"c":[1,2]}}]]';
+    expect(splitPoints(text)).toEqual([
+      { at: 1700000000000, json: '{"a":"x]}[{\\"","t":20.50}' },
+      { at: 1700000000001, json: '{"b":{"c":[1,2]}}' },
+    ]);
+  });
+
+  it('is a CloudEvents 1.0 JSON object with the data spliced in', () => {
+    const e = JSON.parse(envelope({ id: 'i', type: 'io.gateway.device.telemetry', accountId: 'acc', thingId: 't', kind: 'telemetry', ruleId: 'r', time: '2026-01-01T00:00:00.000Z', data: '{"t":1}' }));
+    expect(e).toEqual({
+      specversion: '1.0', id: 'i', source: '/accounts/acc/things/t', type: 'io.gateway.device.telemetry', time: '2026-01-01T00:00:00.000Z',
+      subject: 't', datacontenttype: 'application/json', account: 'acc', kind: 'telemetry', rule: 'r', data: { t: 1 },
+    });
+  });
+
+  it('where and select', () => {
+    expect(passes({ t: { gt: 20 }, mode: 'auto' }, { t: 21, mode: 'auto' })).toBe(true);
+    expect(passes({ t: { gt: 20 } }, { t: '21' })).toBe(false);
+    expect(passes({ x: { exists: false }, y: { in: [1, 2] } }, { y: 2 })).toBe(true);
+    expect(pick(['a', 'z'], { a: 1, b: 2 })).toBe('{"a":1}');
+  });
+
+  it('from: telemetry filters and event kinds; non-durable topics refused', () => {
+    expect(parseFrom('devices/+/telemetry')).toEqual({ source: 'telemetry', thingId: undefined });
+    expect(parseFrom('devices/#').source).toBe('telemetry');
+    expect(parseFrom('devices/+/+').source).toBe('telemetry');
+    expect(parseFrom('devices/0F1C2A9E-6B7D-4E8F-9A0B-1C2D3E4F5A6B/telemetry').thingId).toBe('0f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b');
+    expect(parseFrom('$events/state').source).toBe('state');
+    expect(() => parseFrom('devices/+/commands/response')).toThrow(/durable/);
+    expect(() => parseFrom('devices/+/telemetry/#/x')).toThrow(/topic filter/);
+  });
+});

@@ -23,6 +23,14 @@ import autocannon from 'autocannon';
 import forge from 'node-forge';
 import { freePort } from '../src/db/embedded.js';
 import { writeBenchmarkSection } from './lib/report.js';
+import { cpuSeconds, descendants } from './lib/brokers.js';
+
+/** CPU seconds of the gateway process and of its PostgreSQL (server and backends) */
+function cpuOf(pid: number): { gateway: number; postgres: number } {
+  const comm = (p: number) => { try { return fs.readFileSync(`/proc/${p}/comm`, 'utf8').trim(); } catch { return ''; } };
+  const safe = (p: number) => { try { return cpuSeconds(p); } catch { return 0; } };
+  return { gateway: safe(pid), postgres: descendants(pid).filter((p) => comm(p).startsWith('postgres') || comm(p) === 'postmaster').reduce((t, p) => t + safe(p), 0) };
+}
 
 const { values: args } = parseArgs({
   options: {
@@ -76,7 +84,7 @@ async function startGatewayProcess() {
     await new Promise((r) => setTimeout(r, 200));
   }
   return {
-    base, tmp,
+    base, tmp, pid: child.pid!,
     async stop() {
       const exited = new Promise((r) => child.once('exit', r));
       child.kill('SIGTERM');
@@ -145,9 +153,14 @@ async function main() {
     let non2xx = 0;
     let total = 0;
     let result!: autocannon.Result;
+    const cpuMs = { gateway: 0, postgres: 0 };
     for (let r = 1; r <= rounds; r++) {
       const h = await healthz(duration);
+      const c0 = cpuOf(gw.pid);
       result = await run(duration);
+      const c1 = cpuOf(gw.pid);
+      cpuMs.gateway += (c1.gateway - c0.gateway) * 1000;
+      cpuMs.postgres += (c1.postgres - c0.postgres) * 1000;
       non2xx += result.non2xx + result.errors + h.non2xx + h.errors;
       total += result.requests.total;
       rates.push(result.requests.average);
@@ -155,6 +168,8 @@ async function main() {
       ratios.push(result.requests.average / h.requests.average);
       console.log(`round ${r}: healthz ${h.requests.average.toFixed(0)}/s, enroll ${result.requests.average.toFixed(0)}/s (p50 ${result.latency.p50} ms, p99 ${result.latency.p99} ms), ratio ${ratios[r - 1].toFixed(3)}  load ${os.loadavg()[0].toFixed(1)}`);
     }
+    const perEnrollment = { gateway: cpuMs.gateway / total, postgres: cpuMs.postgres / total };
+    console.log(`CPU per enrollment: gateway ${perEnrollment.gateway.toFixed(2)} ms, its PostgreSQL ${perEnrollment.postgres.toFixed(2)} ms (all enroll rounds)`);
     const rate = median(rates);
     const healthRate = median(health);
     const healthRatio = median(ratios);
@@ -180,6 +195,7 @@ the 2 cores with the gateway and PostgreSQL; other work on the machine lowers th
 | claim enrollments end to end over HTTP (median of rounds: ${rates.map((x) => x.toFixed(0)).join(', ')}) | **${rate.toFixed(0)}** (last round p50 ${result.latency.p50} ms, p99 ${result.latency.p99} ms; ${non2xx} non-2xx) |
 | \`GET /healthz\` on the same gateway, alternating rounds (median: ${health.map((x) => x.toFixed(0)).join(', ')}) | ${healthRate.toFixed(0)} |
 | **enrollments / healthz** (median of the per-round ratios ${ratios.map((x) => x.toFixed(3)).join(', ')}) | **${healthRatio.toFixed(3)}** (target >= 0.25) |
+| CPU per enrollment (\`/proc\`, all enroll rounds): gateway process / its PostgreSQL | ${perEnrollment.gateway.toFixed(2)} ms / ${perEnrollment.postgres.toFixed(2)} ms |
 | node-forge signing the same certificate (pure-JS RSA-2048, signing only) | ${forgeRate.toFixed(1)} |
 | ratio | ${ratio.toFixed(1)}x |
 

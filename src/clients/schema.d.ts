@@ -3199,6 +3199,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/things/{thingId}/session": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        /** Disconnect one of the account's devices from MQTT on whichever node holds its session (404 when it is connected nowhere); the device may connect again, revoke it to keep it out */
+        delete: operations["deleteApiV1ThingsThingIdSession"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/platform/v1/broker/sessions/{thingId}": {
         parameters: {
             query?: never;
@@ -3361,6 +3378,23 @@ export interface paths {
         };
         /** Console: the account's access keys (secret shown once; deactivate, delete) and the roles assigned to its users */
         get: operations["getConsoleIam"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/console/bridges": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Console: the account's data bridges and rules with their delivery counts, lag and last error; enable and disable rules */
+        get: operations["getConsoleBridges"];
         put?: never;
         post?: never;
         delete?: never;
@@ -4664,6 +4698,20 @@ export interface components {
             reason?: string;
         };
         /**
+         * @description A device's newest certificate
+         * @example {
+         *       "serial": "5A3C9E01",
+         *       "notAfter": "2027-11-22T10:00:00.000Z",
+         *       "revoked": false
+         *     }
+         */
+        Certificate: {
+            /** @description hex serial number */
+            serial: string;
+            notAfter: string;
+            revoked: boolean;
+        };
+        /**
          * @description A thing's lifecycle state (machines/thing.ts)
          * @example ACTIVATED
          * @enum {string}
@@ -5059,11 +5107,7 @@ export interface components {
             state: string | null;
             revoked: boolean;
             enrolledAt: string | null;
-            certificate: {
-                serial: string;
-                notAfter: string;
-                revoked: boolean;
-            } | null;
+            certificate: components["schemas"]["Certificate"] | null;
         };
         /**
          * @description A granted device license (RS256 JWT)
@@ -5362,6 +5406,154 @@ export interface components {
             mqttBrokerPort: number;
             caBundlePem: string;
             twinTopicPrefix: string;
+        };
+        /**
+         * @description A thing as the fleet registry lists it
+         * @example {
+         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "model_id": null,
+         *       "model": "text",
+         *       "manufacturer": "text",
+         *       "serial": "text",
+         *       "state": "ACTIVATED",
+         *       "state_updated_at": null,
+         *       "claim_group_id": null,
+         *       "enrolled_by": null,
+         *       "enrolled_at": null,
+         *       "revoked": false,
+         *       "revoked_at": null,
+         *       "created_at": "text",
+         *       "tags": [
+         *         "text"
+         *       ],
+         *       "connected": false,
+         *       "last_seen": null,
+         *       "certificate": null
+         *     }
+         */
+        ThingListItem: {
+            /** Format: uuid */
+            id: string;
+            model_id: string | null;
+            model: string;
+            manufacturer: string;
+            serial: string;
+            state: components["schemas"]["ThingState"];
+            state_updated_at: string | null;
+            claim_group_id: string | null;
+            enrolled_by: string | null;
+            enrolled_at: string | null;
+            revoked: boolean;
+            revoked_at: string | null;
+            created_at: string;
+            tags: string[];
+            connected: boolean;
+            last_seen: string | null;
+            /** @description the thing's newest certificate */
+            certificate: {
+                serial: string;
+                not_after: string;
+                revoked: boolean;
+            } | null;
+        };
+        /**
+         * @description A thing (device) of the account: identity, lifecycle state, certificate, tags, connectivity, twin versions and latest telemetry
+         * @example {
+         *       "id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *       "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
+         *       "model": "FFF1:8001",
+         *       "manufacturer": "Acme",
+         *       "serial": "SN-000123",
+         *       "state": "ACTIVATED",
+         *       "state_updated_at": "2026-11-22T10:00:00.000Z",
+         *       "claim_group_id": null,
+         *       "enrolled_by": "device",
+         *       "enrolled_at": "2026-11-22T10:00:00.000Z",
+         *       "revoked": false,
+         *       "revoked_at": null,
+         *       "created_at": "2026-11-22T10:00:00.000Z",
+         *       "tags": [
+         *         "line-4"
+         *       ],
+         *       "connected": true,
+         *       "last_seen": "2026-11-22T10:00:00.000Z",
+         *       "certificate": {
+         *         "serial": "5A3C9E01",
+         *         "not_after": "2026-12-22T10:00:00.000Z",
+         *         "revoked": false
+         *       },
+         *       "metadata": {
+         *         "color": "white"
+         *       },
+         *       "connectivity": {
+         *         "connected": true,
+         *         "connected_at": "2026-11-22T10:00:00.000Z",
+         *         "disconnected_at": null,
+         *         "last_seen": "2026-11-22T10:00:00.000Z",
+         *         "protocol_version": 5
+         *       },
+         *       "twin": {
+         *         "reported_version": 7,
+         *         "reported_at": "2026-11-22T10:00:00.000Z",
+         *         "desired_version": 3,
+         *         "desired_at": "2026-11-22T10:00:00.000Z"
+         *       },
+         *       "telemetry": {
+         *         "values": {
+         *           "temperature": 21.5
+         *         },
+         *         "updated_at": "2026-11-22T10:00:00.000Z"
+         *       }
+         *     }
+         */
+        Thing: {
+            /** Format: uuid */
+            id: string;
+            model_id: string | null;
+            model: string;
+            manufacturer: string;
+            serial: string;
+            state: components["schemas"]["ThingState"];
+            state_updated_at: string | null;
+            claim_group_id: string | null;
+            enrolled_by: string | null;
+            enrolled_at: string | null;
+            revoked: boolean;
+            revoked_at: string | null;
+            created_at: string;
+            tags: string[];
+            connected: boolean;
+            last_seen: string | null;
+            /** @description the thing's newest certificate */
+            certificate: {
+                serial: string;
+                not_after: string;
+                revoked: boolean;
+            } | null;
+            metadata: {
+                [key: string]: unknown;
+            };
+            /** @description null when the thing never connected */
+            connectivity: {
+                connected: boolean;
+                connected_at: string | null;
+                disconnected_at: string | null;
+                last_seen: string | null;
+                protocol_version: number | null;
+            } | null;
+            twin: {
+                reported_version: number;
+                reported_at: string | null;
+                desired_version: number;
+                desired_at: string | null;
+            } | null;
+            /** @description latest value of every telemetry key */
+            telemetry: {
+                values: {
+                    [key: string]: unknown;
+                };
+                updated_at: string | null;
+            } | null;
         };
         /**
          * @example {
@@ -7741,6 +7933,7 @@ export type NotificationTemplateUpdate = components['schemas']['NotificationTemp
 export type NotificationTemplate = components['schemas']['NotificationTemplate'];
 export type NotificationAuthorizationRequest = components['schemas']['NotificationAuthorizationRequest'];
 export type NotificationAuthorizationDecision = components['schemas']['NotificationAuthorizationDecision'];
+export type Certificate = components['schemas']['Certificate'];
 export type ThingState = components['schemas']['ThingState'];
 export type ModelCreate = components['schemas']['ModelCreate'];
 export type Model = components['schemas']['Model'];
@@ -7767,6 +7960,8 @@ export type EnrollmentPage = components['schemas']['EnrollmentPage'];
 export type EnrollmentApprovalRequest = components['schemas']['EnrollmentApprovalRequest'];
 export type EnrollmentApprovalAnswer = components['schemas']['EnrollmentApprovalAnswer'];
 export type EnrollmentCreated = components['schemas']['EnrollmentCreated'];
+export type ThingListItem = components['schemas']['ThingListItem'];
+export type Thing = components['schemas']['Thing'];
 export type Connectivity = components['schemas']['Connectivity'];
 export type Telemetry = components['schemas']['Telemetry'];
 export type TwinState = components['schemas']['TwinState'];
@@ -8678,6 +8873,15 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            /** @description Not Found: the account is in no organization (problem type `not-found`) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             429: components["responses"]["TooManyRequests"];
             500: components["responses"]["InternalServerError"];
             503: components["responses"]["ServiceUnavailable"];
@@ -9235,6 +9439,15 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            /** @description Not Found: no active session with this access key id (problem type `not-found`) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -10294,31 +10507,7 @@ export interface operations {
                 };
                 content: {
                     "application/json": {
-                        items: {
-                            /** Format: uuid */
-                            id: string;
-                            model_id: string | null;
-                            model: string;
-                            manufacturer: string;
-                            serial: string;
-                            state: components["schemas"]["ThingState"];
-                            state_updated_at: string | null;
-                            claim_group_id: string | null;
-                            enrolled_by: string | null;
-                            enrolled_at: string | null;
-                            revoked: boolean;
-                            revoked_at: string | null;
-                            created_at: string;
-                            tags: string[];
-                            connected: boolean;
-                            last_seen: string | null;
-                            /** @description the thing's newest certificate */
-                            certificate: {
-                                serial: string;
-                                not_after: string;
-                                revoked: boolean;
-                            } | null;
-                        }[];
+                        items: components["schemas"]["ThingListItem"][];
                         next_cursor: string | null;
                         /** @description every match of the filters (all pages), counted exactly up to 10000; null above, with total_estimate */
                         total: number | null;
@@ -10387,55 +10576,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": {
-                        /** Format: uuid */
-                        id: string;
-                        model_id: string | null;
-                        model: string;
-                        manufacturer: string;
-                        serial: string;
-                        state: components["schemas"]["ThingState"];
-                        state_updated_at: string | null;
-                        claim_group_id: string | null;
-                        enrolled_by: string | null;
-                        enrolled_at: string | null;
-                        revoked: boolean;
-                        revoked_at: string | null;
-                        created_at: string;
-                        tags: string[];
-                        connected: boolean;
-                        last_seen: string | null;
-                        /** @description the thing's newest certificate */
-                        certificate: {
-                            serial: string;
-                            not_after: string;
-                            revoked: boolean;
-                        } | null;
-                        metadata: {
-                            [key: string]: unknown;
-                        };
-                        /** @description null when the thing never connected */
-                        connectivity: {
-                            connected: boolean;
-                            connected_at: string | null;
-                            disconnected_at: string | null;
-                            last_seen: string | null;
-                            protocol_version: number | null;
-                        } | null;
-                        twin: {
-                            reported_version: number;
-                            reported_at: string | null;
-                            desired_version: number;
-                            desired_at: string | null;
-                        } | null;
-                        /** @description latest value of every telemetry key */
-                        telemetry: {
-                            values: {
-                                [key: string]: unknown;
-                            };
-                            updated_at: string | null;
-                        } | null;
-                    };
+                    "application/json": components["schemas"]["Thing"];
                 };
             };
             400: components["responses"]["BadRequest"];
@@ -16733,6 +16874,36 @@ export interface operations {
             default: components["responses"]["OtherProblem"];
         };
     };
+    deleteApiV1ThingsThingIdSession: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                thingId: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["Conflict"];
+            414: components["responses"]["URITooLong"];
+            429: components["responses"]["TooManyRequests"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+            default: components["responses"]["OtherProblem"];
+        };
+    };
     deletePlatformV1BrokerSessionsThingId: {
         parameters: {
             query?: never;
@@ -17018,12 +17189,34 @@ export interface operations {
             default: components["responses"]["OtherProblem"];
         };
     };
+    getConsoleBridges: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Default Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            500: components["responses"]["InternalServerError"];
+            503: components["responses"]["ServiceUnavailable"];
+            default: components["responses"]["OtherProblem"];
+        };
+    };
     getConsoleAssetsFile: {
         parameters: {
             query?: never;
             header?: never;
             path: {
-                file: "console.css" | "common.js" | "chart.js" | "notifications.js" | "fleet.js" | "device.js" | "ota.js" | "provisioning.js" | "iam.js" | "sessions.js";
+                file: "console.css" | "common.js" | "chart.js" | "notifications.js" | "fleet.js" | "device.js" | "ota.js" | "provisioning.js" | "iam.js" | "sessions.js" | "bridges.js";
             };
             cookie?: never;
         };
@@ -17308,6 +17501,15 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            /** @description Not Found: no target filter with this filter_id (problem type `not-found`) */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import type { FastifyRequest } from 'fastify';
 import type { Gateway, ZodApp } from '../gateway.js';
 import { accountOf, modelScopeOf } from '../http/auth/plugin.js';
+import { EXAMPLE, named } from '../http/components.js';
 import type { ThingScope } from './lifecycle.js';
 import { EXACT_TOTAL_LIMIT, MAX_TAGS_PER_THING, RegistryService, SORTS } from './registry.js';
 import { claimGroupSchema, thingStateSchema } from './schemas.js';
@@ -109,3 +110,16 @@ export async function registryRoutes(app: ZodApp, gw: Gateway): Promise<void> {
     schema: { tags, summary: 'Remove a tag from a thing (idempotent)', params: tagParams, response: { 200: tagsSchema } },
   }, async (request) => registry.untag(scopeOf(request), request.params.thingId, request.params.tag));
 }
+
+// --- OpenAPI components (issue 39): the fleet registry's things by name
+named(thingItemSchema, 'ThingListItem', { description: 'A thing as the fleet registry lists it' });
+named(thingDetailSchema, 'Thing', {
+  description: 'A thing (device) of the account: identity, lifecycle state, certificate, tags, connectivity, twin versions and latest telemetry',
+  example: {
+    id: EXAMPLE.thingId, model_id: EXAMPLE.modelId, model: 'FFF1:8001', manufacturer: 'Acme', serial: 'SN-000123', state: 'ACTIVATED', state_updated_at: EXAMPLE.at,
+    claim_group_id: null, enrolled_by: 'device', enrolled_at: EXAMPLE.at, revoked: false, revoked_at: null, created_at: EXAMPLE.at, tags: ['line-4'], connected: true,
+    last_seen: EXAMPLE.at, certificate: { serial: '5A3C9E01', not_after: EXAMPLE.later, revoked: false }, metadata: { color: 'white' },
+    connectivity: { connected: true, connected_at: EXAMPLE.at, disconnected_at: null, last_seen: EXAMPLE.at, protocol_version: 5 },
+    twin: { reported_version: 7, reported_at: EXAMPLE.at, desired_version: 3, desired_at: EXAMPLE.at }, telemetry: { values: { temperature: 21.5 }, updated_at: EXAMPLE.at },
+  },
+});

@@ -107,7 +107,9 @@ export const thingIdParams = z.object({ thingId: z.uuid() });
 
 export const deviceStatusSchema = z.object({
   thingId: z.uuid(), state: z.string().nullable(), revoked: z.boolean(), enrolledAt: z.string().nullable(),
-  certificate: z.object({ serial: z.string(), notAfter: z.string(), revoked: z.boolean() }).nullable(),
+  certificate: named(z.object({ serial: z.string().describe('hex serial number'), notAfter: z.string(), revoked: z.boolean() }), 'Certificate', {
+    description: "A device's newest certificate", example: { serial: '5A3C9E01', notAfter: '2027-11-22T10:00:00.000Z', revoked: false },
+  }).nullable(),
 });
 export const licenseRequestSchema = z.strictObject({ features: z.array(text).max(50).optional() });
 export const licenseRenewSchema = z.strictObject({ license: z.string().min(1).max(8192) });

@@ -99,7 +99,7 @@ describe('API contract', () => {
     const schemas = doc.components.schemas as Record<string, Json>;
     const names = Object.keys(schemas);
     expect(names.length).toBeGreaterThanOrEqual(40);
-    for (const n of ['Thing' + 'State', 'Model', 'ClaimGroup', 'Subscription', 'StateChange', 'Enrollment', 'FactoryService', 'Credential', 'Problem']) expect(names).toContain(n);
+    for (const n of ['Thing', 'ThingListItem', 'Certificate', 'ThingState', 'Model', 'ClaimGroup', 'Subscription', 'StateChange', 'Enrollment', 'FactoryService', 'Credential', 'Problem']) expect(names).toContain(n);
     const ajv = new Ajv2020({ strict: false, allErrors: true });
     addFormats(ajv);
     ajv.addSchema({ $id: 'doc', components: { schemas } });

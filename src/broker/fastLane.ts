@@ -299,7 +299,11 @@ interface WritableInternals {
  * (settleDirectWrites, one for all connections), and the request has no `oncomplete`, so Node makes
  * no JavaScript call per write (a write error then shows as the connection's read error, as the
  * peer's reset does). Otherwise (the kernel's buffer was full) `oncomplete` tells. `write` is
- * called only from flushQueuedAcks (a check-phase immediate; see there).
+ * called only from flushQueuedAcks (a check-phase immediate; see there). Why TLSWrap is free when
+ * the write is made: the stream has no write in flight (`writing` false) and the last direct one
+ * was settled; a record TLS writes by itself (after a read: a KeyUpdate, an alert) is written in
+ * the poll phase and completed by its native immediate at the start of the check phase, before
+ * flushQueuedAcks runs.
  *
  * Returns undefined (the lane writes through the stream) when the socket is not a TLS socket with
  * the expected internals; `write` returns false when the data must go through the stream.
@@ -307,7 +311,7 @@ interface WritableInternals {
 function directWriter(socket: TLSSocket): { write(data: Buffer): boolean; afterWrite(f: () => void): boolean } | undefined {
   const s = socket as unknown as WritableInternals;
   if (socket.encrypted !== true || typeof s._write !== 'function' || typeof s._writableState?.writing !== 'boolean') return undefined;
-  /** a direct write is in flight (until its oncomplete) */
+  /** a direct write is in flight (until settled: see above) */
   let inFlight = false;
   /** what waits for the direct write in flight: the stream's write that came meanwhile, the socket's end */
   let deferred: (() => void)[] = [];

@@ -38,7 +38,7 @@ export interface SimBridgeReport {
 
 export interface SimBridge {
   ruleId: string;
-  /** waits (up to `waitMs`) until the rule's lag is 0, then counts what reached the sink */
+  /** waits a second (the ingest's batch), then (up to `waitMs`) until the rule's lag is 0, then counts what reached the sink */
   report(sent?: number, waitMs?: number): Promise<SimBridgeReport>;
   close(): Promise<void>;
 }
@@ -70,6 +70,8 @@ export async function startSimBridge(o: SimBridgeOptions): Promise<SimBridge> {
     ruleId: rule.id,
     async report(sent, waitMs = 30_000) {
       const deadline = Date.now() + waitMs;
+      // what the devices sent last reaches the history with the ingest's next batch (250 ms)
+      await new Promise((r) => setTimeout(r, 1_000));
       let view = await api(o.gatewayUrl, o.token, 'GET', `/api/v1/rules/${rule.id}`);
       while (view.lag.messages > 0 && Date.now() < deadline) {
         await new Promise((r) => setTimeout(r, 500));

@@ -5,6 +5,7 @@ import { enrollDevice } from '../helpers/devices.js';
 import { connectDevice } from '../broker/fixtures.js';
 import { formatBridgeReport, startSimBridge } from '../../src/sim/bridge.js';
 import { natsSink } from './helpers.js';
+import { waitFor } from '../helpers/wait.js';
 
 const nats = await natsSink();
 let gw: TestGateway;
@@ -24,8 +25,7 @@ it.skipIf(!nats)("the simulator's bridge: a stream, bridge and rule for the flee
     for (let i = 0; i < 5; i++) await c.publishAsync(`devices/${d.thingId}/telemetry`, `{"i":${i}}`, { qos: 1 });
     await c.endAsync();
   }
-  let report = await bridge.report(10);
-  for (let i = 0; i < 20 && report.received < 10; i++) report = await bridge.report(10);
+  const report = await waitFor(async () => { const r = await bridge.report(10); return r.received === 10 ? r : undefined; }, 20_000, 'ten messages at the sink');
   expect(report).toMatchObject({ sent: 10, received: 10, devices: 2, rule: { status: 'ENABLED', delivered: 10, lag: { messages: 0 } } });
   expect(formatBridgeReport(report)).toMatch(/10 messages reached the sink from 2 devices \(the devices sent 10\)/);
   await bridge.close();

@@ -12,6 +12,7 @@ import { promisify } from 'node:util';
 import Ajv2020Module from 'ajv/dist/2020.js';
 import addFormatsModule from 'ajv-formats';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { gatewayClient, must } from '../../src/clients/api.js';
 import { generateClientTypes, SCHEMA_FILE } from '../../src/clients/generate.js';
 import { createAccount } from '../helpers/accounts.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
@@ -199,6 +200,23 @@ describe('API contract', () => {
     }
     expect(checked).toBeGreaterThan(100);
     expect(undocumented).toEqual([]);
+  });
+
+  it('the typed client talks to the gateway: bearer, and a factory service\'s signed requests (GET and a body)', async () => {
+    const account = await createAccount(gw);
+    const admin = gatewayClient(gw.httpUrl, { bearer: account.admin });
+    const model = await must(admin.POST('/api/v1/models', { body: { vid: 'FFF3', pid: '0391', name: 'contract', provisioning_method: 'none' } }));
+    expect(model.descriptor).toBe('FFF3:0391');
+    const service = await must(admin.POST('/api/v1/factory-services', { body: { role: 'provision', model_id: model.id, endpoint_url: 'https://factory.example.net' } }));
+    const signed = gatewayClient(gw.httpUrl, { signed: { accessKeyId: service.access_key_id, secretAccessKey: service.secret_access_key } });
+    const page = await must(signed.GET('/provisioning/v1/state-changes', { params: { query: { limit: 5 } } }));
+    expect(page.items).toEqual([]);
+    // a signed body: the signature covers its bytes (a bad one would be 401); the service's default policy may still refuse the action
+    const { response } = await signed.POST('/provisioning/v1/state-change-subscriptions', { body: { target_url: 'https://hooks.example.net/x', acknowledge_polling_still_mandatory: true } });
+    expect([201, 403]).toContain(response.status);
+    const { error, response: refused } = await gatewayClient(gw.httpUrl, { signed: { accessKeyId: service.access_key_id, secretAccessKey: 'wrong' } }).GET('/provisioning/v1/state-changes', {});
+    expect(refused.status).toBe(401);
+    expect(error?.detail).toBeTruthy();
   });
 
   it('the typed client is what this document generates (npm run generate:client)', async () => {

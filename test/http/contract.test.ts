@@ -125,6 +125,7 @@ describe('API contract', () => {
     for (const { method, path: p, op } of ops()) {
       for (const { node, at } of walk({ requestBody: op.requestBody, responses: op.responses })) {
         if (typeof node.$ref === 'string' && node.$ref.startsWith('#/components/schemas/')) refs++;
+        if (node.type !== 'object' || Object.keys(node.properties ?? {}).length < 2) continue;
         const copy = shapes.get(JSON.stringify(strip(node)));
         if (copy && at.length > 0) copies.push(`${method.toUpperCase()} ${p} ${at.join('.')}: ${copy}`);
       }

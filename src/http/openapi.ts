@@ -3,7 +3,11 @@
  * - each operation gets an `operationId` derived from its method and path
  *   (`GET /api/v1/things/{thingId}/state` -> `getApiV1ThingsThingIdState`) unless it sets its own;
  * - each operation documents the error responses the gateway can give it, as
- *   application/problem+json bodies of the shared `Problem` component.
+ *   application/problem+json bodies of the shared `Problem` component (a status that reads the
+ *   same everywhere as a shared `components.responses` entry, a route-specific one with its reason);
+ * - each operation lists the security schemes it accepts;
+ * - the schemas named in the domains' schemas.ts (src/http/components.ts) become components.
+ * The document's fixed parts (security schemes, webhooks, route-specific statuses) are in contract.ts.
  * This touches only the document: Fastify's response schemas (and so its serializers) are left as
  * the routes declare them, and problem bodies are always sent with JSON.stringify (sendProblem),
  * so nothing changes on the wire.
@@ -14,9 +18,7 @@ import { jsonSchemaTransform, jsonSchemaTransformObject } from 'fastify-type-pro
 import { GRANTABLE } from '../factory/policy.js';
 import { PROBLEM_JSON } from './errors.js';
 import { slugOf, statusTitle } from './problem.js';
-import { ROUTE_STATUSES, routeStatusesOf, securitySchemesOf, webhooksOf } from './contract.js';
-
-export { ROUTE_STATUSES };
+import { routeStatusesOf, securitySchemesOf, webhooksOf } from './contract.js';
 
 /** RFC 9457 problem details as the gateway sends them (handlers add members such as `state`). */
 export const PROBLEM_SCHEMA = {
@@ -54,7 +56,8 @@ interface RouteFacts {
  * The error statuses a route can produce, from what the gateway does for every route:
  * 400 input validation, 413/415 body parsing, 401/403/429 authentication (and its brakes),
  * 404/414 path parameters, 409 on writes, 500 and 503 (not ready, shutting down, database
- * unreachable) anywhere. Route-specific ones (410, 422, 502, 504) fall under `default`.
+ * unreachable) anywhere. Route-specific ones (410, 422, 502...) are listed in contract.ts
+ * (ROUTE_STATUSES); anything else falls under `default`.
  */
 export function errorStatusesOf(route: RouteFacts): number[] {
   const s = route.schema ?? {};

@@ -115,7 +115,7 @@ export function attachFastLane<M>(socket: TLSSocket, client: Client, taker: Lane
       if (qos === 1) {
         if (pendingAcks === undefined) {
           pendingAcks = [];
-          queueAcks(flushQueued);
+          queueAcks(flushAcks);
         }
         pendingAcks.push(messageId!, code);
       }
@@ -156,15 +156,7 @@ export function attachFastLane<M>(socket: TLSSocket, client: Client, taker: Lane
   /** PUBACKs of taken publishes not written yet: [messageId, reasonCode, ...] (see queueAcks) */
   let pendingAcks: number[] | undefined;
   const writer = directWriter(socket);
-  /** PUBACKs written now, through the stream (before what goes to Aedes, before the end) */
   const flushAcks = (): void => {
-    const acks = pendingAcks;
-    if (acks === undefined) return;
-    pendingAcks = undefined;
-    if (socket.writable) socket.write(pubacks(acks, c.version === 5));
-  };
-  /** PUBACKs written at the end of the event-loop turn (queueAcks): straight to the TLS handle when the stream is idle */
-  const flushQueued = (): void => {
     const acks = pendingAcks;
     if (acks === undefined) return;
     pendingAcks = undefined;
@@ -274,8 +266,8 @@ let timeoutSlot: symbol | null | undefined;
 /** Node's WriteWrap constructor (its stream_wrap binding), taken from the first write a socket makes (see directWriter) */
 let WriteWrap: (new () => DirectWriteReq) | null | undefined;
 
-interface DirectWriteReq { handle: unknown; oncomplete?: (status: number) => void; async: boolean; bytes: number; buffer: Buffer | null }
-interface TlsHandle { writeBuffer(req: DirectWriteReq, data: Buffer): number; _parent?: { writeQueueSize?: unknown } | null }
+interface DirectWriteReq { handle: unknown; oncomplete: (status: number) => void; async: boolean; bytes: number; buffer: Buffer | null }
+interface TlsHandle { writeBuffer(req: DirectWriteReq, data: Buffer): number }
 interface WritableInternals {
   _writableState?: { writing?: boolean; length?: number };
   _write(chunk: unknown, encoding: BufferEncoding, cb: (err?: Error | null) => void): void;
@@ -292,26 +284,13 @@ interface WritableInternals {
  * buffered), so order holds; while a direct write is in flight (TLSWrap takes one write at a
  * time and its completion comes on the next event-loop turn) the stream's own writes wait for it
  * (`_write`/`_writev` are wrapped), and what the lane writes meanwhile goes through the stream.
- *
- * When the encrypted record went to the kernel at once (the TCP handle's write queue is empty
- * after the write), TLSWrap completes the write in a native immediate at the start of the next
- * check phase: the direct write is then taken as done by a JavaScript immediate of that check phase
- * (settleDirectWrites, one for all connections), and the request has no `oncomplete`, so Node makes
- * no JavaScript call per write (a write error then shows as the connection's read error, as the
- * peer's reset does). Otherwise (the kernel's buffer was full) `oncomplete` tells. `write` is
- * called only from flushQueuedAcks (a check-phase immediate; see there). Why TLSWrap is free when
- * the write is made: the stream has no write in flight (`writing` false) and the last direct one
- * was settled; a record TLS writes by itself (after a read: a KeyUpdate, an alert) is written in
- * the poll phase and completed by its native immediate at the start of the check phase, before
- * flushQueuedAcks runs.
- *
  * Returns undefined (the lane writes through the stream) when the socket is not a TLS socket with
  * the expected internals; `write` returns false when the data must go through the stream.
  */
 function directWriter(socket: TLSSocket): { write(data: Buffer): boolean; afterWrite(f: () => void): boolean } | undefined {
   const s = socket as unknown as WritableInternals;
   if (socket.encrypted !== true || typeof s._write !== 'function' || typeof s._writableState?.writing !== 'boolean') return undefined;
-  /** a direct write is in flight (until settled: see above) */
+  /** a direct write is in flight (until its oncomplete) */
   let inFlight = false;
   /** what waits for the direct write in flight: the stream's write that came meanwhile, the socket's end */
   let deferred: (() => void)[] = [];
@@ -327,21 +306,16 @@ function directWriter(socket: TLSSocket): { write(data: Buffer): boolean; afterW
       else streamWritev.call(this, chunks, cb);
     };
   }
-  const settle = (): void => {
+  const oncomplete = function directWriteDone(this: DirectWriteReq, status: number): void {
+    this.buffer = null;
     inFlight = false;
     const next = deferred;
     deferred = [];
-    for (const f of next) f();
-  };
-  const oncomplete = function directWriteDone(this: DirectWriteReq, status: number): void {
-    this.buffer = null;
     if (status < 0) {
-      inFlight = false;
-      deferred = [];
       socket.destroy(Object.assign(new Error(`PUBACK write failed (${status})`), { errno: status }));
       return;
     }
-    settle();
+    for (const f of next) f();
   };
   return {
     afterWrite(f: () => void): boolean {
@@ -360,20 +334,15 @@ function directWriter(socket: TLSSocket): { write(data: Buffer): boolean; afterW
       if (WriteWrap === null) return false;
       const req = new WriteWrap();
       req.handle = handle;
+      req.oncomplete = oncomplete;
       req.async = false;
       req.bytes = 0;
-      req.buffer = null;
+      req.buffer = data;
       inFlight = true;
-      // (TLSWrap encrypts `data` at once: nothing keeps it)
       const err = handle.writeBuffer(req, data);
       if (err !== 0) {
         inFlight = false;
         socket.destroy(Object.assign(new Error(`PUBACK write failed (${err})`), { errno: err }));
-      } else if (handle._parent?.writeQueueSize === 0) {
-        directWrites.push(settle);
-      } else {
-        // the record waits in the TCP handle's queue: its completion calls (Node looks `oncomplete` up then)
-        req.oncomplete = oncomplete;
       }
       return true;
     },
@@ -449,20 +418,6 @@ function flushQueuedAcks(): void {
   const queue = ackQueue;
   ackQueue = [];
   for (const flush of queue) flush();
-  // the direct writes just made complete in TLSWrap's native immediates at the start of the next
-  // check phase; an immediate set now runs in that check phase, after them
-  if (directWrites.length > 0) {
-    const written = directWrites;
-    directWrites = [];
-    setImmediate(settleDirectWrites, written);
-  }
-}
-
-/** the direct PUBACK writes of this check phase that went to the kernel at once: done once the next check phase has begun (see directWriter) */
-let directWrites: (() => void)[] = [];
-
-function settleDirectWrites(written: (() => void)[]): void {
-  for (const settle of written) settle();
 }
 
 /** how often the keep-alive timers of the connections the fast lane took packets from are refreshed */

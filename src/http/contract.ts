@@ -32,6 +32,7 @@ export const ROUTE_STATUSES: ReadonlyArray<{ route: RegExp; statuses: Readonly<R
   { route: /^GET \/(api|provisioning)\/v1\/things\/resolve$/, statuses: { 409: 'several things match the model and serial: send manufacturer' } },
   { route: /^GET \/wms-ingest\/v1\/quarantine$/, statuses: { 404: 'the warehouse is not registered for the partner' } },
   { route: /^POST \/api\/v1\/internal\/models$/, statuses: { 404: 'the account is not known' } },
+  { route: /^POST \/api\/v1\/things\/\{thingId\}\/commands$/, statuses: { 504: 'the device did not answer within timeoutMs' } },
   { route: /^POST \/ddi\/v1\/\{thingId\}\/certificate\/renew$/, statuses: { 429: 'too many renewed certificates not yet used in 24 h' } },
 ];
 

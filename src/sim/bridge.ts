@@ -2,15 +2,11 @@ import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 
 /**
- * The simulator's data bridge (issue 34): `--bridge nats://host:port` creates, for the fleet's
+ * The simulator's data bridge: `npm run sim -- --bridge nats://host:port` creates, for the fleet's
  * account, a NATS JetStream stream capturing `<prefix>.>`, a bridge to it and a rule forwarding all
- * the fleet's telemetry, and reports at the end what reached the sink (messages in the stream per
- * device, against what the devices sent) and the rule's own counts and lag.
- *
- * Wiring into src/sim/cli.ts (owned by another change): parse `--bridge URL`, then
- *   const bridge = args.bridge ? await startSimBridge({ gatewayUrl, token, natsUrl: args.bridge }) : undefined;
- *   ... runSimulation(...) ...
- *   if (bridge) console.log(formatBridgeReport(await bridge.report(summary.sent)));  // then bridge.close()
+ * the fleet's telemetry (src/sim/cli.ts, through runSimulation's `beforeTraffic`, so the rule
+ * exists before the first message), and reports at the end what reached the sink (messages in the
+ * stream per device, against the telemetry the devices sent) and the rule's own counts and lag.
  */
 export interface SimBridgeOptions {
   gatewayUrl: string;
@@ -96,7 +92,7 @@ export async function startSimBridge(o: SimBridgeOptions): Promise<SimBridge> {
 
 export function formatBridgeReport(r: SimBridgeReport): string {
   return [
-    `bridge (rule ${r.ruleId}, stream ${r.stream}): ${r.received} messages reached the sink from ${r.devices} devices${r.sent !== undefined ? ` (the devices sent ${r.sent})` : ''}`,
+    `bridge (rule ${r.ruleId}, stream ${r.stream}): ${r.received} messages reached the sink from ${r.devices} devices${r.sent !== undefined ? ` (the devices sent ${r.sent} telemetry messages)` : ''}`,
     `  rule ${r.rule.status}: delivered ${r.rule.delivered}, failed ${r.rule.failed}, lag ${r.rule.lag.messages} messages / ${r.rule.lag.seconds} s${r.rule.last_error ? `, last error: ${r.rule.last_error}` : ''}`,
   ].join('\n');
 }

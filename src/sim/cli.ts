@@ -4,6 +4,7 @@ import { parseArgs } from 'node:util';
 import cliProgress from 'cli-progress';
 import { gatewayUrl, URL_USAGE } from '../cli/gatewayUrl.js';
 import { runSimulation, type Progress, type Scenario, type SimSummary } from './fleet.js';
+import { formatBridgeReport, startSimBridge, type SimBridge, type SimBridgeReport } from './bridge.js';
 
 const USAGE = `npm run sim -- [options]
 
@@ -32,6 +33,9 @@ run are skipped and new serials enroll in their place; devices the platform disc
   --mqtt-port P        broker port instead of the enrollment response's
   --ota-fail-rate R    share of OTA updates (devices/{id}/ota/update) the devices fail, 0 to 1 (default 0)
   --ota-step-ms MS     milliseconds between a device's OTA reports (default 200)
+  --bridge URL         also forward the fleet's telemetry to NATS JetStream (nats://host:port): a
+                       stream, a bridge and a rule of the fleet's account, removed at the end; the
+                       summary says what reached the stream against what the devices sent
   --json FILE          also write the summary as JSON to FILE ("-" for stdout only)
   --no-progress        no progress bars
   -h, --help           this text
@@ -49,7 +53,7 @@ function parse(argv: string[]) {
       revoke: { type: 'string' }, protocol: { type: 'string', default: '5' },
       model: { type: 'string', default: 'SIM-1' }, manufacturer: { type: 'string', default: 'Simulated Devices' },
       prefix: { type: 'string', default: 'SIM' }, 'mqtt-host': { type: 'string' }, 'mqtt-port': { type: 'string' },
-      json: { type: 'string' }, 'ota-fail-rate': { type: 'string', default: '0' }, 'ota-step-ms': { type: 'string', default: '200' }, 'no-progress': { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h', default: false },
+      json: { type: 'string' }, bridge: { type: 'string' }, 'ota-fail-rate': { type: 'string', default: '0' }, 'ota-step-ms': { type: 'string', default: '200' }, 'no-progress': { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h', default: false },
     },
     strict: true,
   });
@@ -68,9 +72,11 @@ function parse(argv: string[]) {
   const devices = int('devices', values.devices!, 1);
   const failRate = Number(values['ota-fail-rate']);
   if (!(failRate >= 0 && failRate <= 1)) throw new Error(`--ota-fail-rate must be a number from 0 to 1 (got ${values['ota-fail-rate']})`);
+  if (values.bridge !== undefined && !/^nats:\/\/[^/\s]+\/?$/.test(values.bridge)) throw new Error(`--bridge must be a NATS URL, nats://host:port (got ${values.bridge})`);
   return {
     help: values.help!,
     json: values.json,
+    bridge: values.bridge,
     progress: !values['no-progress'] && process.stderr.isTTY,
     options: {
       baseUrl: gatewayUrl(values.url),
@@ -134,8 +140,19 @@ async function main() {
     console.log(USAGE);
     return;
   }
-  const summary = await runSimulation(parsed.options, parsed.progress ? bars() : undefined);
-  if (parsed.json !== '-') console.log(render(summary));
+  const natsUrl = parsed.bridge;
+  let bridge: SimBridge | undefined;
+  const beforeTraffic = natsUrl ? async (t: { baseUrl: string; token: string }) => { bridge = await startSimBridge({ gatewayUrl: t.baseUrl, token: t.token, natsUrl }); } : undefined;
+  const fleet = await runSimulation({ ...parsed.options, beforeTraffic }, parsed.progress ? bars() : undefined);
+  let summary: SimSummary & { bridge?: SimBridgeReport } = fleet;
+  if (bridge) {
+    try {
+      summary = { ...fleet, bridge: await bridge.report(fleet.telemetrySent) };
+    } finally {
+      await bridge.close();
+    }
+  }
+  if (parsed.json !== '-') console.log(render(summary) + (summary.bridge ? `${formatBridgeReport(summary.bridge)}\n` : ''));
   if (parsed.json === '-') console.log(JSON.stringify(summary, null, 2));
   else if (parsed.json) fs.writeFileSync(parsed.json, JSON.stringify(summary, null, 2) + '\n');
   else console.log(JSON.stringify(summary));

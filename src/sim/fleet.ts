@@ -32,6 +32,8 @@ export interface SimOptions {
   otaFailRate?: number;
   /** milliseconds between two OTA reports of a device */
   otaStepMs?: number;
+  /** called once the fleet is connected, before its traffic starts, with the tenant it runs as (the CLI's --bridge sets up its rule here) */
+  beforeTraffic?: (tenant: { baseUrl: string; token: string; accountId: string }) => Promise<void>;
 }
 
 /** Progress callbacks (the CLI draws bars; tests pass none). */
@@ -54,6 +56,8 @@ export interface SimSummary {
   connectLatencyMs: { p50: number | null; p99: number | null };
   reconnectLatencyMs: { p50: number | null; p99: number | null };
   messagesSent: number;
+  /** of them telemetry (the rest heartbeats) */
+  telemetrySent: number;
   messagesPerSecond: number;
   commandsAnswered: number;
   desiredReceived: number;
@@ -92,6 +96,10 @@ class Api {
 
   setToken(token: string): void {
     this.token = token;
+  }
+
+  get bearer(): string | undefined {
+    return this.token;
   }
 
   async call<T = any>(method: string, path: string, body?: unknown, auth = true): Promise<{ status: number; body: T }> {
@@ -227,7 +235,10 @@ class SimDevice {
       this.sent += 1;
       // every 10th message is a heartbeat, the rest telemetry (QoS 0, as sensors do)
       if (this.sent % 10 === 0) c.publish(`${this.topic}/heartbeat`, '', { qos: 0 });
-      else c.publish(`${this.topic}/telemetry`, JSON.stringify({ temperature: round(20 + Math.random() * 5, 2), humidity: round(40 + Math.random() * 10, 1), seq: this.sent }), { qos: 0 });
+      else {
+        c.publish(`${this.topic}/telemetry`, JSON.stringify({ temperature: round(20 + Math.random() * 5, 2), humidity: round(40 + Math.random() * 10, 1), seq: this.sent }), { qos: 0 });
+        this.stats.count('telemetry');
+      }
       this.stats.count('messages');
     };
     // spread the devices over the interval
@@ -399,6 +410,7 @@ export async function runSimulation(opts: SimOptions, progress: Progress = noPro
   await connectAll(fleet, 'connect');
 
   // 4. traffic and scenario
+  if (opts.beforeTraffic) await opts.beforeTraffic({ baseUrl: opts.baseUrl, token: api.bearer!, accountId });
   const trafficStart = Date.now();
   let kickedDown = 0;
   const sentBefore = stats.get('messages');
@@ -464,6 +476,7 @@ export async function runSimulation(opts: SimOptions, progress: Progress = noPro
     connectLatencyMs: { p50: stats.percentile('connect', 50), p99: stats.percentile('connect', 99) },
     reconnectLatencyMs: { p50: stats.percentile('reconnect', 50), p99: stats.percentile('reconnect', 99) },
     messagesSent: stats.get('messages'),
+    telemetrySent: stats.get('telemetry'),
     messagesPerSecond: Math.round(sent / trafficSeconds),
     commandsAnswered: stats.get('commands'),
     desiredReceived: stats.get('desired'),

@@ -8157,6 +8157,15 @@ export interface operations {
                 };
             };
             400: components["responses"]["BadRequest"];
+            /** @description Forbidden: development tokens are minted for loopback callers only (unless DEV_TOKEN_REMOTE=true) (problem type `forbidden`, or a more specific one: `insufficient-role`, `insufficient-permission` or `denied-by-policy`) */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
@@ -11703,6 +11712,15 @@ export interface operations {
             409: components["responses"]["Conflict"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
+            /** @description Unprocessable Content: the claim breaks a rule the database keeps (a check constraint) (problem type `unprocessable-content`) */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             /** @description Too Many Requests: too many failed attempts for this identifier or source (Retry-After) (problem type `too-many-requests`, or a more specific one: `too-many-authentication-failures` or `rate-limited` (with Retry-After)) */
             429: {
                 headers: {

@@ -5490,7 +5490,8 @@ export interface components {
          *         "connected_at": "2026-11-22T10:00:00.000Z",
          *         "disconnected_at": null,
          *         "last_seen": "2026-11-22T10:00:00.000Z",
-         *         "protocol_version": 5
+         *         "protocol_version": 5,
+         *         "node": "gateway-a"
          *       },
          *       "twin": {
          *         "reported_version": 7,
@@ -5540,6 +5541,8 @@ export interface components {
                 disconnected_at: string | null;
                 last_seen: string | null;
                 protocol_version: number | null;
+                /** @description the gateway node holding its MQTT session while connected (NODE_ID), else null */
+                node: string | null;
             } | null;
             twin: {
                 reported_version: number;

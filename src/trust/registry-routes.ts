@@ -53,6 +53,7 @@ const thingDetailSchema = thingItemSchema.extend({
   metadata: z.record(z.string(), z.unknown()),
   connectivity: z.object({
     connected: z.boolean(), connected_at: z.string().nullable(), disconnected_at: z.string().nullable(), last_seen: z.string().nullable(), protocol_version: z.number().int().nullable(),
+    node: z.string().nullable().describe('the gateway node holding its MQTT session while connected (NODE_ID), else null'),
   }).nullable().describe('null when the thing never connected'),
   twin: z.object({ reported_version: z.number().int(), reported_at: z.string().nullable(), desired_version: z.number().int(), desired_at: z.string().nullable() }).nullable(),
   telemetry: z.object({ values: z.record(z.string(), z.unknown()), updated_at: z.string().nullable() }).nullable().describe('latest value of every telemetry key'),
@@ -119,7 +120,7 @@ named(thingDetailSchema, 'Thing', {
     id: EXAMPLE.thingId, model_id: EXAMPLE.modelId, model: 'FFF1:8001', manufacturer: 'Acme', serial: 'SN-000123', state: 'ACTIVATED', state_updated_at: EXAMPLE.at,
     claim_group_id: null, enrolled_by: 'device', enrolled_at: EXAMPLE.at, revoked: false, revoked_at: null, created_at: EXAMPLE.at, tags: ['line-4'], connected: true,
     last_seen: EXAMPLE.at, certificate: { serial: '5A3C9E01', not_after: EXAMPLE.later, revoked: false }, metadata: { color: 'white' },
-    connectivity: { connected: true, connected_at: EXAMPLE.at, disconnected_at: null, last_seen: EXAMPLE.at, protocol_version: 5 },
+    connectivity: { connected: true, connected_at: EXAMPLE.at, disconnected_at: null, last_seen: EXAMPLE.at, protocol_version: 5, node: 'gateway-a' },
     twin: { reported_version: 7, reported_at: EXAMPLE.at, desired_version: 3, desired_at: EXAMPLE.at }, telemetry: { values: { temperature: 21.5 }, updated_at: EXAMPLE.at },
   },
 });

@@ -76,7 +76,7 @@ interface ThingRow {
   state: ThingState; state_updated_at: Date | null; claim_group_id: string | null; enrolled_by: string | null; enrolled_at: Date | null;
   revoked_at: Date | null; created_at: Date; sort_key: string; tags: string[];
   cert_serial: string | null; cert_not_after: Date | null; cert_revoked: boolean | null;
-  connected: boolean | null; connected_at: Date | null; disconnected_at: Date | null; last_seen: Date | null; protocol_version: number | null;
+  connected: boolean | null; connected_at: Date | null; disconnected_at: Date | null; last_seen: Date | null; protocol_version: number | null; node_id: string | null;
 }
 
 interface ThingDetailRow extends ThingRow {
@@ -123,7 +123,7 @@ export class RegistryService {
       metadata: row.metadata,
       connectivity: row.connected === null ? null : {
         connected: row.connected, connected_at: iso(row.connected_at), disconnected_at: iso(row.disconnected_at),
-        last_seen: iso(row.last_seen), protocol_version: row.protocol_version,
+        last_seen: iso(row.last_seen), protocol_version: row.protocol_version, node: row.node_id,
       },
       twin: row.reported_version === null ? null : {
         reported_version: row.reported_version, reported_at: iso(row.reported_at), desired_version: row.desired_version!, desired_at: iso(row.desired_at),
@@ -252,7 +252,7 @@ const columns = (db: Db, sort: Sort) => db`
   t.claim_group_id, t.enrolled_by, t.enrolled_at, t.revoked_at, t.created_at, (${sortKey(db, sort)})::text as sort_key,
   coalesce((select array_agg(g.tag order by g.tag) from thing_tags g where g.thing_id = t.id), '{}') as tags,
   cert.serial as cert_serial, cert.not_after as cert_not_after, cert.revoked as cert_revoked,
-  c.connected, c.connected_at, c.disconnected_at, c.last_seen, c.protocol_version`;
+  c.connected, c.connected_at, c.disconnected_at, c.last_seen, c.protocol_version, c.node_id`;
 /**
  * the thing's newest certificate; its connectivity (the broker's read model device_status, migration
  * 1701, keyed by the thing id as text)

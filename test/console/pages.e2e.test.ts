@@ -175,6 +175,8 @@ describe.skipIf(!hasChromium)('console OTA, provisioning, access and sessions pa
     await page.waitForSelector(row);
     await textIs(page, '#total', '1 connected');
     expect(await page.textContent(`${row} .protocol`)).toBe('MQTT 5');
+    // the node holding the session (NODE_ID; a test gateway's default is hostname-pid)
+    expect(await page.textContent(`${row} .node`)).toMatch(/-\d+$/);
     expect(await page.textContent(`${row} .since`)).not.toBe('—');
     expect(await page.$$(`${row} button`)).toHaveLength(0);
     await textIs(page, '#live', 'live updates on');

@@ -18,6 +18,7 @@ async function row(t) {
     el('td', { className: 'protocol' }, PROTOCOL[c.protocol_version] ?? (c.protocol_version ? `MQTT v${c.protocol_version}` : '—')),
     el('td', { className: 'since', title: fmtTime(c.connected_at) }, c.connected_at ? relative(c.connected_at) : '—'),
     el('td', { title: fmtTime(c.last_seen) }, c.last_seen ? relative(c.last_seen) : '—'),
+    el('td', { className: 'node' }, c.node ?? '—'),
     el('td', {}, allowed(KICKERS) ? el('button', { type: 'button', className: 'danger kick', onclick: () => kick(t) }, 'Disconnect') : null));
 }
 

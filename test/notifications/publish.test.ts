@@ -95,7 +95,7 @@ describe('publish', () => {
       to: { subscriberId: 'bob', email: 'bob@example.com' },
       severity: 'warning',
       template: 'device/revoked',
-      data: { serial: 'SN-1<script>alert(1)</script>', thingId: 'thing-1', by: 'Mallory & "Co"' },
+      data: { serial: 'SN-1<script>alert(1)</script>', model: 'FFF1:8001', thingId: 'thing-1', certificateSerial: '0a01', by: 'Mallory & "Co"' },
       actionUrl: '/things/thing-1',
     });
     expect(res.status).toBe(201);
@@ -135,7 +135,7 @@ describe('publish', () => {
     res = await publish({ ...base(), to: { subscriberId: 'dave' } });
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ status: 'dropped', reason: 'category-disabled', categoryId: 'general' });
-    res = await publish({ channel: ['in_app'], to: { subscriberId: 'dave' }, template: 'device/revoked', data: { serial: 's', thingId: 't', by: 'b' } });
+    res = await publish({ channel: ['in_app'], to: { subscriberId: 'dave' }, template: 'device/revoked', data: { serial: 's', model: 'm', thingId: 't', certificateSerial: 'c', by: 'b' } });
     expect(res.status).toBe(201);
 
     // a window that contains now in the recipient's zone, across midnight in UTC+14

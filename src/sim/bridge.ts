@@ -1,5 +1,6 @@
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
+import { gatewayClient } from '../clients/api.js';
 
 /**
  * The simulator's data bridge: `npm run sim -- --bridge nats://host:port` creates, for the fleet's
@@ -39,14 +40,14 @@ export interface SimBridge {
   close(): Promise<void>;
 }
 
-async function api(base: string, token: string, method: string, p: string, body?: unknown): Promise<any> {
-  const res = await fetch(new URL(p, base), {
-    method, headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await res.text();
-  if (!res.ok) throw new Error(`${method} ${p}: ${res.status} ${text}`);
-  return text ? JSON.parse(text) : undefined;
+/**
+ * The answer of a call through the typed client (src/clients/api.ts, generated from the gateway's
+ * OpenAPI document), or an Error naming the call, its status and the problem. A 204 answers undefined.
+ */
+async function ok<T>(what: string, call: Promise<{ data?: T; error?: unknown; response: Response }>): Promise<T> {
+  const { data, error, response } = await call;
+  if (!response.ok) throw new Error(`${what}: ${response.status} ${typeof error === 'string' ? error : JSON.stringify(error)}`);
+  return data as T;
 }
 
 export async function startSimBridge(o: SimBridgeOptions): Promise<SimBridge> {
@@ -59,8 +60,10 @@ export async function startSimBridge(o: SimBridgeOptions): Promise<SimBridge> {
   });
   const jsm: JetStreamManager = await jetstreamManager(nc);
   await jsm.streams.add({ name: stream, subjects: [`${prefix}.>`] });
-  const bridge = await api(o.gatewayUrl, o.token, 'POST', '/api/v1/bridges', { name: `simulator ${prefix}`, type: 'nats', url: o.natsUrl, subject_prefix: prefix });
-  const rule = await api(o.gatewayUrl, o.token, 'POST', '/api/v1/rules', { name: `simulator ${prefix}`, from: 'devices/+/telemetry', bridge_id: bridge.id });
+  const api = gatewayClient(o.gatewayUrl, { bearer: o.token });
+  const bridge = await ok('POST /api/v1/bridges', api.POST('/api/v1/bridges', { body: { name: `simulator ${prefix}`, type: 'nats', url: o.natsUrl, subject_prefix: prefix } }));
+  const rule = await ok('POST /api/v1/rules', api.POST('/api/v1/rules', { body: { name: `simulator ${prefix}`, from: 'devices/+/telemetry', bridge_id: bridge.id } }));
+  const ruleView = () => ok(`GET /api/v1/rules/${rule.id}`, api.GET('/api/v1/rules/{id}', { params: { path: { id: rule.id } } }));
 
   return {
     ruleId: rule.id,
@@ -68,10 +71,10 @@ export async function startSimBridge(o: SimBridgeOptions): Promise<SimBridge> {
       const deadline = Date.now() + waitMs;
       // what the devices sent last reaches the history with the ingest's next batch (250 ms)
       await new Promise((r) => setTimeout(r, 1_000));
-      let view = await api(o.gatewayUrl, o.token, 'GET', `/api/v1/rules/${rule.id}`);
+      let view = await ruleView();
       while (view.lag.messages > 0 && Date.now() < deadline) {
         await new Promise((r) => setTimeout(r, 500));
-        view = await api(o.gatewayUrl, o.token, 'GET', `/api/v1/rules/${rule.id}`);
+        view = await ruleView();
       }
       const info = await jsm.streams.info(stream, { subjects_filter: `${prefix}.>` });
       return {
@@ -81,8 +84,8 @@ export async function startSimBridge(o: SimBridgeOptions): Promise<SimBridge> {
     },
     async close() {
       if (o.cleanup !== false) {
-        await api(o.gatewayUrl, o.token, 'DELETE', `/api/v1/rules/${rule.id}`).catch(() => {});
-        await api(o.gatewayUrl, o.token, 'DELETE', `/api/v1/bridges/${bridge.id}`).catch(() => {});
+        await ok('DELETE rule', api.DELETE('/api/v1/rules/{id}', { params: { path: { id: rule.id } } })).catch(() => {});
+        await ok('DELETE bridge', api.DELETE('/api/v1/bridges/{id}', { params: { path: { id: bridge.id } } })).catch(() => {});
         await jsm.streams.delete(stream).catch(() => {});
       }
       await nc.close();

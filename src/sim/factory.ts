@@ -2,6 +2,7 @@ import crypto from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { HEADER_KEY_ID, HEADER_SIGNATURE, HEADER_TIMESTAMP, sign, signedFetch, type Credentials } from '../clients/svcSigner.js';
+import { gatewayClient, type Schemas } from '../clients/api.js';
 
 export interface FactoryLineOptions {
   baseUrl: string;
@@ -52,11 +53,13 @@ export async function runFactoryLine(o: FactoryLineOptions): Promise<FactoryLine
   const errors: Record<string, number> = {};
   const fail = (what: string) => { errors[what] = (errors[what] ?? 0) + 1; };
   const token = o.token ?? (await devToken(o.baseUrl, o.accountId ?? crypto.randomUUID()));
-  const api = async (method: string, path: string, body?: unknown) => {
-    const res = await fetch(`${o.baseUrl}${path}`, { method, headers: { authorization: `Bearer ${token}`, ...(body ? { 'content-type': 'application/json' } : {}) }, body: body ? JSON.stringify(body) : undefined });
-    const json = (await res.json().catch(() => ({}))) as any;
-    if (!res.ok) throw new Error(`${method} ${path}: ${res.status} ${json.detail ?? ''}`);
-    return json;
+  // the gateway's API through the typed client generated from its OpenAPI document (src/clients/api.ts)
+  const admin = gatewayClient(o.baseUrl, { bearer: token });
+  /** the answer's data, or an Error naming the call, its status and the problem's detail */
+  const ok = async <T>(what: string, call: Promise<{ data?: T; error?: unknown; response: Response }>): Promise<T> => {
+    const { data, error, response } = await call;
+    if (!response.ok || data === undefined) throw new Error(`${what}: ${response.status} ${(error as { detail?: string } | undefined)?.detail ?? ''}`);
+    return data;
   };
 
   const services = new Map<string, Credentials>();
@@ -77,6 +80,7 @@ export async function runFactoryLine(o: FactoryLineOptions): Promise<FactoryLine
       res.writeHead(202).end();
       const leg = JSON.parse(raw) as { run_id: string; leg: string; attempt: number; result_url: string };
       const failed = Math.random() < o.failRate;
+      // result_url is the link the gateway sent with the leg (followed as given, not built from a path): plain signed fetch
       void signedFetch(leg.result_url, creds!, {
         method: 'POST',
         body: { run_id: leg.run_id, leg: leg.leg, attempt: leg.attempt, outcome: failed ? 'FAILED' : 'SUCCEEDED', ...(failed ? { detail: SIMULATED_FAILURE, retryable: false } : { result: { station: 1 + Math.floor(Math.random() * 8) } }) },
@@ -87,15 +91,16 @@ export async function runFactoryLine(o: FactoryLineOptions): Promise<FactoryLine
   const endpoint = `http://127.0.0.1:${(backend.address() as AddressInfo).port}`;
 
   try {
-    const model = await api('POST', '/api/v1/models', { vid: 'FFFA', pid: crypto.randomBytes(2).toString('hex').toUpperCase(), name: 'Simulated factory model', provisioning_method: 'none' });
+    const model = await ok('POST /api/v1/models', admin.POST('/api/v1/models', { body: { vid: 'FFFA', pid: crypto.randomBytes(2).toString('hex').toUpperCase(), name: 'Simulated factory model', provisioning_method: 'none' } }));
     let provisionCreds: Credentials | undefined;
     for (const role of ['identify', 'provision'] as const) {
-      const s = await api('POST', '/api/v1/factory-services', { role, model_id: model.id, endpoint_url: endpoint });
+      const s = await ok('POST /api/v1/factory-services', admin.POST('/api/v1/factory-services', { body: { role, model_id: model.id, endpoint_url: endpoint } }));
       const creds = { accessKeyId: s.access_key_id, secretAccessKey: s.secret_access_key };
       services.set(creds.accessKeyId, creds);
       if (role === 'provision') provisionCreds = creds;
     }
     const creds = provisionCreds!;
+    const signed = gatewayClient(o.baseUrl, { signed: creds });
     const started = performance.now();
     const runs: string[] = [];
     let enrolled = 0;
@@ -104,13 +109,13 @@ export async function runFactoryLine(o: FactoryLineOptions): Promise<FactoryLine
       while (next < o.devices) {
         const serial = `${o.serialPrefix}-${next++}`;
         try {
-          const e = await signedFetch(`${o.baseUrl}/api/v1/enrollments`, creds, { method: 'POST', body: { model: model.descriptor, serial } });
-          if (!e.ok) { fail(`enrollment ${e.status}`); continue; }
+          const e = await signed.POST('/api/v1/enrollments', { body: { model: model.descriptor, serial } });
+          if (!e.response.ok || !e.data) { fail(`enrollment ${e.response.status}`); continue; }
           enrolled++;
-          const thingId = ((await e.json()) as { thing_id: string }).thing_id;
-          const p = await signedFetch(`${o.baseUrl}/api/v1/things/${thingId}/provision`, creds, { method: 'POST' });
-          if (p.status !== 202) { fail(`provision ${p.status}`); continue; }
-          runs.push(((await p.json()) as { id: string }).id);
+          // the route takes no body (a nullish schema), but the document declares one required: {} is sent
+          const p = await signed.POST('/api/v1/things/{thingId}/provision', { params: { path: { thingId: e.data.thing_id } }, body: {} });
+          if (p.response.status !== 202 || !p.data) { fail(`provision ${p.response.status}`); continue; }
+          runs.push(p.data.id);
         } catch (err) {
           fail((err as Error).message);
         } finally {
@@ -128,7 +133,7 @@ export async function runFactoryLine(o: FactoryLineOptions): Promise<FactoryLine
       outcome = { succeeded: 0, failed: 0, running: 0 };
       for (let cursor: string | null = null, first = true; first || cursor; first = false) {
         // polled with the bearer token: the same signed GET twice within a second is a replay
-        const page: { items: { state: string }[]; next_cursor: string | null } = await api('GET', `/api/v1/provisioning-runs?limit=200${cursor ? `&after=${cursor}` : ''}`);
+        const page: Schemas['ProvisioningRunPage'] = await ok('GET /api/v1/provisioning-runs', admin.GET('/api/v1/provisioning-runs', { params: { query: { limit: 200, after: cursor ?? undefined } } }));
         for (const r of page.items) outcome[r.state === 'SUCCEEDED' ? 'succeeded' : r.state === 'FAILED' ? 'failed' : 'running']++;
         cursor = page.next_cursor;
       }
@@ -141,7 +146,7 @@ export async function runFactoryLine(o: FactoryLineOptions): Promise<FactoryLine
     const failureCauses: Record<string, number> = {};
     let unexpectedFailedRuns = 0;
     for (let cursor: string | null = null, first = true; outcome.failed > 0 && (first || cursor); first = false) {
-      const page: { items: RunView[]; next_cursor: string | null } = await api('GET', `/api/v1/provisioning-runs?state=FAILED&limit=200${cursor ? `&after=${cursor}` : ''}`);
+      const page: Schemas['ProvisioningRunPage'] = await ok('GET /api/v1/provisioning-runs', admin.GET('/api/v1/provisioning-runs', { params: { query: { state: 'FAILED', limit: 200, after: cursor ?? undefined } } }));
       for (const r of page.items) {
         const cause = causeOf(r);
         failureCauses[cause] = (failureCauses[cause] ?? 0) + 1;
@@ -164,10 +169,7 @@ export async function runFactoryLine(o: FactoryLineOptions): Promise<FactoryLine
   }
 }
 
-interface RunView {
-  error: string | null;
-  legs: { name: string; state: string; error: string | null; history: { error: string | null }[] }[];
-}
+type RunView = Schemas['ProvisioningRun'];
 
 /** A failed run's cause: its failed leg's last error (named by leg), else the run's own error. */
 function causeOf(run: RunView): string {
@@ -178,7 +180,7 @@ function causeOf(run: RunView): string {
 }
 
 async function devToken(baseUrl: string, accountId: string): Promise<string> {
-  const res = await fetch(`${baseUrl}/dev/token`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ realm: `acc-${accountId}`, sub: 'factory-simulator', roles: ['admin'] }) });
-  if (res.status !== 200) throw new Error(`no --token given and the development issuer refused (${res.status}); pass --token`);
-  return ((await res.json()) as { access_token: string }).access_token;
+  const { data, response } = await gatewayClient(baseUrl).POST('/dev/token', { body: { realm: `acc-${accountId}`, sub: 'factory-simulator', roles: ['admin'] } });
+  if (response.status !== 200 || !data) throw new Error(`no --token given and the development issuer refused (${response.status}); pass --token`);
+  return data.access_token;
 }

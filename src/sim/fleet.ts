@@ -4,6 +4,7 @@ import mqtt, { type MqttClient } from 'mqtt';
 import { CredentialStore, type DeviceCredentials } from './credentials.js';
 import { Stats } from './stats.js';
 import { joinOta } from './ota.js';
+import { gatewayClient, type GatewayClient } from '../clients/api.js';
 
 export type Scenario = 'steady' | 'reconnect-storm' | 'revoke';
 
@@ -91,26 +92,37 @@ async function pool<T>(items: T[], concurrency: number, work: (item: T) => Promi
   await Promise.all(workers);
 }
 
+/**
+ * The gateway's HTTP API through the typed client generated from its OpenAPI document
+ * (src/clients/api.ts): a contract change breaks the simulator at compile time. `anon` calls the
+ * routes without a bearer token (the development issuer, the device's enrollment).
+ */
 class Api {
-  constructor(private readonly baseUrl: string, private token?: string) {}
+  readonly anon: GatewayClient;
+  private client: GatewayClient;
+
+  constructor(private readonly baseUrl: string, private token?: string) {
+    this.anon = gatewayClient(baseUrl);
+    this.client = gatewayClient(baseUrl, { bearer: token });
+  }
 
   setToken(token: string): void {
     this.token = token;
+    this.client = gatewayClient(this.baseUrl, { bearer: token });
   }
 
   get bearer(): string | undefined {
     return this.token;
   }
 
-  async call<T = any>(method: string, path: string, body?: unknown, auth = true): Promise<{ status: number; body: T }> {
-    const headers: Record<string, string> = {};
-    if (body !== undefined) headers['content-type'] = 'application/json';
-    if (auth && this.token) headers.authorization = `Bearer ${this.token}`;
-    const res = await fetch(this.baseUrl + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
-    const text = await res.text();
-    return { status: res.status, body: (text && /json/.test(res.headers.get('content-type') ?? '') ? JSON.parse(text) : text) as T };
+  /** the client with the tenant's bearer token */
+  get authed(): GatewayClient {
+    return this.client;
   }
 }
+
+/** A problem's detail, or the answer's text. */
+const detailOf = (error: unknown) => (typeof error === 'object' && error !== null ? (error as { detail?: string }).detail : error);
 
 /** Like mqtt.connectAsync, but a connection closed before CONNACK (refused TLS handshake) rejects too. */
 function connectOrFail(url: string, options: mqtt.IClientOptions): Promise<MqttClient> {
@@ -311,18 +323,18 @@ export async function runSimulation(opts: SimOptions, progress: Progress = noPro
   if (group && group.baseUrl !== opts.baseUrl) group = undefined;
   const accountId = opts.accountId ?? group?.accountId ?? crypto.randomUUID();
   if (!opts.token) {
-    const res = await api.call<{ access_token: string }>('POST', '/dev/token', { realm: `acc-${accountId}`, sub: 'fleet-simulator', roles: ['operator'] }, false);
-    if (res.status !== 200) throw new Error(`no --token given and the development issuer refused (${res.status}); pass --token`);
-    api.setToken(res.body.access_token);
+    const { data, response } = await api.anon.POST('/dev/token', { body: { realm: `acc-${accountId}`, sub: 'fleet-simulator', roles: ['operator'] } });
+    if (response.status !== 200 || !data) throw new Error(`no --token given and the development issuer refused (${response.status}); pass --token`);
+    api.setToken(data.access_token);
   }
   if (group) {
-    const res = await api.call<{ status: string }>('GET', `/api/v1/things/claim-groups/${group.claimGroupId}`);
-    if (res.status !== 200 || res.body.status !== 'active') group = undefined;
+    const { data, response } = await api.authed.GET('/api/v1/things/claim-groups/{id}', { params: { path: { id: group.claimGroupId } } });
+    if (response.status !== 200 || data?.status !== 'active') group = undefined;
   }
   if (!group) {
-    const res = await api.call<{ id: string; sharedSecret: string }>('POST', '/api/v1/things/claim-groups', { name: `simulator ${new Date().toISOString()}`, maxDevices: Math.max(opts.devices * 2, 1000), ttlDays: 30 });
-    if (res.status !== 201) throw new Error(`claim group create failed: ${res.status} ${JSON.stringify(res.body)}`);
-    group = { baseUrl: opts.baseUrl, accountId, claimGroupId: res.body.id, sharedSecret: res.body.sharedSecret };
+    const { data, error, response } = await api.authed.POST('/api/v1/things/claim-groups', { body: { name: `simulator ${new Date().toISOString()}`, maxDevices: Math.max(opts.devices * 2, 1000), ttlDays: 30 } });
+    if (response.status !== 201 || !data) throw new Error(`claim group create failed: ${response.status} ${JSON.stringify(error)}`);
+    group = { baseUrl: opts.baseUrl, accountId, claimGroupId: data.id, sharedSecret: data.sharedSecret };
     store.writeGroup(group);
   }
 
@@ -362,17 +374,20 @@ export async function runSimulation(opts: SimOptions, progress: Progress = noPro
     try {
       let res = await enroll(serial);
       // revoked meanwhile (by an operator): remembered, and a new serial enrolls in its place
-      for (let tries = 0; res.status === 403 && /revoked/i.test(String(res.body?.detail)) && tries < 10; tries++) {
+      for (let tries = 0; res.response.status === 403 && /revoked/i.test(String(detailOf(res.error))) && tries < 10; tries++) {
         store.markRevoked(serial);
         revokedSkipped.push(serial);
         serial = nextSerial();
         res = await enroll(serial);
       }
-      if (res.status !== 200) throw new Error(`${res.status} ${typeof res.body === 'object' ? res.body.detail : res.body}`);
+      const body = res.data;
+      if (res.response.status !== 200 || !body) throw new Error(`${res.response.status} ${detailOf(res.error)}`);
+      // the gateway generates the key when the device sends no CSR (the simulator sends none)
+      if (body.privateKey === undefined) throw new Error('the enrollment answered no private key');
       const c: DeviceCredentials = {
-        thingId: String(res.body.twinTopicPrefix).slice('devices/'.length), serial,
-        certificate: res.body.certificate, privateKey: res.body.privateKey, caBundlePem: res.body.caBundlePem,
-        mqttBrokerUrl: res.body.mqttBrokerUrl, mqttBrokerPort: res.body.mqttBrokerPort,
+        thingId: String(body.twinTopicPrefix).slice('devices/'.length), serial,
+        certificate: body.certificate, privateKey: body.privateKey, caBundlePem: body.caBundlePem,
+        mqttBrokerUrl: body.mqttBrokerUrl, mqttBrokerPort: body.mqttBrokerPort,
       };
       store.writeDevice(c);
       creds.push(c);
@@ -385,7 +400,7 @@ export async function runSimulation(opts: SimOptions, progress: Progress = noPro
   const enrollSeconds = (Date.now() - enrollStart) / 1000;
 
   function enroll(serial: string) {
-    return api.call<any>('POST', '/ddi/v1/enroll', { provisioningMethod: 'claim_token', claimSecret: group!.sharedSecret, manufacturer: opts.manufacturer, model: opts.model, serial }, false);
+    return api.anon.POST('/ddi/v1/enroll', { body: { provisioningMethod: 'claim_token', claimSecret: group!.sharedSecret, manufacturer: opts.manufacturer, model: opts.model, serial } });
   }
 
   // 3. connect
@@ -399,8 +414,8 @@ export async function runSimulation(opts: SimOptions, progress: Progress = noPro
       stats.count(sample === 'connect' ? 'connected' : 'reconnected');
     } catch (err) {
       // a reused device an operator revoked since: remembered and skipped, not a failure
-      const thing = await api.call<{ revoked?: boolean }>('GET', `/api/v1/things/${d.creds.thingId}`).catch(() => undefined);
-      if (thing?.status === 200 && thing.body.revoked === true) {
+      const thing = await api.authed.GET('/api/v1/things/{thingId}', { params: { path: { thingId: d.creds.thingId } } }).catch(() => undefined);
+      if (thing?.response.status === 200 && thing.data?.revoked === true) {
         store.markRevoked(d.creds.serial);
         revokedSkipped.push(d.creds.serial);
       } else stats.error(sample, err);
@@ -440,8 +455,8 @@ export async function runSimulation(opts: SimOptions, progress: Progress = noPro
       await Promise.all(victims.map(async (d) => {
         const gone = d.closed();
         d.revoked = true;
-        const res = await api.call('DELETE', `/api/v1/things/${d.creds.thingId}`);
-        if (res.status !== 200) return stats.error('revoke', new Error(`DELETE ${res.status}`));
+        const { response } = await api.authed.DELETE('/api/v1/things/{thingId}', { params: { path: { thingId: d.creds.thingId } } });
+        if (response.status !== 200) return stats.error('revoke', new Error(`DELETE ${response.status}`));
         await gone;
         d.stopTraffic();
         stats.count('revoked');

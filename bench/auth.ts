@@ -57,6 +57,7 @@ async function main() {
     const { access_token: jwt } = await gw.gw.devIssuer!.sign({ realm: `acc-${account.id}`, sub: 'bench-user', roles: ['viewer'], expires_in: 3600 });
     const bearer = `Bearer ${jwt}`;
 
+    // the bench's own routes (its bench domain) are not in the gateway's document: plain fetch, not the typed client
     const check = await fetch(authed, { headers: { authorization } });
     if (check.status !== 200) throw new Error(`SVC request failed: ${check.status} ${await check.text()}`);
     const checkBearer = await fetch(authed, { headers: { authorization: bearer } });

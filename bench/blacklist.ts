@@ -17,14 +17,10 @@ import os from 'node:os';
 import autocannon from 'autocannon';
 import { startBenchGateway } from './lib/gateway.js';
 import { roundOptions } from './lib/args.js';
+import { gatewayClient, must } from '../src/clients/api.js';
 
 const ENTRIES = 100_000;
 const { duration, connections, rounds } = roundOptions();
-
-async function json(res: Response): Promise<Record<string, any>> {
-  if (!res.ok) throw new Error(`${res.status} ${await res.text()}`);
-  return (await res.json()) as Record<string, any>;
-}
 
 async function main() {
   const gw = await startBenchGateway('blacklist');
@@ -32,11 +28,12 @@ async function main() {
     const base = gw.httpUrl;
     const sql = gw.gw.sql;
     const account = await gw.services.accounts.create({ name: 'bench' });
-    const token = async (realm: string, roles: string[]) => (await json(await fetch(`${base}/dev/token`, {
-      method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ realm, sub: `bench-${roles[0]}`, roles }),
-    }))).access_token as string;
+    // setup calls go through the typed client generated from the gateway's document (src/clients/api.ts); the measured loop stays on autocannon (raw HTTP on purpose)
+    const anon = gatewayClient(base);
+    const token = async (realm: string, roles: string[]) => (await must(anon.POST('/dev/token', { body: { realm, sub: `bench-${roles[0]}`, roles } }))).access_token;
     const viewer = await token(`acc-${account.id}`, ['viewer']);
-    const operator = await token('platform', ['platform-operator']);
+    const reader = gatewayClient(base, { bearer: viewer });
+    const operator = gatewayClient(base, { bearer: await token('platform', ['platform-operator']) });
 
     let started = Date.now();
     // entries and their change rows in one statement (nodes follow the change log)
@@ -54,23 +51,20 @@ async function main() {
     // whole list rebuilt and stored. The first also replays the seeded changes into the copy.
     const addOne = async (sn: string) => {
       const t0 = Date.now();
-      await json(await fetch(`${base}/api/v1/identity-blacklist`, {
-        method: 'POST', headers: { authorization: `Bearer ${operator}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'FFF9:FFFF', sn, reason: 'bench add' }),
-      }));
+      await must(operator.POST('/api/v1/identity-blacklist', { body: { model: 'FFF9:FFFF', sn, reason: 'bench add' } }));
       return Date.now() - t0;
     };
     const firstAddMs = await addOne('BENCH-ADDED-1');
     // builds are spaced by their own duration (src/blacklist/snapshot.ts): measure an add that does not wait for that
     await new Promise((resolve) => setTimeout(resolve, firstAddMs));
     const addMs = await addOne('BENCH-ADDED-2');
-    const snapshot = await fetch(`${base}/api/v1/identity-blacklist/snapshot.signed`, { headers: { authorization: `Bearer ${viewer}` } });
-    const snapshotBytes = (await snapshot.text()).length;
+    const snapshotBytes = (await must(reader.GET('/api/v1/identity-blacklist/snapshot.signed', { parseAs: 'text' }))).length;
     console.log(`add with ${ENTRIES} entries (incl. snapshot rebuild): ${addMs} ms (first, replaying the seed: ${firstAddMs} ms); snapshot ${(snapshotBytes / 1e6).toFixed(1)} MB`);
 
-    const check = (n: number) => `/api/v1/identity-blacklist/check?sn=BENCH-${n % 2 === 0 ? (n * 7919) % ENTRIES : `MISS-${n}`}`;
-    const hit = await fetch(`${base}${check(2)}`, { headers: { authorization: `Bearer ${viewer}` } });
-    const miss = await fetch(`${base}${check(1)}`, { headers: { authorization: `Bearer ${viewer}` } });
+    const serial = (n: number) => `BENCH-${n % 2 === 0 ? (n * 7919) % ENTRIES : `MISS-${n}`}`;
+    const check = (n: number) => `/api/v1/identity-blacklist/check?sn=${serial(n)}`;
+    const { response: hit } = await reader.GET('/api/v1/identity-blacklist/check', { params: { query: { sn: serial(2) } } });
+    const { response: miss } = await reader.GET('/api/v1/identity-blacklist/check', { params: { query: { sn: serial(1) } } });
     if (hit.status !== 200 || miss.status !== 404) throw new Error(`check answers ${hit.status}/${miss.status}, expected 200/404`);
 
     let n = 0;

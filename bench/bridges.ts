@@ -26,6 +26,7 @@ import { connect } from '@nats-io/transport-node';
 import { jetstreamManager, StorageType, DiscardPolicy } from '@nats-io/jetstream';
 import { cpuSeconds, descendants, freePort, startGatewayProcess } from './lib/brokers.js';
 import { writeBenchmarkSection } from './lib/report.js';
+import { gatewayClient, must } from '../src/clients/api.js';
 
 const { values: args } = parseArgs({ options: { 'no-write': { type: 'boolean', default: false } } });
 const list = (name: string, fallback: string) => (process.env[name] ?? fallback).split(',').map((x) => x.trim()).filter(Boolean);
@@ -67,28 +68,26 @@ async function main(): Promise<void> {
   const gw = await startGatewayProcess(path.join(dir, 'gw'));
   const loads = os.loadavg().map((l) => l.toFixed(1)).join(' ');
   console.log(`bench:bridges  shapes ${SHAPES.join('/')}, payloads ${PAYLOADS.join('/')}, QoS ${QOS.join('/')}, ${ROUNDS} rounds, ${MSGS[0]}/${MSGS[1]} msgs per round (QoS 0/1), ${os.cpus().length} CPUs, load ${loads}, sink ${sink.url}`);
-  const api = async (method: string, p: string, token: string | undefined, body?: unknown) => {
-    const r = await fetch(`${gw.httpUrl}${p}`, { method, headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) }, body: body === undefined ? undefined : JSON.stringify(body) });
-    const text = await r.text();
-    if (r.status >= 300) throw new Error(`${method} ${p}: ${r.status} ${text}`);
-    return text ? JSON.parse(text) : undefined;
-  };
-  const platform = (await api('POST', '/dev/token', undefined, { realm: 'platform', sub: 'bench', roles: ['platform-admin'] })).access_token;
+  // setup and rule calls through the typed client generated from the gateway's document (src/clients/api.ts); /metrics is not in the document: plain fetch
+  const anon = gatewayClient(gw.httpUrl);
+  const platform = gatewayClient(gw.httpUrl, { bearer: (await must(anon.POST('/dev/token', { body: { realm: 'platform', sub: 'bench', roles: ['platform-admin'] } }))).access_token });
   const accountId = crypto.randomUUID();
-  await api('POST', '/platform/v1/accounts', platform, { id: accountId, name: 'bench bridges' });
-  const op = (await api('POST', '/dev/token', undefined, { realm: `acc-${accountId}`, sub: 'op', roles: ['operator'] })).access_token;
-  const bridge = await api('POST', '/api/v1/bridges', op, { name: 'bench', type: 'nats', url: sink.url, subject_prefix: PREFIX });
-  const rule = await api('POST', '/api/v1/rules', op, { name: 'all telemetry', from: 'devices/+/telemetry', bridge_id: bridge.id, enabled: false });
+  await must(platform.POST('/platform/v1/accounts', { body: { id: accountId, name: 'bench bridges' } }));
+  const op = gatewayClient(gw.httpUrl, { bearer: (await must(anon.POST('/dev/token', { body: { realm: `acc-${accountId}`, sub: 'op', roles: ['operator'] } }))).access_token });
+  const bridge = await must(op.POST('/api/v1/bridges', { body: { name: 'bench', type: 'nats', url: sink.url, subject_prefix: PREFIX } }));
+  const rule = await must(op.POST('/api/v1/rules', { body: { name: 'all telemetry', from: 'devices/+/telemetry', bridge_id: bridge.id, enabled: false } }));
+  const ruleId = { params: { path: { id: rule.id } } };
 
   // devices: real things of the account (token enrollment), their files for mosquitto_pub
   const maxShape = Math.max(...SHAPES);
   const devices: { id: string; cert: string; key: string }[] = [];
   let ca = '';
-  const claimSecret = (await api('POST', '/api/v1/things/claim-groups', op, { name: 'bench', maxDevices: 100_000, ttlDays: 1 })).sharedSecret;
+  const claimSecret = (await must(op.POST('/api/v1/things/claim-groups', { body: { name: 'bench', maxDevices: 100_000, ttlDays: 1 } }))).sharedSecret;
   for (let i = 0; i < maxShape; i++) {
-    const e = await api('POST', '/ddi/v1/enroll', undefined, { provisioningMethod: 'claim_token', claimSecret, manufacturer: 'Bench', model: 'bridge-1', serial: `BR-${i}` });
+    const e = await must(anon.POST('/ddi/v1/enroll', { body: { provisioningMethod: 'claim_token', claimSecret, manufacturer: 'Bench', model: 'bridge-1', serial: `BR-${i}` } }));
     const id: string = e.twinTopicPrefix.slice('devices/'.length);
     const f = { id, cert: path.join(dir, `${id}.crt`), key: path.join(dir, `${id}.key`) };
+    if (e.privateKey === undefined) throw new Error('the enrollment answered no private key');
     fs.writeFileSync(f.cert, e.certificate);
     fs.writeFileSync(f.key, e.privateKey, { mode: 0o600 });
     ca = e.caBundlePem;
@@ -128,9 +127,9 @@ async function main(): Promise<void> {
       for (const payload of PAYLOADS) {
         for (let round = 0; round < ROUNDS; round++) {
           for (const withRule of round % 2 === 0 ? [false, true] : [true, false]) {
-            await api('PATCH', `/api/v1/rules/${rule.id}`, op, { enabled: withRule });
+            await must(op.PATCH('/api/v1/rules/{id}', { ...ruleId, body: { enabled: withRule } }));
             // the rule starts where it stopped: let it catch up before the round
-            if (withRule) while ((await api('GET', `/api/v1/rules/${rule.id}`, op)).lag.messages > 0) await sleep(200);
+            if (withRule) while ((await must(op.GET('/api/v1/rules/{id}', ruleId))).lag.messages > 0) await sleep(200);
             await sleep(500);
             const n = MSGS[qos];
             const per = Math.ceil(n / shape);

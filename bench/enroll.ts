@@ -24,6 +24,7 @@ import forge from 'node-forge';
 import { freePort } from '../src/db/embedded.js';
 import { writeBenchmarkSection } from './lib/report.js';
 import { cpuSeconds, descendants } from './lib/brokers.js';
+import { gatewayClient, must, type Schemas } from '../src/clients/api.js';
 
 /** CPU seconds of the gateway process and of its PostgreSQL (server and backends) */
 function cpuOf(pid: number): { gateway: number; postgres: number } {
@@ -52,16 +53,6 @@ const median = (xs: number[]) => {
   return s.length % 2 ? s[mid] : (s[mid - 1] + s[mid]) / 2;
 };
 
-async function post(base: string, url: string, body: unknown, token?: string): Promise<any> {
-  const res = await fetch(base + url, {
-    method: 'POST', body: JSON.stringify(body),
-    headers: { 'content-type': 'application/json', ...(token ? { authorization: `Bearer ${token}` } : {}) },
-  });
-  const text = await res.text();
-  if (!res.ok) throw new Error(`${url}: ${res.status} ${text}`);
-  return JSON.parse(text);
-}
-
 async function startGatewayProcess() {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-enroll-'));
   fs.chmodSync(tmp, 0o755); // as root, embedded PostgreSQL runs as its own user and must reach DATA_DIR
@@ -78,7 +69,7 @@ async function startGatewayProcess() {
   const base = `http://127.0.0.1:${httpPort}`;
   for (let i = 0; ; i++) {
     if (child.exitCode !== null) throw new Error('gateway exited');
-    const ok = await fetch(`${base}/readyz`).then((r) => r.ok, () => false);
+    const ok = await gatewayClient(base).GET('/readyz').then(({ response }) => response.ok, () => false);
     if (ok) break;
     if (i > 600) throw new Error('gateway did not become ready');
     await new Promise((r) => setTimeout(r, 200));
@@ -125,13 +116,16 @@ async function main() {
   const loadBefore = os.loadavg()[0];
   const gw = await startGatewayProcess();
   try {
-    const platform = (await post(gw.base, '/dev/token', { realm: 'platform', sub: 'bench', roles: ['platform-admin'] })).access_token;
+    // setup through the typed client generated from the gateway's document (src/clients/api.ts); the
+    // measured enrollments stay on autocannon (raw HTTP on purpose), their body typed by the document
+    const anon = gatewayClient(gw.base);
+    const platform = gatewayClient(gw.base, { bearer: (await must(anon.POST('/dev/token', { body: { realm: 'platform', sub: 'bench', roles: ['platform-admin'] } }))).access_token });
     const accountId = crypto.randomUUID();
-    await post(gw.base, '/platform/v1/accounts', { id: accountId, name: 'bench' }, platform);
-    const operator = (await post(gw.base, '/dev/token', { realm: `acc-${accountId}`, sub: 'op', roles: ['operator'] })).access_token;
+    await must(platform.POST('/platform/v1/accounts', { body: { id: accountId, name: 'bench' } }));
+    const operator = gatewayClient(gw.base, { bearer: (await must(anon.POST('/dev/token', { body: { realm: `acc-${accountId}`, sub: 'op', roles: ['operator'] } }))).access_token });
     const secrets: string[] = [];
     for (let i = 0; i < groups; i++) {
-      secrets.push((await post(gw.base, '/api/v1/things/claim-groups', { name: `line ${i}`, maxDevices: 1_000_000, ttlDays: 1 }, operator)).sharedSecret);
+      secrets.push((await must(operator.POST('/api/v1/things/claim-groups', { body: { name: `line ${i}`, maxDevices: 1_000_000, ttlDays: 1 } }))).sharedSecret);
     }
     let n = 0;
     const run = (seconds: number) => autocannon({
@@ -140,7 +134,8 @@ async function main() {
         method: 'POST', headers: { 'content-type': 'application/json' },
         setupRequest: (req) => {
           n += 1;
-          return { ...req, body: JSON.stringify({ provisioningMethod: 'claim_token', claimSecret: secrets[n % secrets.length], manufacturer: 'Acme', model: 'FFF1:8001', serial: `B-${n}` }) };
+          const enrollment: Schemas['DeviceEnrollment'] = { provisioningMethod: 'claim_token', claimSecret: secrets[n % secrets.length], manufacturer: 'Acme', model: 'FFF1:8001', serial: `B-${n}` };
+          return { ...req, body: JSON.stringify(enrollment) };
         },
       }],
     });

@@ -135,6 +135,7 @@ interface Target {
 function gatewayTarget(name: string, pid: number, port: number, httpUrl: string): Target {
   const metric = async (name: string) => {
     // a kept-alive connection the server is just closing fails once: ask again on a new one
+    // (/metrics, Prometheus text, is not in the gateway's OpenAPI document: plain fetch, not the typed client)
     const text = await fetch(`${httpUrl}/metrics`).catch(() => fetch(`${httpUrl}/metrics`)).then((r) => r.text());
     const m = new RegExp(`^${name} (\\d+(?:\\.\\d+)?(?:e\\+\\d+)?)$`, 'm').exec(text);
     if (!m) throw new Error(`metric ${name} missing`);

@@ -27,6 +27,7 @@ import postgres from 'postgres';
 import { connectMany, freePort, issueDevices, startGatewayProcess } from './lib/brokers.js';
 import { writeBenchmarkSection } from './lib/report.js';
 import { joinOta } from '../src/sim/ota.js';
+import { gatewayClient, must } from '../src/clients/api.js';
 
 const { values: args } = parseArgs({ options: { 'no-write': { type: 'boolean', default: false } } });
 const DEVICES = Number(process.env.DEVICES ?? 5000);
@@ -37,16 +38,6 @@ const MODEL = 'BENCH-OTA';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const median = (xs: number[]) => { const s = [...xs].sort((a, b) => a - b); return s.length % 2 ? s[(s.length - 1) >> 1] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2; };
-
-async function api(base: string, method: string, p: string, token?: string, body?: unknown) {
-  const res = await fetch(base + p, {
-    method, body: body === undefined ? undefined : JSON.stringify(body),
-    headers: { ...(body === undefined ? {} : { 'content-type': 'application/json' }), ...(token ? { authorization: `Bearer ${token}` } : {}) },
-  });
-  const text = await res.text();
-  if (res.status >= 300) throw new Error(`${method} ${p}: ${res.status} ${text}`);
-  return text ? JSON.parse(text) : undefined;
-}
 
 async function main() {
   const load = [os.loadavg()[0]];
@@ -59,11 +50,13 @@ async function main() {
   const rollouts: number[] = [];
   const baselines: number[] = [];
   try {
-    const platform = (await api(gw.httpUrl, 'POST', '/dev/token', undefined, { realm: 'platform', sub: 'bench', roles: ['platform-admin'] })).access_token;
+    // the gateway's API through the typed client generated from its document (src/clients/api.ts); /metrics is not in the document: plain fetch
+    const anon = gatewayClient(gw.httpUrl);
+    const platform = gatewayClient(gw.httpUrl, { bearer: (await must(anon.POST('/dev/token', { body: { realm: 'platform', sub: 'bench', roles: ['platform-admin'] } }))).access_token });
     const accountId = crypto.randomUUID();
-    await api(gw.httpUrl, 'POST', '/platform/v1/accounts', platform, { id: accountId, name: 'bench rollout' });
-    await api(gw.httpUrl, 'PUT', `/platform/v1/accounts/${accountId}/capabilities/manage_ota_rollouts`, platform);
-    const token = (await api(gw.httpUrl, 'POST', '/dev/token', undefined, { realm: `acc-${accountId}`, sub: 'bench', roles: ['operator'] })).access_token;
+    await must(platform.POST('/platform/v1/accounts', { body: { id: accountId, name: 'bench rollout' } }));
+    await must(platform.PUT('/platform/v1/accounts/{accountId}/capabilities/{capability}', { params: { path: { accountId, capability: 'manage_ota_rollouts' } } }));
+    const operator = gatewayClient(gw.httpUrl, { bearer: (await must(anon.POST('/dev/token', { body: { realm: `acc-${accountId}`, sub: 'bench', roles: ['operator'] } }))).access_token });
 
     console.log(`issuing ${DEVICES} device certificates...`);
     const creds = await issueDevices(gw.certsDir, DEVICES);
@@ -79,15 +72,15 @@ async function main() {
     console.log(`connected in ${((performance.now() - t0) / 1000).toFixed(1)} s`);
     let updated = 0;
     await Promise.all(clients.map((c, i) => joinOta(c, ids[i], { fails: () => false, onApplied: () => void updated++ })));
-    const filter = await api(gw.httpUrl, 'POST', '/api/v1/ota/target-filters', token, { name: 'bench', query: { model: MODEL } });
+    const filter = await must(operator.POST('/api/v1/ota/target-filters', { body: { name: 'bench', query: { model: MODEL } } }));
 
     const rollout = async () => {
-      const r = await api(gw.httpUrl, 'POST', '/api/v1/ota/rollouts', token, {
+      const r = await must(operator.POST('/api/v1/ota/rollouts', { body: {
         name: 'bench', filter_id: filter.id, software: { version: '2.0.0', url: 'https://updates.example.com/fw.bin', sha256: 'b'.repeat(64), size: 4_194_304 },
         groups: [50, 50], success_threshold: 95, error_threshold: 5,
-      });
+      } }));
       const start = performance.now();
-      await api(gw.httpUrl, 'POST', `/api/v1/ota/rollouts/${r.id}/start`, token);
+      await must(operator.POST('/api/v1/ota/rollouts/{rolloutId}/start', { params: { path: { rolloutId: r.id } } }));
       const deadline = Date.now() + TIMEOUT_MS;
       let seconds: number | undefined;
       for (;;) {

@@ -12,6 +12,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import mqtt, { type MqttClient } from 'mqtt';
 import { Pki } from '../../src/pki/pki.js';
+import { gatewayClient } from '../../src/clients/api.js';
 
 export interface Creds { thingId: string; cert: string; key: string }
 
@@ -100,7 +101,7 @@ export async function startGatewayProcess(dir: string, extraEnv: Record<string, 
   const deadline = Date.now() + 120_000;
   for (;;) {
     if (proc.exitCode !== null) throw new Error(`gateway exited during start:\n${startupLog}`);
-    const ok = await fetch(`${httpUrl}/readyz`).then((r) => r.ok, () => false);
+    const ok = await gatewayClient(httpUrl).GET('/readyz').then(({ response }) => response.ok, () => false);
     // a multi-core gateway answers /readyz once its first worker serves; its banner comes when all do
     if (ok && (Number(extraEnv.BROKER_WORKERS ?? 1) <= 1 || startupLog.includes('worker processes)'))) break;
     if (Date.now() > deadline) throw new Error('gateway did not become ready');

@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { PROBLEM_JSON, problemBody } from './errors.js';
 import { Problem } from './problem.js';
 import { traceparentFor } from './trace.js';
+import { lingerClose } from '../lib/lingerClose.js';
 
 /**
  * At shutdown the grace period (SHUTDOWN_TIMEOUT_MS) is for requests making progress. A request
@@ -17,6 +18,8 @@ import { traceparentFor } from './trace.js';
  */
 export const STALL_MS = 2000;
 const CHECK_EVERY_MS = 100;
+/** how long an answered stalled connection may stay half-closed for its client to close it */
+const LINGER_MS = 1000;
 
 interface Upload {
   request: FastifyRequest;
@@ -52,7 +55,8 @@ export function installStalledUploadCutoff(app: FastifyInstance, baseUrl: string
     res.writeHead(503, {
       'content-type': PROBLEM_JSON, 'content-length': Buffer.byteLength(body), connection: 'close', 'retry-after': '1', traceparent: traceparentFor(request.id),
     });
-    res.end(body, () => request.raw.socket?.destroy());
+    // the client may still be sending: a destroy now would be a reset that can discard this answer at the client
+    res.end(body, () => lingerClose(request.raw.socket, LINGER_MS));
     request.log.info({ stalledMs: Date.now() - u.since }, 'shutdown: a stalled request body answered 503');
   };
 

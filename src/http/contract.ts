@@ -16,6 +16,7 @@ export const ROUTE_STATUSES: ReadonlyArray<{ route: RegExp; statuses: Readonly<R
   { route: /^POST \/api\/v1\/(eligibility-artifacts|device-deeplinks)\/redeem$/, statuses: { 404: 'no such artifact or deeplink (or not redeemable by the caller)', 410: 'the artifact or deeplink has expired or was revoked' } },
   { route: /^(GET|POST) \/api\/v1\/vendors$/, statuses: { 404: 'the account has no vendor namespace (GET) or the account is not known (POST)' } },
   { route: /^GET \/(api|provisioning)\/v1\/things\/resolve$/, statuses: { 404: 'no thing of the caller matches the model and serial' } },
+  { route: /^GET \/api\/v1\/certificates\/root-crl$/, statuses: { 404: 'the root CA key is kept offline: this gateway publishes no root CRL' } },
   { route: /^GET \/api\/v1\/factory-registrations\/me$/, statuses: { 404: 'the account has no factory registration' } },
   { route: /^POST \/api\/v1\/models(\/import)?$/, statuses: { 404: 'the vendor namespace or the shared model is not known' } },
   // content the schema admits that the service refuses

@@ -57,7 +57,8 @@ function upload(port: number, trickle: boolean) {
 describe('graceful shutdown', () => {
   it('on SIGTERM finishes the in-flight request, then exits 0', async () => {
     const port = await freePort();
-    gateway = await spawnGateway({ DATABASE_URL: db.url, HTTP_PORT: String(port), LOG_LEVEL: 'info' });
+    const wsPort = await freePort();
+    gateway = await spawnGateway({ DATABASE_URL: db.url, HTTP_PORT: String(port), LOG_LEVEL: 'info', MQTT_WS_PORT: String(wsPort) });
     const child = gateway.proc;
     const body = JSON.stringify({ realm: 'platform', sub: 'root', roles: ['platform-admin'] });
     const response = new Promise<{ status: number; text: string }>((resolve, reject) => {
@@ -80,6 +81,13 @@ describe('graceful shutdown', () => {
     expect(JSON.parse(res.text).access_token).toBeTruthy();
     expect(await gateway.exited).toBe(0);
     expect(gateway.output()).toContain('shutting down');
+    // the start-up banner names the console and every listener that is on
+    const banner = gateway.output();
+    expect(banner).toMatch(new RegExp(`\\n  HTTP API +http://127\\.0\\.0\\.1:${port} `));
+    expect(banner).toMatch(new RegExp(`\\n  console +http://127\\.0\\.0\\.1:${port}/console/things `));
+    expect(banner).toMatch(/\n  MQTT \(TLS\) +mqtts:\/\/[^\s]+:\d+ /);
+    expect(banner).toMatch(new RegExp(`\\n  MQTT over WS +wss://[^\\s]+:${wsPort}/mqtt `));
+    expect(banner).not.toContain('MQTT (proxy)');
     // no longer accepting
     await expect(fetch(`http://127.0.0.1:${port}/healthz`)).rejects.toThrow();
   });

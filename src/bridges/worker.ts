@@ -78,12 +78,24 @@ export class BridgeWorker {
   /** Takes leases now (a rule created, changed or deleted). */
   wake(): void {
     if (this.stopped) return;
+    // one tick at a time: a tick that started before the change would stop the runner a newer tick
+    // started (its lease list lacks the new rule), and every overlapping tick left a timer chain of its own
+    if (this.running) {
+      this.again = true;
+      return;
+    }
     clearTimeout(this.timer);
     this.timer = setTimeout(() => void this.tick(), 0);
   }
 
+  private running = false;
+  /** a wake came while a tick ran: tick again at once after it */
+  private again = false;
+
   private async tick(): Promise<void> {
-    if (this.stopped) return;
+    if (this.stopped || this.running) return;
+    this.running = true;
+    this.again = false;
     const run = (async () => {
       try {
         const rows = await this.d.repo.lease(this.d.node, this.d.settings.leaseSeconds);
@@ -109,8 +121,10 @@ export class BridgeWorker {
     })();
     this.ticking = run;
     await run;
+    this.running = false;
     if (!this.stopped) {
-      this.timer = setTimeout(() => void this.tick(), this.d.settings.leaseEveryMs);
+      clearTimeout(this.timer);
+      this.timer = setTimeout(() => void this.tick(), this.again ? 0 : this.d.settings.leaseEveryMs);
       this.timer.unref();
     }
   }

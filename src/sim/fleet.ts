@@ -413,6 +413,13 @@ export async function runSimulation(opts: SimOptions, progress: Progress = noPro
       stats.sample(sample, performance.now() - t0);
       stats.count(sample === 'connect' ? 'connected' : 'reconnected');
     } catch (err) {
+      // kicked by the platform after its CONNACK, while it subscribed: connected, and reconnecting with backoff (kicked())
+      if (d.down) {
+        stats.sample(sample, performance.now() - t0);
+        stats.count(sample === 'connect' ? 'connected' : 'reconnected');
+        progress.increment('connect');
+        return;
+      }
       // a reused device an operator revoked since: remembered and skipped, not a failure
       const thing = await api.authed.GET('/api/v1/things/{thingId}', { params: { path: { thingId: d.creds.thingId } } }).catch(() => undefined);
       if (thing?.response.status === 200 && thing.data?.revoked === true) {
@@ -429,7 +436,8 @@ export async function runSimulation(opts: SimOptions, progress: Progress = noPro
   const trafficStart = Date.now();
   let kickedDown = 0;
   const sentBefore = stats.get('messages');
-  for (const d of fleet) if (d.client) d.startTraffic();
+  // a device kicked while it connected is reconnecting: it joins the traffic once back
+  for (const d of fleet) if (d.client || d.down) d.startTraffic();
   progress.start('run', opts.durationSeconds);
   const wait = (s: number) => new Promise((r) => setTimeout(r, s * 1000));
   const ticker = setInterval(() => progress.update('run', Math.min(opts.durationSeconds, Math.round((Date.now() - trafficStart) / 1000)), { msgs: stats.get('messages') }), 500);

@@ -1,8 +1,7 @@
 // Bridges page: the account's data bridges and rules with their delivery counts, lag and last
 // error (GET /api/v1/bridges, /api/v1/rules, polled); operators enable and disable rules.
-import { $, allowed, api, el, fmtTime, page, WRITERS } from './common.js';
+import { $, allowed, api, el, fmtTime, page, setStatus, WRITERS } from './common.js';
 
-const setStatus = (text) => { $('status').textContent = text; };
 let timer;
 
 function bridgeRow(b) {

@@ -203,3 +203,17 @@ export function page({ start, stop = () => {} }) {
   if (session.token) void run();
   else $('signin').classList.remove('hidden');
 }
+
+/** The page's status line. */
+export const setStatus = (text) => { $('status').textContent = text; };
+
+/** A secret the API returns once: shown in the page's #secret-once box until dismissed, never stored by the page. */
+export function showSecret(title, value) {
+  $('secret-title').textContent = title;
+  $('secret-value').textContent = value;
+  $('secret-once').classList.remove('hidden');
+  $('secret-dismiss').onclick = () => {
+    $('secret-value').textContent = '';
+    $('secret-once').classList.add('hidden');
+  };
+}

@@ -1,6 +1,6 @@
 // Device page /console/things/{id}: identity, certificate, connectivity (live), live telemetry
 // chart (WebSocket), history chart, twin with a desired-state editor, commands, revoke.
-import { $, api, ApiError, el, fmtTime, fmtValue, liveSocket, page, relative } from './common.js';
+import { $, api, ApiError, el, fmtTime, fmtValue, liveSocket, page, relative, setStatus } from './common.js';
 import { lineChart } from './chart.js';
 
 const thingId = decodeURIComponent(location.pathname.split('/').filter(Boolean).pop() ?? '');
@@ -16,7 +16,6 @@ let sockets = [];
 let liveChart;
 let historyChart;
 
-const setStatus = (text) => { $('status').textContent = text; };
 const json = (v) => JSON.stringify(v, null, 2);
 
 function facts(dl, pairs) {

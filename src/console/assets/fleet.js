@@ -1,6 +1,6 @@
 // Fleet page: the registry list (GET /api/v1/things) with filters, keyset paging, and live
 // connected/disconnected changes from the account's connectivity stream.
-import { $, api, el, fmtTime, liveSocket, page, relative } from './common.js';
+import { $, api, el, fmtTime, liveSocket, page, relative, setStatus } from './common.js';
 
 const FIELDS = ['q', 'state', 'model', 'claim_group', 'connected', 'revoked', 'tags', 'last_seen_after', 'last_seen_before', 'sort', 'limit'];
 const DATES = new Set(['last_seen_after', 'last_seen_before']);
@@ -11,7 +11,6 @@ let nextCursor = null;
 let socket;
 let loading = Promise.resolve();
 
-const setStatus = (text) => { $('status').textContent = text; };
 
 /** datetime-local (the browser's time zone) <-> ISO 8601 UTC */
 const toIso = (local) => (local ? new Date(local).toISOString() : '');

@@ -1,20 +1,9 @@
 // Access page: the account's static access keys (created with the secret shown once, activated,
 // deactivated, deleted) and the roles assigned to its users (what their keys carry). Account
 // admins only: other roles are told so and offered nothing.
-import { $, allowed, api, el, fmtTime, page, relative, session } from './common.js';
+import { $, allowed, api, el, fmtTime, page, relative, session, setStatus, showSecret } from './common.js';
 
-const setStatus = (text) => { $('status').textContent = text; };
 const base = () => `/iam/v1/accounts/${encodeURIComponent(session.account)}`;
-
-function showSecret(title, value) {
-  $('secret-title').textContent = title;
-  $('secret-value').textContent = value;
-  $('secret-once').classList.remove('hidden');
-}
-$('secret-dismiss').onclick = () => {
-  $('secret-value').textContent = '';
-  $('secret-once').classList.add('hidden');
-};
 
 /** users seen on this page: the owners of keys and those whose roles were assigned here */
 const users = new Set();

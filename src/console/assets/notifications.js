@@ -1,11 +1,10 @@
 // Notifications page: the feed with live updates (SSE); notifications about a thing link to its device page.
-import { $, api, el, page, refreshBadge } from './common.js';
+import { $, api, el, page, refreshBadge, setStatus } from './common.js';
 
 const API = '/console/notifications';
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const state = { items: new Map(), source: null, lastEventId: null };
 
-const setStatus = (text) => { $('status').textContent = text; };
 
 /** The device page of the thing a notification is about (its action URL, else data.thingId), if any. */
 function deviceLink(n) {

@@ -1,9 +1,8 @@
 // OTA page: target filters (a live preview of the things a filter matches while it is edited),
 // rollouts created from a filter, their progress per group, and start/pause/resume/cancel.
 // Controls the caller's roles do not allow are not offered (data-roles, allowed()).
-import { $, allowed, api, el, fmtTime, page, WRITERS } from './common.js';
+import { $, allowed, api, el, fmtTime, page, setStatus, WRITERS } from './common.js';
 
-const setStatus = (text) => { $('status').textContent = text; };
 /** the next state's verbs a rollout in `state` accepts */
 const VERBS = { READY: ['start', 'cancel'], RUNNING: ['pause', 'cancel'], PAUSED: ['resume', 'cancel'] };
 let filters = [];

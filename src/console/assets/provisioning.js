@@ -1,21 +1,9 @@
 // Provisioning page: claim groups (shared secret shown once), enrollment tokens, factory services
 // (health check, credential rotation), provisioning runs with their legs. Controls the caller's
 // roles do not allow are not offered.
-import { $, allowed, api, el, fmtTime, page, relative, WRITERS } from './common.js';
+import { $, allowed, api, el, fmtTime, page, relative, setStatus, showSecret, WRITERS } from './common.js';
 
-const setStatus = (text) => { $('status').textContent = text; };
 const ADMIN = ['admin'];
-
-/** A secret the API returns once: shown until dismissed, never stored by the page. */
-function showSecret(title, value) {
-  $('secret-title').textContent = title;
-  $('secret-value').textContent = value;
-  $('secret-once').classList.remove('hidden');
-}
-$('secret-dismiss').onclick = () => {
-  $('secret-value').textContent = '';
-  $('secret-once').classList.add('hidden');
-};
 
 async function loadGroups() {
   const { items } = await api('GET', '/api/v1/things/claim-groups?limit=200');

@@ -1,11 +1,10 @@
 // Sessions page: the account's connected devices (MQTT protocol, since when, last seen), kept
 // live by the connectivity stream; a kick (DELETE /api/v1/things/{id}/session) offered to the
 // account's admins and operators.
-import { $, allowed, api, el, fmtTime, liveSocket, page, relative } from './common.js';
+import { $, allowed, api, el, fmtTime, liveSocket, page, relative, setStatus } from './common.js';
 
 const KICKERS = ['admin', 'operator'];
 const PROTOCOL = { 3: 'MQTT 3.1', 4: 'MQTT 3.1.1', 5: 'MQTT 5' };
-const setStatus = (text) => { $('status').textContent = text; };
 let socket;
 let loading = Promise.resolve();
 

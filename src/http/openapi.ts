@@ -253,6 +253,14 @@ function sharedProblem(doc: Record<string, any>, status: number | 'default'): Re
   return { $ref: `#/components/responses/${name}` } as ResponseObject;
 }
 
+/** Does a JSON Schema admit null (`type: 'null'`, a type list with it, `nullable`, or one of anyOf/oneOf that does)? */
+function admitsNull(schema: unknown): boolean {
+  if (!schema || typeof schema !== 'object') return false;
+  const s = schema as { type?: unknown; nullable?: boolean; anyOf?: unknown[]; oneOf?: unknown[] };
+  if (s.type === 'null' || s.nullable === true || (Array.isArray(s.type) && s.type.includes('null'))) return true;
+  return [...(s.anyOf ?? []), ...(s.oneOf ?? [])].some(admitsNull);
+}
+
 /** On the whole document: named components, the Problem component, problem responses and operationIds. */
 export const openapiTransformObject: TransformObject = (documentObject) => {
   const doc = jsonSchemaTransformObject(documentObject as Parameters<typeof jsonSchemaTransformObject>[0]) as Record<string, any>;
@@ -262,6 +270,9 @@ export const openapiTransformObject: TransformObject = (documentObject) => {
       const op = item[method];
       if (!op) continue;
       op.operationId ??= operationIdOf(method, path);
+      // a body the route takes as optional (zod `.nullish()`: the schema admits null) is not required
+      const body = op.requestBody as { required?: boolean; content?: Record<string, { schema?: unknown }> } | undefined;
+      if (body && admitsNull(body.content?.['application/json']?.schema)) body.required = false;
       // no marker when a route brings its own config.swaggerTransform: still the statuses of every route
       const statuses = (op[MARKER] as number[] | undefined) ?? [400, 500, 503];
       delete op[MARKER];

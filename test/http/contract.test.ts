@@ -174,6 +174,12 @@ describe('API contract', () => {
     expect(doc.components.schemas.ProvisioningLegCall.examples[0].result_url).toMatch(/\/provisioning-result$/);
   });
 
+  it('a body the route takes as optional is not required; a body it needs is', () => {
+    // POST .../provision takes `{}` or nothing (zod nullish); POST /api/v1/things needs its body
+    expect(doc.paths['/api/v1/things/{thingId}/provision'].post.requestBody.required).toBe(false);
+    expect(doc.paths['/api/v1/things'].post.requestBody.required).toBe(true);
+  });
+
   it('the /provisioning/v1 edge publishes the whole things group, factory-eligibility included', async () => {
     const group = ['/things/{thingId}/state', '/things/{thingId}/factory-eligibility', '/things/resolve', '/things/{thingId}/provision', '/things/{thingId}/provisioning-result', '/things/{thingId}/factory-handover'];
     for (const p of group) expect(doc.paths[`/provisioning/v1${p}`], p).toBeDefined();

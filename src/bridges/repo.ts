@@ -6,7 +6,7 @@ export interface BridgeRow {
 }
 
 export interface RuleRow {
-  id: string; account_id: string; bridge_id: string; name: string; from_filter: string; source: 'telemetry' | 'connectivity' | 'state';
+  id: string; account_id: string; bridge_id: string; name: string; from_filter: string; source: 'telemetry' | 'connectivity' | 'state' | 'twin' | 'commandReply';
   where_expr: unknown; select_fields: string[] | null; status: string; failing_since: Date | null; last_error: string | null; last_error_at: Date | null;
   pos_xid: string; pos_thing: string | null; pos_seq: string | null; delivered: string; failed: string; last_delivered_at: Date | null;
   created_at: Date; updated_at: Date;

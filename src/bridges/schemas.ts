@@ -51,10 +51,10 @@ export const whereSchema = z.strictObject({
 
 export const ruleCreate = z.strictObject({
   name: z.string().trim().min(1).max(100),
-  from: z.string().min(1).max(300).describe('an MQTT topic filter matching devices/{thingId}/telemetry (devices/+/telemetry, devices/{id}/telemetry, devices/#), or $events/connectivity or $events/state'),
+  from: z.string().min(1).max(300).describe('what the rule reads, one source: an MQTT topic filter matching exactly one of devices/{thingId}/telemetry, devices/{thingId}/twin/reported (twin reports) and devices/{thingId}/commands/response (command replies), with + or a thing id as the second level (e.g. devices/+/telemetry, devices/{id}/twin/reported, devices/+/commands/#); or an event kind, $events/connectivity or $events/state. Heartbeats are not a source (use $events/connectivity); a filter over several topics (devices/#) is refused: one rule per topic. 400 naming `from` otherwise'),
   bridge_id: z.uuid(),
   where: whereSchema.optional(),
-  select: z.array(z.string().min(1).max(256)).min(1).max(64).optional().describe('top-level payload fields delivered (default: the payload as sent)'),
+  select: z.array(z.string().min(1).max(256)).min(1).max(64).optional().describe('top-level payload fields delivered (default: the payload as sent; a payload that is not a JSON object has no fields)'),
   enabled: z.boolean().default(true),
 });
 export type RuleCreate = z.infer<typeof ruleCreate>;
@@ -71,7 +71,7 @@ export const ruleSchema = z.object({
   id: z.uuid(),
   name: z.string(),
   from: z.string(),
-  source: z.enum(['telemetry', 'connectivity', 'state']),
+  source: z.enum(['telemetry', 'connectivity', 'state', 'twin', 'commandReply']).describe('what `from` reads: telemetry (the history), twin reports and command replies (the device message log), connectivity or state-change events'),
   bridge_id: z.uuid(),
   where: whereSchema.nullable(),
   select: z.array(z.string()).nullable(),

@@ -1,5 +1,6 @@
 import crypto from 'node:crypto';
 import type { ActorKind, ActorStore, UnitOfWork } from '../actors/store.js';
+import type { DeviceMessageLog } from '../broker/deviceLog.js';
 import type { TelemetryLog } from '../broker/telemetryHistory.js';
 import type { Sql } from '../db/client.js';
 import type { Clock } from '../lib/clock.js';
@@ -28,11 +29,20 @@ export interface Caller { sub: string; accountId: string }
 /** The sealed part of a bridge: what its client needs in clear. */
 export interface BridgeSecret { url: string; username?: string; password?: string; token?: string }
 
-export type Source = 'telemetry' | 'connectivity' | 'state';
+export type Source = 'telemetry' | 'connectivity' | 'state' | 'twin' | 'commandReply';
+/** the sources read from the broker's device message log (deviceLog.ts) */
+export const DEVICE_LOG_SOURCES: ReadonlySet<Source> = new Set<Source>(['twin', 'commandReply']);
 const MAX_SEQ = '9223372036854775807';
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+/** the device topics a rule reads, each from its durable log */
+const READABLE: { suffix: string; source: Source }[] = [
+  { suffix: 'telemetry', source: 'telemetry' },
+  { suffix: 'twin/reported', source: 'twin' },
+  { suffix: 'commands/response', source: 'commandReply' },
+];
 /** device topics the gateway keeps no log of: a rule cannot resume over them (docs/decisions.md) */
-const NOT_DURABLE = ['heartbeat', 'twin/reported', 'commands/response', 'ota/status', 'certificate/renew'];
+const NOT_DURABLE = ['heartbeat', 'ota/status', 'certificate/renew'];
+const SUPPORTED = 'devices/+/telemetry, devices/+/twin/reported, devices/+/commands/response (+ or one thing id as the second level), $events/connectivity, $events/state';
 
 /** Does MQTT filter `filter` (levels) match topic `topic` (levels)? */
 function matches(filter: string[], topic: string[]): boolean {
@@ -44,7 +54,18 @@ function matches(filter: string[], topic: string[]): boolean {
   return filter.length === topic.length;
 }
 
-/** What a rule's `from` reads (400 naming `from` when it reads nothing durable). */
+/** The thing a device-topic filter names (its second level), if it names one. */
+export function thingOfFilter(from: string): string | undefined {
+  const thing = from.split('/')[1];
+  return thing !== undefined && UUID.test(thing) ? thing.toLowerCase() : undefined;
+}
+
+/**
+ * What a rule's `from` reads: one source, the device topic filter matching exactly one of the
+ * device-published topics the gateway logs (telemetry, twin reports, command replies), or an event
+ * kind. Otherwise 400 naming `from`: a filter over several topics (a rule reads one log), over
+ * heartbeats (use $events/connectivity) or over a topic kept in no log.
+ */
 export function parseFrom(from: string): { source: Source; thingId?: string } {
   if (from === '$events/connectivity') return { source: 'connectivity' };
   if (from === '$events/state') return { source: 'state' };
@@ -55,16 +76,25 @@ export function parseFrom(from: string): { source: Source; thingId?: string } {
       throw invalid(`from: ${JSON.stringify(from)} is not a valid MQTT topic filter ('#' only as the last level, '+' only as a whole level)`);
     }
   });
-  if (levels[0] !== 'devices' && levels[0] !== '#') throw invalid(`from: ${JSON.stringify(from)} must be a topic filter under devices/+/... or an event kind ($events/connectivity, $events/state)`);
+  if (levels[0] !== 'devices' && levels[0] !== '#') throw invalid(`from: ${JSON.stringify(from)} must be a topic filter under devices/+/... or an event kind; supported: ${SUPPORTED}`);
   const thing = levels[1];
   if (thing !== undefined && thing !== '+' && thing !== '#' && !UUID.test(thing)) throw invalid(`from: the second level must be + or a thing id, not ${JSON.stringify(thing)}`);
   const sample = ['devices', UUID.test(thing ?? '') ? thing : '00000000-0000-0000-0000-000000000000'];
-  if (matches(levels, [...sample, 'telemetry'])) return { source: 'telemetry', thingId: UUID.test(thing ?? '') ? thing.toLowerCase() : undefined };
-  const others = NOT_DURABLE.filter((s) => matches(levels, [...sample, ...s.split('/')]));
-  if (others.length) {
-    throw invalid(`from: ${JSON.stringify(from)} matches ${others.join(', ')} only: the gateway keeps no durable log of those topics, so a rule could not deliver them at least once; rules read telemetry (devices/+/telemetry) and events ($events/connectivity, $events/state)`);
+  const covers = (suffix: string) => matches(levels, [...sample, ...suffix.split('/')]);
+  const readable = READABLE.filter((r) => covers(r.suffix));
+  const unlogged = NOT_DURABLE.filter(covers);
+  if (readable.length === 1 && unlogged.length === 0) return { source: readable[0].source, thingId: thingOfFilter(from) };
+  if (readable.length > 1 || (readable.length === 1 && unlogged.length > 0)) {
+    const topics = [...readable.map((r) => r.suffix), ...unlogged];
+    throw invalid(`from: ${JSON.stringify(from)} matches several device topics (${topics.join(', ')}); a rule reads one, each from its own durable log: create a rule per topic (${SUPPORTED})`);
   }
-  throw invalid(`from: ${JSON.stringify(from)} matches no device topic a rule can read (devices/+/telemetry)`);
+  if (unlogged.includes('heartbeat')) {
+    throw invalid(`from: ${JSON.stringify(from)} matches heartbeat only: heartbeats are kept as the device's last seen time, not as messages, so a rule could not deliver them at least once; use $events/connectivity (connects and disconnects, durable) for liveness`);
+  }
+  if (unlogged.length) {
+    throw invalid(`from: ${JSON.stringify(from)} matches ${unlogged.join(', ')} only: the gateway keeps no durable log of those topics, so a rule could not deliver them at least once; supported: ${SUPPORTED}`);
+  }
+  throw invalid(`from: ${JSON.stringify(from)} matches no device topic a rule can read; supported: ${SUPPORTED}`);
 }
 
 const unknownBridge = (id: string) => notFound(`bridge ${id} not found`);
@@ -106,7 +136,7 @@ const iso = (d: Date | null) => (d ? d.toISOString() : null);
 /** Bridges (sinks) and rules of an account: create, read, change, delete. Deliveries: worker.ts. */
 export class BridgesService {
   constructor(private readonly d: {
-    sql: Sql; repo: BridgesRepo; actors: ActorStore; clock: Clock; log: Logger; sealer: Sealer; telemetryLog: TelemetryLog;
+    sql: Sql; repo: BridgesRepo; actors: ActorStore; clock: Clock; log: Logger; sealer: Sealer; telemetryLog: TelemetryLog; deviceLog: DeviceMessageLog;
     failingAfterMs: number; telemetryHistory: boolean; onChange: () => void;
   }) {}
 
@@ -198,7 +228,6 @@ export class BridgesService {
   async createRule(caller: Caller, input: RuleCreate): Promise<RuleView> {
     const { source } = parseFrom(input.from);
     if (source === 'telemetry' && !this.d.telemetryHistory) throw conflict('from: telemetry history is off on this gateway (TELEMETRY_HISTORY=false): a telemetry rule has no durable log to read');
-    if (source !== 'telemetry' && input.select === undefined && input.where?.payload) { /* event payload fields: allowed */ }
     const bridge = await this.d.repo.bridge(caller.accountId, input.bridge_id);
     if (!bridge) throw invalid(`bridge_id: no bridge ${input.bridge_id} in this account`);
     const id = crypto.randomUUID();
@@ -208,6 +237,9 @@ export class BridgesService {
     if (source === 'telemetry') {
       const head = await this.d.telemetryLog.head();
       pos = { xid: head.tx, thing: head.thingId, seq: null };
+    } else if (DEVICE_LOG_SOURCES.has(source)) {
+      const head = await this.d.deviceLog.head();
+      pos = { xid: head.tx, thing: null, seq: head.seq };
     } else {
       pos = { xid: (BigInt(await this.d.repo.horizon()) - 1n).toString(), thing: null, seq: MAX_SEQ };
     }
@@ -294,7 +326,9 @@ export class BridgesService {
   async lag(row: RuleRow): Promise<{ messages: number; seconds: number }> {
     const b = row.source === 'telemetry'
       ? await this.d.telemetryLog.behind(row.account_id, { tx: row.pos_xid, thingId: row.pos_thing })
-      : await this.d.repo.eventsBehind(row.account_id, SOURCE_EVENTS[row.source], row.pos_xid, row.pos_seq ?? MAX_SEQ);
+      : row.source === 'twin' || row.source === 'commandReply'
+        ? await this.d.deviceLog.behind(row.account_id, row.source, { tx: row.pos_xid, seq: row.pos_seq ?? MAX_SEQ })
+        : await this.d.repo.eventsBehind(row.account_id, SOURCE_EVENTS[row.source], row.pos_xid, row.pos_seq ?? MAX_SEQ);
     const seconds = b.oldest ? Math.max(0, (this.d.clock.now().getTime() - b.oldest.getTime()) / 1000) : 0;
     return { messages: b.messages, seconds: Math.round(seconds * 1000) / 1000 };
   }

@@ -1,11 +1,12 @@
 import { Counter, Gauge, type Registry } from 'prom-client';
+import type { DeviceMessageLog } from '../broker/deviceLog.js';
 import type { TelemetryLog } from '../broker/telemetryHistory.js';
 import type { ThingSearch } from '../gateway.js';
 import type { Clock } from '../lib/clock.js';
 import type { Logger } from '../log.js';
-import { envelope, EVENT_TYPES, passes, pick, splitPoints, type Kind, type Where } from './envelope.js';
+import { envelope, EVENT_TYPES, fieldsOf, passes, pick, splitPoints, type Kind, type Where } from './envelope.js';
 import { SOURCE_EVENTS, type BridgesRepo, type RuleRow } from './repo.js';
-import { parseFrom, type BridgesService } from './service.js';
+import { thingOfFilter, type BridgesService } from './service.js';
 import { openSink, type Sink, type SinkMessage } from './sinks.js';
 
 export interface WorkerSettings {
@@ -64,7 +65,7 @@ export class BridgeWorker {
   readonly m: Metrics;
 
   constructor(readonly d: {
-    repo: BridgesRepo; service: BridgesService; telemetryLog: TelemetryLog; thingSearch: ThingSearch; clock: Clock; log: Logger;
+    repo: BridgesRepo; service: BridgesService; telemetryLog: TelemetryLog; deviceLog: DeviceMessageLog; thingSearch: ThingSearch; clock: Clock; log: Logger;
     node: string; registry: Registry; settings: WorkerSettings;
   }) {
     this.m = metrics(d.registry);
@@ -155,7 +156,8 @@ class RuleRunner {
   private rowsWanted = 64;
 
   constructor(private readonly w: BridgeWorker, private row: RuleRow) {
-    this.thingId = row.source === 'telemetry' ? parseFrom(row.from_filter).thingId : undefined;
+    // (not parseFrom: a rule created under older validation keeps running)
+    this.thingId = row.source === 'telemetry' || row.source === 'twin' || row.source === 'commandReply' ? thingOfFilter(row.from_filter) : undefined;
   }
 
   start(): void {
@@ -275,17 +277,17 @@ class RuleRunner {
     const messages: SinkMessage[] = [];
     let next: { xid: string; thing: string | null; seq: string | null };
     let more: boolean;
-    const add = (kind: Kind, thingId: string, id: string, type: string, time: string, payload: string, parsed?: Record<string, unknown>) => {
+    const add = (kind: Kind, thingId: string, id: string, type: string, time: string, payload: string, parsed?: Record<string, unknown>, commandId?: string | null) => {
       if (things && !things.has(thingId)) return;
       let data = payload;
       if (where?.payload || select) {
-        const value = parsed ?? (JSON.parse(payload) as Record<string, unknown>);
+        const value = parsed ?? fieldsOf(JSON.parse(payload));
         if (!passes(where?.payload, value)) return;
         if (select) data = pick(select, value);
       }
       messages.push({
         subject: `${this.prefix}.${thingId}.${kind}`, id: `${r.id}:${id}`,
-        body: envelope({ id, type, accountId: r.account_id, thingId, kind, ruleId: r.id, time, data }),
+        body: envelope({ id, type, accountId: r.account_id, thingId, kind, ruleId: r.id, time, data, commandId }),
       });
     };
     if (r.source === 'telemetry') {
@@ -309,6 +311,18 @@ class RuleRunner {
       next = { xid: last.tx, thing: last.thingId, seq: null };
       more = taken < rows.length || rows.length === limit;
       this.rowsWanted = taken < rows.length ? Math.max(taken + 1, 4) : rows.length === limit ? Math.min(limit * 2, this.w.d.settings.batchRows) : limit;
+    } else if (r.source === 'twin' || r.source === 'commandReply') {
+      const kind: Kind = r.source;
+      const limit = Math.min(this.w.d.settings.batchRows, this.w.d.settings.maxInFlight);
+      const rows = await this.w.d.deviceLog.read(r.account_id, kind, { tx: r.pos_xid, seq: r.pos_seq ?? '0' }, limit);
+      if (rows.length === 0) return { sent: 0, more: false };
+      for (const m of rows) {
+        if (this.thingId && m.thingId !== this.thingId) continue;
+        add(kind, m.thingId, `${kind === 'twin' ? 'tw' : 'cr'}-${m.seq}`, EVENT_TYPES[kind], m.at.toISOString(), m.payload, undefined, m.correlation);
+      }
+      const last = rows[rows.length - 1];
+      next = { xid: last.tx, thing: null, seq: last.seq };
+      more = rows.length === limit;
     } else {
       const kind: Kind = r.source;
       const events = await this.w.d.repo.events(r.account_id, SOURCE_EVENTS[r.source], r.pos_xid, r.pos_seq ?? '0', Math.min(this.w.d.settings.batchRows, this.w.d.settings.maxInFlight));

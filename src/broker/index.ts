@@ -7,6 +7,7 @@ import { redisAedesOptions } from './cluster.js';
 import { CommandRouter } from './commands.js';
 import { ConnectivityHub } from './connectivityStream.js';
 import { CrlWatcher } from './crl.js';
+import { DeviceMessageLog } from './deviceLog.js';
 import { HaproxyRuntime } from './haproxyRuntime.js';
 import { isTrustedProxy } from '../http/trustedProxies.js';
 import { DeviceChannel } from './messaging.js';
@@ -31,6 +32,8 @@ declare module '../gateway.js' {
     devices: ConnectedDeviceService;
     /** the telemetry history as a durable log read from a position (data bridges) */
     telemetryLog: TelemetryLog;
+    /** the twin reports and command replies devices published, as a durable log read from a position (data bridges) */
+    deviceLog: DeviceMessageLog;
   }
 }
 
@@ -38,6 +41,8 @@ declare module '../gateway.js' {
 const NODE_TTL_SECONDS = 20;
 /** creates telemetry history partitions ahead and drops those past retention */
 const HISTORY_PARTITIONS_JOB = 'telemetry.partitions';
+/** deletes the device message log's rows past the telemetry history's retention */
+const DEVICE_LOG_JOB = 'broker.device-log-retention';
 
 /** What tests of the broker observe and do below its public interface (RunningGateway.testHooks.broker); each throws while the broker is not running. */
 export interface BrokerTestHooks {
@@ -87,7 +92,7 @@ export const deviceSessionsDomain = defineDomain({
  */
 export const brokerDomain = defineDomain({
   name: 'broker',
-  provides: ['devices', 'deviceMessaging', 'telemetryLog'],
+  provides: ['devices', 'deviceMessaging', 'telemetryLog', 'deviceLog'],
   requires: ['brokerHost', 'crl', 'thingDirectory', 'deviceSessions', 'certificateUse', 'certificateRenewal'],
   kinds: [deviceCommandKind],
   init(gw, { brokerHost, thingDirectory, certificateRenewal }) {
@@ -101,6 +106,8 @@ export const brokerDomain = defineDomain({
     const connectivity = new ConnectivityHub(gw.bus, gw.config.SSE_HEARTBEAT_SECONDS * 1000, () => streamsCut.inc({ stream: 'connectivity' }));
     const channel = new DeviceChannel(brokerHost, gw.log.child({ component: 'device-messaging' }));
     const renewal = new MqttRenewal(gw, certificateRenewal);
+    const deviceLog = new DeviceMessageLog(gw.sql, gw.log.child({ component: 'device-log' }));
+    gw.jobs.define(DEVICE_LOG_JOB, async () => void (await deviceLog.prune(gw.config.TELEMETRY_RETENTION_DAYS)), { schedule: '17 * * * *', retryLimit: 1 });
     gw.jobs.define(EXPIRE_COMMANDS_JOB, async () => void (await offline.expireDue()), { schedule: '* * * * *', retryLimit: 1 });
     // hourly: partitions stay DAYS_AHEAD days ahead and retention is applied (also run at start)
     gw.jobs.define(HISTORY_PARTITIONS_JOB, () => history.maintain(), { schedule: '7 * * * *', retryLimit: 1 });
@@ -108,14 +115,14 @@ export const brokerDomain = defineDomain({
     new Gauge({ name: 'connectivity_streams_open', help: 'Open connectivity streams (WebSocket) on this node', registers: [gw.metrics], collect() {
       this.set(connectivity.size);
     } });
-    return { devices, deviceMessaging: channel, telemetryLog: new TelemetryLog(gw.sql), repo, history, ingestBuffer: ingest, offline, connectivity, renewal, streamsCut, testHooks: brokerTestHooks(brokerHost) };
+    return { devices, deviceMessaging: channel, telemetryLog: new TelemetryLog(gw.sql), deviceLog, repo, history, ingestBuffer: ingest, offline, connectivity, renewal, streamsCut, testHooks: brokerTestHooks(brokerHost) };
   },
   async routes(app, gw, { devices, deviceSessions, offline, history, connectivity, streamsCut }) {
     await brokerRoutes(app, gw, devices, deviceSessions, offline, history, () => streamsCut.inc({ stream: 'telemetry' }));
     await offlineCommandRoutes(app, devices, offline);
     await connectivityStreamRoute(app, devices, connectivity);
   },
-  async start(gw, { devices, brokerHost, crl: crlSource, certificateUse, repo, history, ingestBuffer, offline, connectivity, renewal, deviceMessaging: channel }) {
+  async start(gw, { devices, brokerHost, crl: crlSource, certificateUse, repo, history, ingestBuffer, offline, connectivity, renewal, deviceMessaging: channel, deviceLog }) {
     await repo.releaseDeadNodes(gw.cluster.nodeId, NODE_TTL_SECONDS);
     // the partitions of today and the next days exist before the first message is written
     await history.maintain();
@@ -145,10 +152,11 @@ export const brokerDomain = defineDomain({
     await offline.start(broker);
     renewal.start(broker);
     await channel.start(broker);
+    deviceLog.start(broker);
     ingestBuffer.start();
     connectivity.start();
   },
-  async stop(_gw, { devices, brokerHost, ingestBuffer, offline, connectivity, renewal, deviceMessaging: channel }) {
+  async stop(_gw, { devices, brokerHost, ingestBuffer, offline, connectivity, renewal, deviceMessaging: channel, deviceLog }) {
     // stop runs only after start succeeded: the broker is running
     const { broker, crl, commands } = brokerHost.runtime();
     devices.beginStop();
@@ -162,6 +170,7 @@ export const brokerDomain = defineDomain({
     brokerHost.detach();
     // the devices of this node are disconnected now: record it before the database closes
     await devices.drainDisconnects();
+    await deviceLog.stop();
     await ingestBuffer.stop();
   },
   ready: (_gw, { brokerHost }) => brokerHost.listening,

@@ -1,5 +1,7 @@
 import type { Sql } from '../db/client.js';
 
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
 export interface ConnectivityRow {
   thing_id: string;
   connected: boolean;
@@ -106,11 +108,25 @@ export class BrokerRepo {
     return row;
   }
 
+  /**
+   * Stores the reported state and, in the same statement, appends it to the device message log
+   * (deviceLog.ts) under the thing's account: a data bridge rule reads it from there.
+   */
   async setReported(thingId: string, reported: Record<string, unknown>): Promise<number> {
+    const text = JSON.stringify(reported);
+    // (a thing id is a UUID; another id has no account and no log row, and is never cast)
+    const thing = UUID.test(thingId) ? thingId : null;
     const [row] = await this.sql<{ reported_version: number }[]>`
-      insert into device_twins (thing_id, reported, reported_version, reported_at) values (${thingId}, ${this.sql.json(reported as never)}, 1, now())
-      on conflict (thing_id) do update set reported = excluded.reported, reported_version = device_twins.reported_version + 1, reported_at = now()
-      returning reported_version`;
+      with twin as (
+        insert into device_twins (thing_id, reported, reported_version, reported_at) values (${thingId}, ${text}::text::jsonb, 1, now())
+        on conflict (thing_id) do update set reported = excluded.reported, reported_version = device_twins.reported_version + 1, reported_at = now()
+        returning reported_version
+      ), logged as (
+        insert into device_message_log (account_id, thing_id, kind, payload)
+        select d.account_id, ${thingId}, 'twin', ${text}::text::json
+        from thing_directory d where d.id = ${thing}::uuid and d.account_id is not null
+      )
+      select reported_version from twin`;
     return row.reported_version;
   }
 

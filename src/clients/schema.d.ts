@@ -18068,8 +18068,11 @@ export interface operations {
                             id: string;
                             name: string;
                             from: string;
-                            /** @enum {string} */
-                            source: "telemetry" | "connectivity" | "state";
+                            /**
+                             * @description what `from` reads: telemetry (the history), twin reports and command replies (the device message log), connectivity or state-change events
+                             * @enum {string}
+                             */
+                            source: "telemetry" | "connectivity" | "state" | "twin" | "commandReply";
                             /** Format: uuid */
                             bridge_id: string;
                             where: {
@@ -18139,7 +18142,7 @@ export interface operations {
             content: {
                 "application/json": {
                     name: string;
-                    /** @description an MQTT topic filter matching devices/{thingId}/telemetry (devices/+/telemetry, devices/{id}/telemetry, devices/#), or $events/connectivity or $events/state */
+                    /** @description what the rule reads, one source: an MQTT topic filter matching exactly one of devices/{thingId}/telemetry, devices/{thingId}/twin/reported (twin reports) and devices/{thingId}/commands/response (command replies), with + or a thing id as the second level (e.g. devices/+/telemetry, devices/{id}/twin/reported, devices/+/commands/#); or an event kind, $events/connectivity or $events/state. Heartbeats are not a source (use $events/connectivity); a filter over several topics (devices/#) is refused: one rule per topic. 400 naming `from` otherwise */
                     from: string;
                     /** Format: uuid */
                     bridge_id: string;
@@ -18167,7 +18170,7 @@ export interface operations {
                             state?: string[];
                         };
                     };
-                    /** @description top-level payload fields delivered (default: the payload as sent) */
+                    /** @description top-level payload fields delivered (default: the payload as sent; a payload that is not a JSON object has no fields) */
                     select?: string[];
                     /** @default true */
                     enabled?: boolean;
@@ -18186,8 +18189,11 @@ export interface operations {
                         id: string;
                         name: string;
                         from: string;
-                        /** @enum {string} */
-                        source: "telemetry" | "connectivity" | "state";
+                        /**
+                         * @description what `from` reads: telemetry (the history), twin reports and command replies (the device message log), connectivity or state-change events
+                         * @enum {string}
+                         */
+                        source: "telemetry" | "connectivity" | "state" | "twin" | "commandReply";
                         /** Format: uuid */
                         bridge_id: string;
                         where: {
@@ -18270,8 +18276,11 @@ export interface operations {
                         id: string;
                         name: string;
                         from: string;
-                        /** @enum {string} */
-                        source: "telemetry" | "connectivity" | "state";
+                        /**
+                         * @description what `from` reads: telemetry (the history), twin reports and command replies (the device message log), connectivity or state-change events
+                         * @enum {string}
+                         */
+                        source: "telemetry" | "connectivity" | "state" | "twin" | "commandReply";
                         /** Format: uuid */
                         bridge_id: string;
                         where: {
@@ -18414,8 +18423,11 @@ export interface operations {
                         id: string;
                         name: string;
                         from: string;
-                        /** @enum {string} */
-                        source: "telemetry" | "connectivity" | "state";
+                        /**
+                         * @description what `from` reads: telemetry (the history), twin reports and command replies (the device message log), connectivity or state-change events
+                         * @enum {string}
+                         */
+                        source: "telemetry" | "connectivity" | "state" | "twin" | "commandReply";
                         /** Format: uuid */
                         bridge_id: string;
                         where: {

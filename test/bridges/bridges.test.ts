@@ -74,8 +74,8 @@ describe('validation', () => {
     expect(stored.url).not.toMatch(/s3cret-pw/);
     const bridge = amqpBridge.body.id;
     const rb = { name: 'r', bridge_id: bridge, from: 'devices/+/telemetry' };
-    await bad('/api/v1/rules', { ...rb, from: 'devices/+/heartbeat' }, /from: .*heartbeat.*durable/);
-    await bad('/api/v1/rules', { ...rb, from: 'devices/+/twin/reported' }, /from:/);
+    await bad('/api/v1/rules', { ...rb, from: 'devices/+/heartbeat' }, /from: .*heartbeat.*\$events\/connectivity/);
+    await bad('/api/v1/rules', { ...rb, from: 'devices/#' }, /from: .*several/);
     await bad('/api/v1/rules', { ...rb, from: 'devices/a#' }, /from:/);
     await bad('/api/v1/rules', { ...rb, from: 'things/+/telemetry' }, /from:/);
     await bad('/api/v1/rules', { ...rb, from: '$events/nothing' }, /from:/);
@@ -117,7 +117,7 @@ describe.skipIf(!mosquittoAvailable || !nats)('delivery', () => {
       await ch.consume(queue, (m) => { if (m) fromRabbit.push(JSON.parse(m.content.toString())); }, { noAck: true });
       // only values above 9, only `seq`: where and select
       await createRule(gw, B, {
-        from: 'devices/#', where: { payload: { seq: { gte: 10 } } }, select: ['seq'],
+        from: 'devices/+/telemetry', where: { payload: { seq: { gte: 10 } } }, select: ['seq'],
         bridge_id: await createBridge(gw, B, { type: 'amqp', url: 'amqp://127.0.0.1:5672', username: 'guest', password: 'guest', subject_prefix: rabbitPrefix }),
       });
     }

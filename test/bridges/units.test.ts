@@ -74,13 +74,18 @@ describe('envelope', () => {
     expect(pick(['a', 'z'], { a: 1, b: 2 })).toBe('{"a":1}');
   });
 
-  it('from: telemetry filters and event kinds; non-durable topics refused', () => {
+  it('from: one logged device topic or an event kind; heartbeats, several topics and unlogged topics refused', () => {
     expect(parseFrom('devices/+/telemetry')).toEqual({ source: 'telemetry', thingId: undefined });
-    expect(parseFrom('devices/#').source).toBe('telemetry');
-    expect(parseFrom('devices/+/+').source).toBe('telemetry');
     expect(parseFrom('devices/0F1C2A9E-6B7D-4E8F-9A0B-1C2D3E4F5A6B/telemetry').thingId).toBe('0f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b');
+    expect(parseFrom('devices/+/twin/reported').source).toBe('twin');
+    expect(parseFrom('devices/+/twin/+').source).toBe('twin');
+    expect(parseFrom('devices/+/commands/response').source).toBe('commandReply');
+    expect(parseFrom('devices/+/commands/#').source).toBe('commandReply');
     expect(parseFrom('$events/state').source).toBe('state');
-    expect(() => parseFrom('devices/+/commands/response')).toThrow(/durable/);
+    expect(() => parseFrom('devices/#')).toThrow(/^from: .*several device topics/);
+    expect(() => parseFrom('devices/+/+')).toThrow(/several device topics \(telemetry, heartbeat\)/);
+    expect(() => parseFrom('devices/+/heartbeat')).toThrow(/\$events\/connectivity/);
+    expect(() => parseFrom('devices/+/ota/status')).toThrow(/durable/);
     expect(() => parseFrom('devices/+/telemetry/#/x')).toThrow(/topic filter/);
   });
 });

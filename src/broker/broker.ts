@@ -22,6 +22,9 @@ import { WsListener, type WsIdentity } from './wsListener.js';
 
 export { topicAllowed } from './topics.js';
 
+/** payloads of QoS 1 device publishes taken in authorizePublish, before their PUBACK (Aedes passes the payload on to its 'publish' event) */
+const takenBeforeAck = new WeakSet<object>();
+
 export interface BrokerHooks {
   /** a device completed CONNECT (authenticated) on this node */
   connected?(client: Client): void;
@@ -37,6 +40,14 @@ export interface BrokerHooks {
   subscribed?(topics: string[], client: Client): void;
   /** backpressure of what `ingest` feeds: true to stop reading the device's socket until `resume` is called (IngestBuffer.hold) */
   hold?(resume: () => void): boolean;
+  /**
+   * Durable acknowledgements (IngestBuffer.whenStored): `done(true)` once what the device sent up
+   * to now is stored, `done(false)` when some of it was given up. With it, a QoS 1 PUBACK (QoS 2
+   * PUBREC) is written only after that: a message a device got one for survives a kill -9.
+   */
+  whenStored?(client: Client, done: (stored: boolean) => void): void;
+  /** the number of the batch `whenStored` waits on (IngestBuffer.batch) */
+  storeBatch?(): number;
 }
 
 export interface BrokerOptions {
@@ -216,7 +227,8 @@ export class Broker {
     aedes.on('publish', (packet, client) => {
       if (!client) return;
       this.stats.messagesReceived += 1;
-      hooks.published?.(packet, client);
+      // (a QoS 1 publish was taken before its PUBACK: see authorizePublish)
+      if (!takenBeforeAck.has(packet.payload as object)) hooks.published?.(packet, client);
     });
     aedes.on('subscribe', (subs, client) => {
       if (client && hooks.subscribed) hooks.subscribed(subs.map((s) => s.topic), client);
@@ -268,9 +280,32 @@ export class Broker {
       authorizePublish: (client, packet, cb) => {
         if (!client) return cb(null);
         if (!devicePublishAllowed(client.id, packet.topic)) return cb(new Error(`publish to ${packet.topic} not allowed`));
-        const problem = options.hooks?.refusePayload?.(packet, client);
-        if (problem) self!.refusePublish(client, packet, problem);
+        const hooks = options.hooks;
+        const problem = hooks?.refusePayload?.(packet, client);
+        if (problem) {
+          self!.refusePublish(client, packet, problem);
+          return cb(null);
+        }
+        // Aedes writes a QoS 1 PUBACK before it publishes: a durable one means the message is
+        // taken here and the PUBACK waits until it is stored (the 'publish' event skips it then)
+        if (packet.qos === 1 && hooks?.whenStored && hooks.published) {
+          takenBeforeAck.add(packet.payload as object);
+          hooks.published(packet as AedesPublishPacket, client);
+          return hooks.whenStored(client, (stored) => {
+            if (stored) return cb(null);
+            // closed at once (not in order: no PUBACK of a later message may follow)
+            client.conn.destroy(new Error('message not stored'));
+            cb(new Error('message not stored'));
+          });
+        }
         cb(null);
+      },
+      // QoS 2: the PUBREC follows Aedes' publish, whose last step is this (the 'publish' event,
+      // which takes the message, comes right after it in the same turn: the same batch)
+      published: (packet, client, done) => {
+        const whenStored = options.hooks?.whenStored;
+        if (!client || packet.qos !== 2 || !whenStored) return done();
+        whenStored(client, (stored) => done(stored ? undefined : new Error('message not stored')));
       },
       authorizeSubscribe: (client, sub, cb) => {
         if (!topicAllowed(client.id, sub.topic)) return cb(null, null);
@@ -317,8 +352,10 @@ export class Broker {
    */
   private fastPublish(hasListener: TopicListeners): LaneTaker<LaneTopic> {
     const hooks = this.options.hooks ?? {};
+    const { whenStored, storeBatch } = hooks;
     return {
       hold: hooks.hold,
+      ...(whenStored && storeBatch ? { durable: { batch: storeBatch, whenStored } } : {}),
       memo: (client, topic) => ({ kind: fastLaneKind(client.id, topic), generation: -1, listened: true }),
       take: (client, packet, memo) => {
         // an exact suffix of the device's own prefix: no wildcard, no NUL

@@ -28,6 +28,13 @@ export interface LaneTaker<M> {
   take(client: Client, packet: FastPublish, memo: M): number | false;
   /** after each decrypted record of the socket (taken or passed to Aedes): true to stop reading it until `resume` is called (what `take` feeds is full) */
   hold?(resume: () => void): boolean;
+  /**
+   * Durable acknowledgements: the PUBACKs of taken QoS 1 publishes wait until what `take` fed is
+   * stored (`whenStored` calls `done(true)`; `done(false)`: not stored, the connection is closed
+   * without them, so the device sends them again). `batch()` names the batch being filled: one
+   * waiter per connection and batch, what comes meanwhile joins it.
+   */
+  durable?: { batch(): number; whenStored(client: Client, done: (stored: boolean) => void): void };
 }
 
 /**
@@ -112,7 +119,16 @@ export function attachFastLane<M>(socket: TLSSocket, client: Client, taker: Lane
       const code = taker.take(client, { cmd: 'publish', topic, payload: buf.subarray(i, packetEnd), qos, messageId, dup: (first & 0x08) !== 0, retain: false }, lastMemo);
       if (code === false) break;
       pos = packetEnd;
-      if (qos === 1) {
+      if (qos === 1 && durable) {
+        const batch = durable.batch();
+        if (storing === undefined || storingBatch !== batch) {
+          const acks: number[] = (storing = []);
+          storingBatch = batch;
+          unanswered += 1;
+          durable.whenStored(client, (stored) => ackStored(acks, stored));
+        }
+        storing.push(messageId!, code);
+      } else if (qos === 1) {
         if (pendingAcks === undefined) {
           pendingAcks = [];
           queueAcks(flushAcks);
@@ -156,6 +172,36 @@ export function attachFastLane<M>(socket: TLSSocket, client: Client, taker: Lane
   /** PUBACKs of taken publishes not written yet: [messageId, reasonCode, ...] (see queueAcks) */
   let pendingAcks: number[] | undefined;
   const writer = directWriter(socket);
+  const durable = taker.durable;
+  /**
+   * With `durable`: the PUBACKs waiting for the batch `storingBatch` (being filled) to be stored;
+   * what the lane takes next joins them unless something went to Aedes in between (whose
+   * publishes wait behind them: the lane's later PUBACKs must too, PUBACKs go in order).
+   */
+  let storing: number[] | undefined;
+  let storingBatch = -1;
+  /** waiters not answered yet, and what waits for them (the socket's end) */
+  let unanswered = 0;
+  let afterAnswers: (() => void)[] = [];
+  /**
+   * A batch's PUBACKs, once it is stored: written at once, not at the end of the turn (an answer
+   * of Aedes to a later publish of the device, which waited for the same batch, comes after them).
+   */
+  const ackStored = (acks: number[], stored: boolean): void => {
+    if (storing === acks) storing = undefined;
+    unanswered -= 1;
+    // not stored: closed at once, without this PUBACK or any later one (the device sends them again)
+    if (!stored) socket.destroy(new Error('messages not stored'));
+    else if (acks.length > 0 && socket.writable && !socket.destroyed) {
+      const data = pubacks(acks, c.version === 5);
+      if (writer === undefined || !writer.write(data)) socket.write(data);
+    }
+    if (unanswered === 0 && afterAnswers.length > 0) {
+      const after = afterAnswers;
+      afterAnswers = [];
+      for (const f of after) f();
+    }
+  };
   const flushAcks = (): void => {
     const acks = pendingAcks;
     if (acks === undefined) return;
@@ -170,6 +216,7 @@ export function attachFastLane<M>(socket: TLSSocket, client: Client, taker: Lane
     if (used === buf.length) return 0;
     // what Aedes answers comes after the lane's PUBACKs
     flushAcks();
+    storing = undefined;
     return parse.call(parser, used === 0 ? buf : buf.subarray(used));
   };
 
@@ -200,6 +247,7 @@ export function attachFastLane<M>(socket: TLSSocket, client: Client, taker: Lane
     const used = socket.readableLength === 0 && c._parsingBatch === 0 && idle() ? consume(buf, end) : 0;
     if (used === end) return readOn();
     flushAcks();
+    storing = undefined;
     const rest = shared ? copyOut(buf, used, end) : used === 0 ? buf : buf.subarray(used, end);
     const more = push.call(socket, rest);
     return readOn() && more;
@@ -218,9 +266,13 @@ export function attachFastLane<M>(socket: TLSSocket, client: Client, taker: Lane
       return held ? Duplex.prototype.read.call(this, size) : streamRead.call(this, size);
     } as TLSSocket['read'];
   }
-  // a connection closed in order (linger.ts: end after Aedes' destroy) still sends them
+  // a connection closed in order (linger.ts: end after Aedes' destroy) still sends them, also those waiting to be stored
   const end = socket.end;
   socket.end = function endAfterAcks(this: TLSSocket, ...args: Parameters<TLSSocket['end']>) {
+    if (unanswered > 0) {
+      afterAnswers.push(() => socket.end(...args));
+      return this;
+    }
     flushAcks();
     // (after a direct PUBACK write's completion: TLSWrap takes one write at a time, the end's close_notify included)
     if (writer?.afterWrite(() => end.apply(this, args)) === true) return this;

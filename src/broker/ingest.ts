@@ -33,9 +33,25 @@ const refusedData = (err: unknown) => err instanceof postgres.PostgresError && /
  * to the server by COPY straight from the arena's bytes. Only when the messages of a batch have
  * different keys are they parsed and merged here, at the flush.
  */
+/** One thing's part of a batch. */
+interface Entry {
+  /** when it was last seen (epoch ms: this runs for every device message) */
+  at: number;
+  /** its telemetry of the batch */
+  telemetry?: ThingTelemetry;
+  /** called once what the thing sent up to now is stored (true) or given up (false): see whenStored */
+  waiters?: ((stored: boolean) => void)[];
+}
+
 export class IngestBuffer {
-  /** per thing: when it was last seen (epoch ms: this runs for every device message) and its telemetry of the batch */
-  private pending = new Map<string, { at: number; telemetry?: ThingTelemetry }>();
+  /** the batch being filled, per thing */
+  private pending = new Map<string, Entry>();
+  /** the batch being written, until its messages are stored (whenStored waits on its entries too) */
+  private writing?: Map<string, Entry>;
+  /** batches taken by a flush so far: the number of the batch being filled */
+  private taken = 0;
+  /** a flush for the waiters of the batch being filled is asked for, at the end of this event-loop turn (commitSoon) */
+  private commitQueued = false;
   /** the batch being filled, and the one being written (or free): they swap at each flush */
   private arena = new PointArena();
   private spare = new PointArena();
@@ -112,6 +128,46 @@ export class IngestBuffer {
     void this.flush();
   };
 
+  /** The number of the batch being filled: it changes when a flush takes the batch (the fast lane registers one waiter per connection and batch). */
+  get batch(): number {
+    return this.taken;
+  }
+
+  /**
+   * Calls `done(true)` once everything the thing has sent up to now is stored (committed: its
+   * history row, or its latest values when there is no history), `done(false)` when some of it was
+   * given up (the database refused the row or was away): what a QoS 1 PUBACK waits for, so a
+   * message a device got a PUBACK for survives a kill -9 of the gateway. Waiters of one batch are
+   * called in the order they came, when its write is done. A waiter asks for a flush at the end of
+   * this event-loop turn instead of the timer (group commit: what arrives while a batch is written
+   * goes in the next, so a batch takes about one commit's time, not FLUSH_MS).
+   */
+  whenStored(thingId: string, done: (stored: boolean) => void): void {
+    let entry = this.pending.get(thingId);
+    if (!entry) {
+      const writing = this.writing?.get(thingId);
+      if (writing) {
+        (writing.waiters ??= []).push(done);
+        return;
+      }
+      entry = { at: Date.now() };
+      this.add(thingId, entry);
+    }
+    (entry.waiters ??= []).push(done);
+    this.commitSoon();
+  }
+
+  private commitSoon(): void {
+    if (this.commitQueued) return;
+    this.commitQueued = true;
+    setImmediate(this.onCommit);
+  }
+
+  private readonly onCommit = (): void => {
+    this.commitQueued = false;
+    this.flushSoon();
+  };
+
   seenNow(thingId: string): void {
     const entry = this.pending.get(thingId);
     if (entry) entry.at = Date.now();
@@ -135,7 +191,7 @@ export class IngestBuffer {
     if (++this.messages >= MAX_MESSAGES || this.bytes >= this.batchBytes) this.flushSoon();
   }
 
-  private add(thingId: string, entry: { at: number; telemetry?: ThingTelemetry }): void {
+  private add(thingId: string, entry: Entry): void {
     this.pending.set(thingId, entry);
     this.arm();
     if (this.pending.size >= MAX_PENDING) this.flushSoon();
@@ -153,7 +209,12 @@ export class IngestBuffer {
     void this.flush();
   }
 
-  /** Writes what is pending; batches never overlap (the next waits for the previous). */
+  /**
+   * Writes what is pending; batches never overlap (the next waits for the previous). The record
+   * of a message (its history row; its latest values when there is no history) is written first
+   * and the batch's waiters are answered as soon as it is committed; last-seen and latest values
+   * follow (a read of them flushes first, so it waits for them).
+   */
   flush(): Promise<void> {
     this.flushing = this.flushing.then(async () => {
       this.flushQueued = false;
@@ -161,11 +222,20 @@ export class IngestBuffer {
       const batch = this.pending;
       const arena = this.arena;
       this.pending = new Map();
+      this.writing = batch;
+      this.taken += 1;
       [this.arena, this.spare] = [this.spare, arena];
       this.messages = 0;
       this.bytes = 0;
       this.release();
+      /** things whose record was not stored; undefined once the waiters are answered */
+      let failed: Set<string> | undefined = new Set();
       try {
+        if (this.history) {
+          await this.writeHistory(this.history, batch, arena, failed);
+          this.answer(batch, failed);
+          failed = undefined;
+        }
         const seen: SeenRow[] = [];
         for (const [thing_id, entry] of batch) seen.push({ thing_id, at: entry.at });
         await this.write('last_seen', seen, (rows) => this.repo.writeSeen(rows));
@@ -179,17 +249,38 @@ export class IngestBuffer {
           telemetry.push({ thing_id, telemetry: values, at: entry.at });
           bytes += values.length;
           if (bytes >= CHUNK_BYTES) {
-            await this.write('telemetry', telemetry, (rows) => this.repo.writeTelemetry(rows));
+            await this.write('telemetry', telemetry, (rows) => this.repo.writeTelemetry(rows), failed);
             [telemetry, bytes] = [[], 0];
           }
         }
-        await this.write('telemetry', telemetry, (rows) => this.repo.writeTelemetry(rows));
-        if (this.history) await this.writeHistory(this.history, batch, arena);
+        await this.write('telemetry', telemetry, (rows) => this.repo.writeTelemetry(rows), failed);
+        if (failed) this.answer(batch, failed);
+        failed = undefined;
       } finally {
         arena.reset();
+        // (an unexpected throw: nothing of the batch is known to be stored)
+        if (failed) this.answer(batch, new Set(batch.keys()));
       }
     });
     return this.flushing;
+  }
+
+  /** Answers the batch's waiters (in the order they came); from now on a waiter of its things waits for the next batch. */
+  private answer(batch: Map<string, Entry>, failed: Set<string>): void {
+    if (this.writing === batch) this.writing = undefined;
+    for (const [thingId, entry] of batch) {
+      const waiters = entry.waiters;
+      if (!waiters) continue;
+      entry.waiters = undefined;
+      const stored = !failed.has(thingId);
+      for (const done of waiters) {
+        try {
+          done(stored);
+        } catch (err) {
+          this.log.error({ err, thingId }, 'ingest waiter failed');
+        }
+      }
+    }
   }
 
   /**
@@ -197,7 +288,7 @@ export class IngestBuffer {
    * (a refused row fails it whole, or the database is away), the rows go again as statements of
    * about CHUNK_BYTES through `write`, which isolates refused rows and counts what is dropped.
    */
-  private async writeHistory(history: TelemetryHistoryRepo, batch: Map<string, { telemetry?: ThingTelemetry }>, arena: PointArena): Promise<void> {
+  private async writeHistory(history: TelemetryHistoryRepo, batch: Map<string, Entry>, arena: PointArena, failed: Set<string>): Promise<void> {
     const copied = await history.copy(async (rows) => {
       for (const [thing_id, { telemetry: t }] of batch) {
         if (!t) continue;
@@ -217,35 +308,38 @@ export class IngestBuffer {
       rows.push({ thing_id, first: t.first, last: t.last, points });
       bytes += points.length;
       if (bytes >= CHUNK_BYTES) {
-        await this.write('history', rows, (r) => history.insert(r));
+        await this.write('history', rows, (r) => history.insert(r), failed);
         [rows, bytes] = [[], 0];
       }
     }
-    await this.write('history', rows, (r) => history.insert(r));
+    await this.write('history', rows, (r) => history.insert(r), failed);
   }
 
   /**
    * One statement for the batch. When the database refuses some row's data, the batch is halved
    * and each half written again until the refused rows stand alone: every other device's row is
-   * stored, and only the refused ones are dropped (and logged once, with their thing id).
+   * stored, and only the refused ones are dropped (and logged once, with their thing id). The
+   * things of dropped rows are added to `failed`.
    */
-  private async write<T extends { thing_id: string }>(table: IngestTable, rows: T[], insert: (rows: T[]) => Promise<void>): Promise<void> {
+  private async write<T extends { thing_id: string }>(table: IngestTable, rows: T[], insert: (rows: T[]) => Promise<void>, failed?: Set<string>): Promise<void> {
     if (rows.length === 0) return;
     try {
       await insert(rows);
     } catch (err) {
       if (!refusedData(err)) {
+        for (const row of rows) failed?.add(row.thing_id);
         this.dropped[table] += rows.length;
         this.log.error({ err, table, things: rows.length }, 'ingest batch could not be written; dropped');
       } else if (rows.length === 1) {
+        failed?.add(rows[0].thing_id);
         this.dropped[table] += 1;
         // the message and code only: the error's detail may quote the whole row
         const { code, message } = err as postgres.PostgresError;
         this.log.error({ table, thingId: rows[0].thing_id, code, reason: message }, 'ingest row refused by the database; dropped');
       } else {
         const half = rows.length >> 1;
-        await this.write(table, rows.slice(0, half), insert);
-        await this.write(table, rows.slice(half), insert);
+        await this.write(table, rows.slice(0, half), insert, failed);
+        await this.write(table, rows.slice(half), insert, failed);
       }
     }
   }

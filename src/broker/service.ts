@@ -105,6 +105,13 @@ export class ConnectedDeviceService {
         return undefined;
       },
       hold: (resume) => this.ingest.hold(resume),
+      // a PUBACK waits for the device's messages to be stored: its telemetry batch and its reported-state write
+      whenStored: (client, done) => {
+        const reported = this.reportedWrites.get(client.id);
+        if (!reported) return this.ingest.whenStored(client.id, done);
+        this.ingest.whenStored(client.id, (stored) => void reported.then((ok) => done(stored && ok)));
+      },
+      storeBatch: () => this.ingest.batch,
       subscribed: (topics, client) => {
         if (topics.some((t) => parseDeviceTopic(t)?.kind === 'twinDesired' || t === `devices/${client.id}/#` || t === `devices/${client.id}/twin/#`)) {
           void this.deliverDesired(client.id).catch((err) => this.gw.log.error({ err, thingId: client.id }, 'desired state not delivered'));
@@ -194,13 +201,16 @@ export class ConnectedDeviceService {
     }
   }
 
-  /** Reported-state writes of one device are chained, so they commit in the order it published them. */
-  private readonly reportedWrites = new Map<string, Promise<void>>();
+  /** Reported-state writes of one device are chained, so they commit in the order it published them; each tells whether it was stored. */
+  private readonly reportedWrites = new Map<string, Promise<boolean>>();
   private storeReported(thingId: string, reported: Record<string, unknown>): void {
-    const previous = this.reportedWrites.get(thingId) ?? Promise.resolve();
+    const previous = this.reportedWrites.get(thingId) ?? Promise.resolve(true);
     const next = previous
       .then(() => this.repo.setReported(thingId, reported))
-      .then(() => undefined, (err) => this.gw.log.error({ err, thingId }, 'reported state not stored'));
+      .then(() => true, (err) => {
+        this.gw.log.error({ err, thingId }, 'reported state not stored');
+        return false;
+      });
     this.reportedWrites.set(thingId, next);
     void next.then(() => {
       if (this.reportedWrites.get(thingId) === next) this.reportedWrites.delete(thingId);

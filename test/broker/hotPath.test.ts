@@ -170,7 +170,7 @@ describe('fast lane (device publishes decoded in front of Aedes)', () => {
     socket.destroy();
   });
 
-  it("writes the lane's PUBACKs before what Aedes answers to the packets behind them, within a record and across records", async () => {
+  it('writes PUBACKs in order once their messages are stored, whatever Aedes answers in between, within a record and across records', async () => {
     const d = devices[0];
     const { socket, packets } = await rawDevice(d);
     const topic = `devices/${d.thingId}/telemetry`;
@@ -181,8 +181,10 @@ describe('fast lane (device publishes decoded in front of Aedes)', () => {
     // then one record each, back to back
     for (const packet of [publish(4), publish(5), publish(6), subscribe(7), publish(8)]) socket.write(packet);
     await waitFor(() => packets.filter((p) => p.cmd === 'puback' || p.cmd === 'suback').length >= 8, 5000, 'PUBACKs and SUBACKs');
-    expect(packets.filter((p) => p.cmd === 'puback' || p.cmd === 'suback').map((p) => `${p.cmd} ${(p as { messageId: number }).messageId}`))
-      .toEqual(['puback 1', 'puback 2', 'suback 3', 'puback 4', 'puback 5', 'puback 6', 'suback 7', 'puback 8']);
+    // (a SUBACK does not wait for the database: it may come before the PUBACKs of earlier publishes)
+    const answered = (cmd: string) => packets.filter((p) => p.cmd === cmd).map((p) => (p as { messageId: number }).messageId);
+    expect(answered('puback')).toEqual([1, 2, 4, 5, 6, 8]);
+    expect(answered('suback')).toEqual([3, 7]);
     socket.destroy();
   });
 
@@ -205,16 +207,18 @@ describe('fast lane (device publishes decoded in front of Aedes)', () => {
       await waitFor(() => answers().includes(`puback ${i}`), 5000, `PUBACK ${i}`);
     }
     expect(streamWrites).toBeLessThanOrEqual(1);
-    // a publish and a PINGREQ in one record: Aedes writes its PINGRESP (through the stream) in the same
-    // turn, while the lane's PUBACK write is in flight (TLS takes one write at a time; without the wait
-    // Node aborts the process): it waits and comes after it; likewise a SUBACK
+    // a publish and a PINGREQ in one record: Aedes writes its PINGRESP (through the stream), maybe
+    // while the lane's PUBACK write is in flight (TLS takes one write at a time; without the wait
+    // Node aborts the process); likewise a SUBACK. PUBACKs wait for the database, so the PINGRESP
+    // and SUBACK may come first
     socket.write(Buffer.concat([publish(21), encode({ cmd: 'pingreq' })]));
     socket.write(Buffer.concat([publish(22), encode({ cmd: 'subscribe', messageId: 23, subscriptions: [{ topic: `devices/${d.thingId}/commands`, qos: 1 }] })]));
     await waitFor(() => answers().length >= 24, 5000, 'PUBACKs, PINGRESP and SUBACK');
     socket.write(publish(24));
     await waitFor(() => answers().length >= 25, 5000, 'PUBACK 24');
-    expect(answers().slice(20)).toEqual(['puback 21', 'pingresp', 'puback 22', 'suback 23', 'puback 24']);
-    // a publish and a DISCONNECT in one record: the PUBACK is written before the connection closes
+    expect(answers().slice(20).filter((a) => a.startsWith('puback'))).toEqual(['puback 21', 'puback 22', 'puback 24']);
+    expect(answers().slice(20).filter((a) => !a.startsWith('puback')).sort()).toEqual(['pingresp', 'suback 23']);
+    // a publish and a DISCONNECT in one record: the PUBACK is written (once stored) before the connection closes
     const closed = new Promise((r) => socket.once('close', r));
     socket.write(Buffer.concat([publish(25), encode({ cmd: 'disconnect' })]));
     await closed;

@@ -5,6 +5,7 @@ import { IngestBuffer } from '../../src/broker/ingest.js';
 import { BrokerRepo } from '../../src/broker/repo.js';
 import { telemetry } from '../helpers/telemetry.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+import { waitFor } from '../helpers/wait.js';
 
 let db: TestDatabase;
 
@@ -120,3 +121,45 @@ describe('latest values of a batch', () => {
   });
 });
 
+
+describe('whenStored (what a durable PUBACK waits for)', () => {
+  it("answers after the batch is committed, each thing's in the order asked; one asked during a write of the thing waits for that write; a refused row answers false for its thing only", async () => {
+    const { ingest } = buffer();
+    const [x, y] = [crypto.randomUUID(), crypto.randomUUID()];
+    const answers: string[] = [];
+    const stored = (label: string) => (ok: boolean) => void answers.push(`${label}:${ok}`);
+    const committed = async (thingId: string) =>
+      (await db.sql<{ telemetry: { n: number } }[]>`select telemetry from device_telemetry_latest where thing_id = ${thingId}`)[0]?.telemetry;
+
+    ingest.addTelemetry(x, ...telemetry({ n: 1 }));
+    ingest.whenStored(x, stored('x1'));
+    ingest.addTelemetry(y, ...telemetry({ n: 1 }));
+    ingest.whenStored(y, stored('y1'));
+    ingest.whenStored(x, stored('x2'));
+    const batch = ingest.batch;
+    // asked for a flush at the end of this turn (not FLUSH_MS: the buffer's timer is not started)
+    const first = waitFor(() => answers.length >= 3, 5000, 'first answers');
+    await new Promise((r) => setImmediate(r));
+    expect(ingest.batch).toBe(batch + 1);
+    // the batch is being written: a waiter of x now waits for it, one of a thing not in it for the next
+    ingest.whenStored(x, stored('x3'));
+    await first;
+    expect(await committed(x)).toEqual({ n: 1 });
+    await waitFor(() => answers.length >= 4, 5000, 'x3');
+    expect(answers.filter((a) => a.startsWith('x'))).toEqual(['x1:true', 'x2:true', 'x3:true']);
+    expect(answers).toContain('y1:true');
+
+    await db.sql`alter table device_telemetry_latest add constraint no_poison check (telemetry::text not like '%poison%')`;
+    try {
+      ingest.addTelemetry(x, ...telemetry({ poison: 1 }));
+      ingest.whenStored(x, stored('x4'));
+      ingest.addTelemetry(y, ...telemetry({ n: 2 }));
+      ingest.whenStored(y, stored('y2'));
+      await waitFor(() => answers.length >= 6, 5000, 'answers of the refused batch');
+      expect(answers.slice(4).sort()).toEqual(['x4:false', 'y2:true']);
+      expect(await committed(y)).toEqual({ n: 2 });
+    } finally {
+      await db.sql`alter table device_telemetry_latest drop constraint no_poison`;
+    }
+  });
+});

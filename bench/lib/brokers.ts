@@ -158,32 +158,50 @@ export async function startMosquitto(dir: string, certsDir: string): Promise<{ p
   return { proc, pid: proc.pid!, port, stop: () => new Promise((resolve) => { proc.once('exit', () => resolve()); proc.kill('SIGTERM'); }) };
 }
 
-/** TLS details of a connect: a prepared secure context (key, certificate and CA parsed once), a TLS session to resume, where to put the tickets the broker sends */
-export interface ConnectTls { secureContext?: tls.SecureContext; session?: Buffer; onSession?: (session: Buffer) => void }
+/**
+ * TLS details of a connect: a prepared secure context (key, certificate and CA parsed once), a TLS
+ * session to resume, where to put the tickets the broker sends, the loopback address to connect
+ * from (one per client process: each address has its own ~28,000 ephemeral ports towards a broker)
+ */
+export interface ConnectTls { secureContext?: tls.SecureContext; session?: Buffer; onSession?: (session: Buffer) => void; localAddress?: string }
 
 export function connectDevice(port: number, c: Creds, ca: string, protocolVersion: 4 | 5 = 5, t: ConnectTls = {}): Promise<MqttClient> {
   const client = mqtt.connect(`mqtts://127.0.0.1:${port}`, {
     ...(t.secureContext ? { secureContext: t.secureContext } : { key: c.key, cert: c.cert, ca }),
     ...(t.session ? { session: t.session } : {}),
+    ...(t.localAddress ? { localAddress: t.localAddress } : {}),
     servername: 'localhost', clientId: c.thingId, username: c.thingId,
     protocolVersion, reconnectPeriod: 0, connectTimeout: 300_000, keepalive: 600,
   } as mqtt.IClientOptions);
   // TLS 1.3 tickets arrive after the handshake, before CONNACK
   if (t.onSession) client.stream.on('session', t.onSession);
   return new Promise((resolve, reject) => {
-    client.once('connect', () => { client.off('error', reject); resolve(client); });
-    client.once('error', reject);
+    // a failed client does not hold its socket (reconnectPeriod 0: it would not retry anyway)
+    const failed = (err: Error) => { client.end(true); reject(err); };
+    client.once('connect', () => { client.off('error', failed); resolve(client); });
+    client.once('error', failed);
   });
 }
 
-export async function connectMany(port: number, creds: Creds[], ca: string, concurrency: number, onEach?: (ms: number) => void, tlsOf?: (i: number) => ConnectTls): Promise<MqttClient[]> {
+/**
+ * Connects `creds` with `concurrency` connects in flight. Without `onFail` the first failed connect
+ * rejects (and the clients connected so far stay open); with it, a failed client's slot stays empty
+ * and the others go on (a benchmark counts what connected).
+ */
+export async function connectMany(port: number, creds: Creds[], ca: string, concurrency: number, onEach?: (ms: number) => void, tlsOf?: (i: number) => ConnectTls, onFail?: (err: Error) => void): Promise<MqttClient[]> {
   const clients: MqttClient[] = new Array(creds.length);
   let next = 0;
   await Promise.all(Array.from({ length: concurrency }, async () => {
     while (next < creds.length) {
       const i = next++;
       const t0 = performance.now();
-      clients[i] = await connectDevice(port, creds[i], ca, 5, tlsOf?.(i));
+      try {
+        clients[i] = await connectDevice(port, creds[i], ca, 5, tlsOf?.(i));
+      } catch (err) {
+        if (!onFail) throw err;
+        onFail(err as Error);
+        continue;
+      }
       onEach?.(performance.now() - t0);
     }
   }));

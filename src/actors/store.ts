@@ -83,6 +83,21 @@ export class UnitOfWork {
     return { snapshot: restore(kind, row.snapshot) as SnapshotFrom<M>, version: row.version, state: row.state };
   }
 
+  /**
+   * Several actors of one kind, locked in one statement (in id order, byte-wise: callers locking
+   * several actors of a kind this way cannot deadlock on each other). Absent ids are not in the map.
+   */
+  async loadMany<M extends AnyStateMachine>(kind: ActorKind<M>, ids: readonly string[]): Promise<Map<string, { snapshot: SnapshotFrom<M>; version: number; state: string }>> {
+    const out = new Map<string, { snapshot: SnapshotFrom<M>; version: number; state: string }>();
+    if (ids.length === 0) return out;
+    // ORDER BY under FOR UPDATE: the rows are locked as the sort hands them out, in that order
+    const rows = await this.sql<(Row & { id: string })[]>`
+      select id, state, snapshot, version from actors where type = ${kind.type} and id = any(${[...ids] as never}::text[])
+      order by id collate "C" for update`;
+    for (const row of rows) out.set(row.id, { snapshot: restore(kind, row.snapshot) as SnapshotFrom<M>, version: row.version, state: row.state });
+    return out;
+  }
+
   /** Starts a new actor from its machine's initial state; its entry events are stored. */
   async create<M extends AnyStateMachine>(kind: ActorKind<M>, id: string, input: InputFrom<M>): Promise<ActorResult<M>> {
     const { snapshot, state, persisted, emitted } = start(kind, id, input);
@@ -173,16 +188,7 @@ export class UnitOfWork {
     if (!current) throw notFound(`${kind.type} ${id} not found`);
     const before = current.snapshot as AnyMachineSnapshot;
     if (!before.can(event)) return { refused: true, state: current.state, snapshot: current.snapshot };
-    const emitted: EmittedEvent[] = [];
-    const actor: AnyActorRef = createActor(kind.machine as AnyStateMachine, { snapshot: before, id });
-    actor.on('*', (e: EmittedEvent) => emitted.push(e));
-    actor.start();
-    actor.send(event);
-    const snapshot = actor.getSnapshot() as AnyMachineSnapshot;
-    const persisted = actor.getPersistedSnapshot();
-    actor.stop();
-    failIfErrored(kind, id, snapshot);
-    const state = stateName(snapshot.value);
+    const { snapshot, persisted, state, emitted } = transition(kind, id, before, event);
     // the snapshot, its projection and the events go out together (pipelined on the transaction's
     // connection, executed in this order); a failed check throws, and the transaction rolls back
     const [updated, , events] = await Promise.all([
@@ -196,6 +202,75 @@ export class UnitOfWork {
     // Unreachable while the row is locked; kept as the optimistic check the design asks for.
     if (updated.count !== 1) throw conflict(`${kind.type} ${id} was changed concurrently; retry`);
     return { snapshot: snapshot as SnapshotFrom<M>, state, version: current.version + 1, events };
+  }
+
+  /**
+   * `trySend` to several actors of one kind at once, each with its own event and the snapshot
+   * `loadMany` (or `load`) locked earlier in this unit of work: each machine decides alone, as
+   * `trySend` would, and its decision is answered at once (`decisions`: refused, or the new
+   * snapshot and the events it emits), so the caller may pipeline further statements behind the
+   * writes. The accepted ones are written together (`written`): their snapshots in one statement,
+   * their projections in one, their events in one insert and one NOTIFY statement, on the
+   * transaction's connection in this order, instead of four or five statements each. The
+   * projected values must survive JSON (no Buffer): the projection is written from a JSON array.
+   * Both answers follow the order given.
+   */
+  trySendMany<M extends AnyStateMachine>(
+    kind: ActorKind<M>,
+    items: { id: string; event: EventFromLogic<M>; loaded: { snapshot: SnapshotFrom<M>; version: number; state: string } }[],
+  ): {
+    decisions: ({ refused: true; state: string; snapshot: SnapshotFrom<M> } | { refused?: undefined; state: string; snapshot: SnapshotFrom<M>; emitted: EmittedEvent[] })[];
+    written: Promise<(ActorResult<M> | { refused: true; state: string; snapshot: SnapshotFrom<M> })[]>;
+  } {
+    if (new Set(items.map((i) => i.id)).size !== items.length) throw internal(`${kind.type}: trySendMany names an actor twice`);
+    const decided = items.map(({ id, event, loaded }) => {
+      const before = loaded.snapshot as AnyMachineSnapshot;
+      if (!before.can(event)) return { id, refused: { refused: true as const, state: loaded.state, snapshot: loaded.snapshot } };
+      return { id, version: loaded.version, next: transition(kind, id, before, event) };
+    });
+    const decisions = decided.map((d) => d.refused ?? { state: d.next!.state, snapshot: d.next!.snapshot as SnapshotFrom<M>, emitted: d.next!.emitted });
+    return { decisions, written: this.writeMany(kind, decided) };
+  }
+
+  private async writeMany<M extends AnyStateMachine>(
+    kind: ActorKind<M>,
+    decided: { id: string; version?: number; next?: ReturnType<typeof transition>; refused?: { refused: true; state: string; snapshot: SnapshotFrom<M> } }[],
+  ): Promise<(ActorResult<M> | { refused: true; state: string; snapshot: SnapshotFrom<M> })[]> {
+    const accepted = decided.filter((d) => d.next !== undefined) as { id: string; version: number; next: ReturnType<typeof transition> }[];
+    if (accepted.length === 0) return decided.map((d) => d.refused!);
+    const p = kind.projection;
+    const key = p?.key ?? 'id';
+    const snapshots = accepted.map((a) => ({ id: a.id, state: a.next.state, snapshot: a.next.persisted, version: a.version }));
+    const [updated, projected, stored] = await Promise.all([
+      this.sql`
+        update actors a set state = x.state, snapshot = x.snapshot, version = a.version + 1, updated_at = now()
+        from jsonb_to_recordset(${this.sql.json(snapshots as never)}) as x(id text, state text, snapshot jsonb, version int)
+        where a.type = ${kind.type} and a.id = x.id and a.version = x.version`,
+      // typed by the table's own row type (jsonb_populate_recordset); identifiers quoted here, since
+      // postgres.js reads an identifier list after `set (` or `row(` as values
+      p ? this.sql.unsafe(`
+        update ${ident(p.table)} t set (${p.columns.map(ident).join(', ')}) = row(${p.columns.map((c) => `r.${ident(c)}`).join(', ')})
+        from jsonb_populate_recordset(null::${ident(p.table)}, $1::jsonb) as r
+        where t.${ident(key)} = r.${ident(key)}`,
+      // a jsonb parameter: postgres.js serialises the array itself (a string would arrive as a JSON string)
+      [accepted.map((a) => ({ ...pick(p.project(a.next.snapshot as SnapshotFrom<M>, a.next.state), p.columns), [key]: a.id })) as never]) : undefined,
+      this.emitMany(accepted.flatMap((a) => {
+        const accountId = kind.accountOf?.((a.next.snapshot as AnyMachineSnapshot).context) ?? null;
+        return a.next.emitted.map((event) => ({ actorType: kind.type, actorId: a.id, accountId, event }));
+      })),
+    ]);
+    // Unreachable while the rows are locked; kept as the optimistic check the design asks for.
+    if (updated.count !== accepted.length) throw conflict(`${kind.type}: ${accepted.length - updated.count} of ${accepted.length} actors were changed concurrently; retry`);
+    if (projected && projected.count !== accepted.length) throw internal(`${kind.type}: ${accepted.length - projected.count} of its ${p!.table} rows are missing`);
+    const byActor = new Map<string, StoredEvent[]>();
+    for (const ev of stored) {
+      let list = byActor.get(ev.actorId);
+      if (!list) byActor.set(ev.actorId, (list = []));
+      list.push(ev);
+    }
+    return decided.map((d) => d.refused ?? {
+      snapshot: d.next!.snapshot as SnapshotFrom<M>, state: d.next!.state, version: d.version! + 1, events: byActor.get(d.id) ?? [],
+    });
   }
 
   /**
@@ -282,6 +357,23 @@ function start(kind: AnyActorKind, id: string, input: unknown): { snapshot: AnyM
   failIfErrored(kind, id, snapshot);
   return { snapshot, state: stateName(snapshot.value), persisted, emitted };
 }
+
+/** The machine's answer to an event it accepts (nothing written). */
+function transition(kind: AnyActorKind, id: string, before: AnyMachineSnapshot, event: unknown): { snapshot: AnyMachineSnapshot; state: string; persisted: unknown; emitted: EmittedEvent[] } {
+  const emitted: EmittedEvent[] = [];
+  const actor: AnyActorRef = createActor(kind.machine as AnyStateMachine, { snapshot: before, id });
+  actor.on('*', (e: EmittedEvent) => emitted.push(e));
+  actor.start();
+  actor.send(event as never);
+  const snapshot = actor.getSnapshot() as AnyMachineSnapshot;
+  const persisted = actor.getPersistedSnapshot();
+  actor.stop();
+  failIfErrored(kind, id, snapshot);
+  return { snapshot, state: stateName(snapshot.value), persisted, emitted };
+}
+
+/** A quoted SQL identifier (as postgres.js quotes them). */
+const ident = (name: string) => `"${name.replace(/"/g, '""')}"`;
 
 const pick = (values: Record<string, unknown>, columns: readonly string[]) => Object.fromEntries(columns.map((c) => [c, values[c]]));
 

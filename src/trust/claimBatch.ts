@@ -91,17 +91,16 @@ export class ClaimBatcher {
   private async commit(uow: UnitOfWork, claims: PendingClaim[]): Promise<ClaimOutcome[]> {
     const outcomes: ClaimOutcome[] = new Array(claims.length);
     const at = isoNow(this.gw.clock);
-    // 1. lock the groups (id order: no deadlock between batches)
+    // 1. lock the groups (one statement, id order: no deadlock between batches), and read the
+    //    identities taken already (pipelined behind it on the transaction's connection: read
+    //    after the locks, so committed claims of the same group are seen)
     const groupIds = [...new Set(claims.map((c) => c.groupId))].sort();
-    // pipelined on the transaction's connection: the locks are still taken in this order
-    //    (and the identities taken already, read after the locks: same connection, in order)
     const firstOfIdentity = new Map<string, PendingClaim['thing']>();
     for (const c of claims) if (!firstOfIdentity.has(identityKey(c.thing))) firstOfIdentity.set(identityKey(c.thing), c.thing);
     const [loaded, taken] = await Promise.all([
-      Promise.all(groupIds.map((id) => uow.load(claimGroupKind, id))),
+      uow.loadMany(claimGroupKind, groupIds),
       repo.takenIdentities(uow.sql, [...firstOfIdentity.values()]),
     ]);
-    const present = new Set(groupIds.filter((_, i) => loaded[i]));
     // 2. one identity once per batch (later duplicates share the first one's fate); identities
     //    enrolled already are repeats (committed ones: claimers of the same group wait on its lock)
     const first = new Map<string, number>();
@@ -111,21 +110,31 @@ export class ClaimBatcher {
       const key = identityKey(c.thing);
       const earlier = first.get(key);
       if (earlier !== undefined) duplicates.push([i, earlier]);
-      else if (!present.has(c.groupId)) outcomes[i] = claimRefusal(undefined);
+      else if (!loaded.has(c.groupId)) outcomes[i] = claimRefusal(undefined);
       else { first.set(key, i); candidates.push(i); }
     });
-    // 3. each group's machine takes the claims that fit, in arrival order
-    //    (the groups are independent: their events go out pipelined)
+    // 3. each group's machine takes the claims that fit, in arrival order; a group whose machine
+    //    refuses CLAIM_MANY but accepts EXPIRE has outlived its TTL, which EXPIRE records.
+    //    All groups' decisions are written together (trySendMany), pipelined with the births below.
     const byGroup = groupIds
       .map((groupId) => ({ groupId, members: candidates.filter((i) => claims[i].groupId === groupId && !taken.has(identityKey(claims[i].thing))) }))
-      .filter((g) => g.members.length);
-    const loadedOf = new Map(groupIds.map((id, i) => [id, loaded[i]]));
-    const decided = await Promise.all(byGroup.map((g) => this.claimMany(uow, g.groupId, g.members.map((i) => claims[i].thing.id), at, loadedOf.get(g.groupId))));
+      .filter((g) => g.members.length)
+      .map((g) => {
+        const group = loaded.get(g.groupId) as LoadedGroup;
+        const claim = { type: 'CLAIM_MANY' as const, at, thingIds: g.members.map((i) => claims[i].thing.id) };
+        const event = group.snapshot.can(claim) ? claim : group.snapshot.can({ type: 'EXPIRE', at }) ? { type: 'EXPIRE' as const, at } : claim;
+        return { ...g, group, event };
+      });
+    const { decisions, written } = uow.trySendMany(claimGroupKind, byGroup.map((g) => ({ id: g.groupId, event: g.event, loaded: g.group })));
+    // the machines' answers are known before anything is written: the births go out right behind the writes
     const accepted: number[] = [];
-    byGroup.forEach(({ members }, g) => {
+    byGroup.forEach(({ members, event }, g) => {
+      const d = decisions[g];
+      const claimed = !d.refused && event.type === 'CLAIM_MANY' ? d.emitted.find((e) => e.type === 'claimGroup.claimedMany')?.thingIds as string[] | undefined : undefined;
+      const taking = new Set(claimed ?? []);
       for (const i of members) {
-        if (decided[g].taken.has(claims[i].thing.id)) accepted.push(i);
-        else outcomes[i] = decided[g].refusal;
+        if (taking.has(claims[i].thing.id)) accepted.push(i);
+        else outcomes[i] = claimRefusal(d.state);
       }
     });
     accepted.sort((x, y) => x - y);
@@ -141,8 +150,9 @@ export class ClaimBatcher {
         row: repo.thingRow(uow.sql, { ...t, claimGroupId: groupId }),
       }));
     // 5. and their certificates born with their rows (the machine's projection written at insert),
-    //    pipelined behind the things (same connection, in order): a few statements for the batch
-    const [things, certificates] = await Promise.allSettled([
+    //    pipelined behind the groups' writes and the things (same connection, in order)
+    const [groups, things, certificates] = await Promise.allSettled([
+      written,
       uow.createWithRows(thingKind, births, THING_IDENTITY),
       uow.createWithRows(deviceCertificateKind, accepted.map((i) => {
         const { certificate: c, thing } = claims[i];
@@ -153,6 +163,7 @@ export class ClaimBatcher {
         };
       })),
     ]);
+    if (groups.status === 'rejected') throw groups.reason;
     // a claim counted by its group but whose identity another group's batch enrolled meanwhile
     // (its certificate then fails too): roll back; retried alone, it finds that identity taken
     // and answers as a repeat
@@ -162,24 +173,6 @@ export class ClaimBatcher {
     for (const i of accepted) outcomes[i] = 'claimed';
     for (const [i, earlier] of duplicates) outcomes[i] = outcomes[earlier] === 'claimed' ? 'repeat' : outcomes[earlier];
     return outcomes;
-  }
-
-  /**
-   * One CLAIM_MANY: the machine takes as many as fit and names them in `claimGroup.claimedMany`.
-   * When it takes none, its state says why; an active group that refused has outlived its TTL,
-   * which EXPIRE records (the machine accepts EXPIRE only then).
-   */
-  private async claimMany(
-    uow: UnitOfWork, groupId: string, thingIds: string[], at: string, loaded: LoadedGroup | undefined,
-  ): Promise<{ taken: Set<string>; refusal: DomainError }> {
-    // the group was loaded (and locked) at the start of the batch: its machine decides from that snapshot
-    const result = await uow.trySend(claimGroupKind, groupId, { type: 'CLAIM_MANY', at, thingIds }, loaded);
-    if ('refused' in result) {
-      const state = result.snapshot.can({ type: 'EXPIRE', at }) ? (await uow.send(claimGroupKind, groupId, { type: 'EXPIRE', at })).state : result.state;
-      return { taken: new Set(), refusal: claimRefusal(state) };
-    }
-    const claimed = result.events.find((e) => e.type === 'claimGroup.claimedMany')?.payload.thingIds as string[] | undefined;
-    return { taken: new Set(claimed ?? []), refusal: claimRefusal(result.state) };
   }
 }
 

@@ -15,6 +15,7 @@ import { unstorableField } from '../lib/text.js';
 import type { Sealer } from '../pki/sealer.js';
 import type { EnrollBody, EnrollmentResponse } from './schemas.js';
 import { ClaimBatcher } from './claimBatch.js';
+import { ClaimLookups } from './claimLookups.js';
 
 /** A concurrent enrollment of the same identity committed first (the transaction rolls back). */
 class AlreadyEnrolled extends Error {}
@@ -37,9 +38,11 @@ const PROVING_METHODS = new Set(['claim_token', 'symmetric_key', 'certificate', 
  */
 export class EnrollmentService {
   private readonly batcher: ClaimBatcher;
+  private readonly lookups: ClaimLookups;
 
   constructor(private readonly gw: Gateway, private readonly models: ModelService, private readonly sealer: Sealer, private readonly mqtt: MqttEndpoint, private readonly blacklist: IdentityBlacklist) {
     this.batcher = new ClaimBatcher(gw);
+    this.lookups = new ClaimLookups(gw.sql);
   }
 
   async enroll(body: EnrollBody): Promise<EnrollmentResponse> {
@@ -52,7 +55,7 @@ export class EnrollmentService {
     await this.blacklist.refuseListed(modelRef, serial);
     if (body.claimSecret && (!body.provisioningMethod || body.provisioningMethod === 'claim_token')) {
       // the hot path: one query answers secret, group state, model and an earlier enrollment
-      const ctx = await repo.claimContext(this.gw.sql, sha256(body.claimSecret), this.modelRef(modelRef), { manufacturer, serial });
+      const ctx = await this.lookups.lookup({ hash: sha256(body.claimSecret), ref: this.modelRef(modelRef), device: { manufacturer, serial } });
       if (!ctx.model_id || ctx.model_method === 'claim_token') return this.byClaim(body, ctx, { manufacturer, model: ctx.model_name, serial });
     }
     const model = await this.models.resolve(modelRef);

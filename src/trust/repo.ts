@@ -253,21 +253,29 @@ export const repo = {
 
   // --- claim groups
   /**
-   * One round trip for a claim: the group of a secret (if any) with its state (projection), the model the
-   * device names (if registered) and an existing thing of the tuple in the group's account.
+   * The claim query, for several claims in one statement (concurrent claims: src/trust/claimLookups.ts):
+   * per claim, the group of its secret (if any) with its state (projection), the model the device
+   * names (if registered) and an existing thing of the tuple in the group's account; in the order given.
+   * One branch per claim with its own parameters (UNION ALL), not a join over a recordset: the
+   * planner then sees each claim's values and takes the identity's index for the existing thing
+   * (with the values only known at run time, a table without statistics yet got an account-wide scan).
    */
-  async claimContext(db: Db, hash: Buffer, ref: { vid?: string; pid?: string; id?: string; name: string }, device: { manufacturer: string; serial: string }) {
-    const modelMatch = ref.vid && ref.pid ? db`vid = ${ref.vid} and pid = ${ref.pid}` : ref.id ? db`id = ${ref.id}` : db`false`;
-    const [row] = await db<ClaimContextRow[]>`
-      select g.id, g.account_id, g.secret_hash, g.state,
-        m.id as model_id, m.account_id as model_account_id, m.provisioning_method as model_method,
-        coalesce(m.vid || ':' || m.pid, ${ref.name}) as model_name,
-        (select t.id from things t where t.account_id = g.account_id and t.manufacturer = ${device.manufacturer}
-           and t.model = coalesce(m.vid || ':' || m.pid, ${ref.name}) and t.serial = ${device.serial}) as existing
-      from (select 1) one
-        left join claim_groups g on g.secret_hash = ${hash}
-        left join lateral (select id, account_id, provisioning_method, vid, pid from models where ${modelMatch} limit 1) m on true`;
-    return row;
+  async claimContexts(db: Db, items: { hash: Buffer; ref: { vid?: string; pid?: string; id?: string; name: string }; device: { manufacturer: string; serial: string } }[]): Promise<ClaimContextRow[]> {
+    const branches = items.map(({ hash, ref, device }, n) => {
+      const modelMatch = ref.vid && ref.pid ? db`vid = ${ref.vid} and pid = ${ref.pid}` : ref.id ? db`id = ${ref.id}` : db`false`;
+      return db`(
+        select ${n}::int as n, g.id, g.account_id, g.secret_hash, g.state,
+          m.id as model_id, m.account_id as model_account_id, m.provisioning_method as model_method,
+          coalesce(m.vid || ':' || m.pid, ${ref.name}::text) as model_name,
+          (select t.id from things t where t.account_id = g.account_id and t.manufacturer = ${device.manufacturer}::text
+             and t.model = coalesce(m.vid || ':' || m.pid, ${ref.name}::text) and t.serial = ${device.serial}::text) as existing
+        from (select 1) one
+          left join claim_groups g on g.secret_hash = ${hash}
+          left join lateral (select id, account_id, provisioning_method, vid, pid from models where ${modelMatch} limit 1) m on true)`;
+    });
+    const union = branches.reduce((all, branch) => db`${all} union all ${branch}`);
+    const rows = await db<(ClaimContextRow & { n: number })[]>`${union} order by n`;
+    return rows.map(({ n: _n, ...row }) => row);
   },
   async insertClaimGroup(db: Db, g: { id: string; accountId: string; secretHash: Buffer }): Promise<void> {
     await db`insert into claim_groups (id, account_id, secret_hash) values (${g.id}, ${g.accountId}, ${g.secretHash})`;

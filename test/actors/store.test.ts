@@ -5,6 +5,7 @@ import { Cluster, DomainBus } from '../../src/actors/cluster.js';
 import { ActorStore, type ActorKind, type StoredEvent } from '../../src/actors/store.js';
 import { DomainError } from '../../src/lib/errors.js';
 import { factoryRegistrationKind } from '../../src/registry/kinds.js';
+import { claimGroupKind } from '../../src/trust/kinds.js';
 import { createLogger } from '../../src/log.js';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 
@@ -141,6 +142,33 @@ describe('actor store', () => {
     // a kind without a projection has no row to be born with
     await expect(nodeA.store.run((uow) => uow.createWithRows(claimGroup, [{ id: a, input: { id: a, accountId: a, name: 'x', maxDevices: 1, ttlDays: 1, createdAt: now() }, row: {} }])))
       .rejects.toMatchObject({ kind: 'internal' });
+  });
+
+  it('sends to several actors at once: each machine decides, the accepted ones are written together (snapshot, projection, events)', async () => {
+    const accountId = crypto.randomUUID();
+    await db.sql`insert into accounts (id, name) values (${accountId}, 'many')`;
+    const ids = [crypto.randomUUID(), crypto.randomUUID(), crypto.randomUUID()].sort();
+    await nodeA.store.run(async (uow) => {
+      for (const [i, id] of ids.entries()) {
+        await db.sql`insert into claim_groups (id, account_id, secret_hash) values (${id}, ${accountId}, ${crypto.randomBytes(32)})`;
+        // the last one has no room: its machine refuses CLAIM_MANY
+        await uow.create(claimGroupKind, id, { id, accountId, name: `g${i}`, maxDevices: i === 2 ? 0 : 2, ttlDays: 1, createdAt: now() });
+      }
+    });
+    const thingIds = [crypto.randomUUID(), crypto.randomUUID(), crypto.randomUUID()];
+    const results = await nodeA.store.run(async (uow) => {
+      const loaded = await uow.loadMany(claimGroupKind, [...ids, crypto.randomUUID()]);
+      expect([...loaded.keys()]).toEqual(ids);
+      const { decisions, written } = uow.trySendMany(claimGroupKind, ids.map((id) => ({ id, event: { type: 'CLAIM_MANY' as const, at: now(), thingIds }, loaded: loaded.get(id)! })));
+      expect(decisions.map((d) => d.refused ? 'refused' : d.emitted.map((e) => e.type))).toEqual([['claimGroup.claimedMany', 'claimGroup.capped'], ['claimGroup.claimedMany', 'claimGroup.capped'], 'refused']);
+      return written;
+    });
+    expect(results.map((r) => ('refused' in r ? r.state : [r.state, r.version, r.events.length]))).toEqual([['capped', 2, 2], ['capped', 2, 2], 'capped']);
+    const rows = await db.sql`select id, state, consumed from claim_groups where id in ${db.sql(ids)} order by id`;
+    expect(rows).toEqual([{ id: ids[0], state: 'capped', consumed: 2 }, { id: ids[1], state: 'capped', consumed: 2 }, { id: ids[2], state: 'capped', consumed: 0 }]);
+    expect((await nodeA.store.get(claimGroupKind, ids[1]))?.snapshot.context.consumed).toBe(2);
+    const [{ n }] = await db.sql<{ n: number }[]>`select count(*)::int as n from domain_events where actor_id in ${db.sql(ids)} and type = 'claimGroup.claimedMany'`;
+    expect(n).toBe(2);
   });
 
   it('deletes an actor (its events stay); false when there is none', async () => {

@@ -185,12 +185,13 @@ function openFilesLimit(): number {
  * each client process connecting to one (a client resumes at the process that gave it its ticket),
  * all of them pushed the CRLs (HAPROXY_RUNTIME_API lists their admin sockets).
  */
-function haproxyProcesses(sessions: number): { count: number; maxconn: number } {
-  // room for the warm-up's closing connections and the health checks
-  const needed = sessions + 1000;
-  const perProcess = Math.floor((openFilesLimit() - 200) / 2);
-  const count = Math.ceil(needed / perProcess);
-  return { count, maxconn: Math.ceil(needed / count) };
+function haproxyProcesses(sessions: number, workers: number): { count: number; maxconn: number } {
+  const maxconn = Math.floor((openFilesLimit() - 200) / 2);
+  const perWorker = Math.ceil(sessions / workers);
+  // client process i connects to HAProxy process i % count; room for closing connections and the health checks
+  let count = 1;
+  while (count < workers && Math.ceil(workers / count) * perWorker + 500 > maxconn) count += 1;
+  return { count, maxconn };
 }
 
 const HAPROXY_BIN = ['/usr/sbin/haproxy', '/usr/local/sbin/haproxy'].find((f) => fs.existsSync(f));
@@ -243,7 +244,7 @@ async function main(): Promise<void> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-conn-'));
   // a gateway process and Mosquitto hold every session in one process (Node and Mosquitto raise their soft limit to the hard one)
   if (n + 300 > openFilesLimit()) throw new Error(`${n} sessions need more open files per process than the hard limit ${openFilesLimit()} (ulimit -Hn)`);
-  const lb = haproxyProcesses(n);
+  const lb = haproxyProcesses(n, workersN);
   const loadBefore = os.loadavg()[0];
   console.log(`bench:connections  ${n} mTLS MQTT 5 sessions, ${workersN} client processes, ${os.cpus().length} CPUs, node ${process.version}`);
   const gateway = await startGatewayProcess(dir);

@@ -44,8 +44,10 @@ export interface BrokerHooks {
    * Durable acknowledgements (IngestBuffer.whenStored): `done(true)` once what the device sent up
    * to now is stored, `done(false)` when some of it was given up. With it, a QoS 1 PUBACK (QoS 2
    * PUBREC) is written only after that: a message a device got one for survives a kill -9.
+   * `topic`: the publish's, when it is known to the caller (a topic whose messages store nothing
+   * waits only behind the device's earlier messages).
    */
-  whenStored?(client: Client, done: (stored: boolean) => void): void;
+  whenStored?(client: Client, done: (stored: boolean) => void, topic?: string): void;
   /** the number of the batch `whenStored` waits on (IngestBuffer.batch) */
   storeBatch?(): number;
 }
@@ -296,7 +298,7 @@ export class Broker {
             // closed at once (not in order: no PUBACK of a later message may follow)
             client.conn.destroy(new Error('message not stored'));
             cb(new Error('message not stored'));
-          });
+          }, packet.topic);
         }
         cb(null);
       },
@@ -305,7 +307,7 @@ export class Broker {
       published: (packet, client, done) => {
         const whenStored = options.hooks?.whenStored;
         if (!client || packet.qos !== 2 || !whenStored) return done();
-        whenStored(client, (stored) => done(stored ? undefined : new Error('message not stored')));
+        whenStored(client, (stored) => done(stored ? undefined : new Error('message not stored')), packet.topic);
       },
       authorizeSubscribe: (client, sub, cb) => {
         if (!topicAllowed(client.id, sub.topic)) return cb(null, null);

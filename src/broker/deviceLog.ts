@@ -1,7 +1,6 @@
-import type { AedesPublishPacket, Client } from 'aedes';
+import type { AedesPublishPacket } from 'aedes';
 import type { Sql } from '../db/client.js';
 import type { Logger } from '../log.js';
-import type { Broker } from './broker.js';
 import { parseDeviceTopic } from './topics.js';
 
 /** The device topics kept in the log (migration 1960): twin reports and command replies. */
@@ -42,39 +41,41 @@ const PRINTABLE = /^[\x20-\x7e]{1,200}$/;
  * node holding the device's connection, one device's replies one after another (their order).
  */
 export class DeviceMessageLog {
-  private readonly offs: (() => void)[] = [];
   /** replies being written, chained per device so that they commit in the order it sent them */
-  private readonly writes = new Map<string, Promise<void>>();
+  private readonly writes = new Map<string, Promise<boolean>>();
 
   constructor(private readonly sql: Sql, private readonly log: Logger) {}
 
-  /** Attaches to the running broker: the replies of this node's devices (each node its own, once). */
-  start(broker: Broker): void {
-    const onPublish = (packet: AedesPublishPacket, client: Client | null) => {
-      if (!client) return;
-      const topic = parseDeviceTopic(packet.topic);
-      // the payload was checked as JSON before the broker took it (service.ts, checkPayload)
-      if (topic?.kind === 'commandResponse' && topic.thingId === client.id) this.recordReply(client.id, packet);
-    };
-    broker.aedes.on('publish', onPublish);
-    this.offs.push(() => void broker.aedes.off('publish', onPublish));
-  }
-
-  /** Detaches and waits for the replies taken so far to be written (before the database closes). */
+  /** Waits for the replies taken so far to be written (before the database closes). */
   async stop(): Promise<void> {
-    for (const off of this.offs.splice(0)) off();
     await Promise.all([...this.writes.values()]);
   }
 
-  private recordReply(thingId: string, packet: AedesPublishPacket): void {
+  /**
+   * The write of the device's replies taken so far (true: stored), or undefined when none is under
+   * way: what its QoS 1 PUBACK waits for (service.ts `whenStored`).
+   */
+  written(thingId: string): Promise<boolean> | undefined {
+    return this.writes.get(thingId);
+  }
+
+  /**
+   * A command reply a device on this node published (its payload checked as JSON before the broker
+   * took it, service.ts): logged under its account, after the device's earlier replies. Called
+   * before its PUBACK, which waits for `written`.
+   */
+  recordReply(thingId: string, packet: Pick<AedesPublishPacket, 'payload'> & { properties?: unknown }): void {
     const payload = Buffer.from(packet.payload as Buffer).toString('utf8');
     const data = (packet as { properties?: { correlationData?: Buffer | Uint8Array } }).properties?.correlationData;
     const text = data ? Buffer.from(data).toString('latin1') : undefined;
     const correlation = text !== undefined && PRINTABLE.test(text) ? text : null;
-    const previous = this.writes.get(thingId) ?? Promise.resolve();
+    const previous = this.writes.get(thingId) ?? Promise.resolve(true);
     const next = previous
       .then(() => this.insertReply(thingId, payload, correlation))
-      .then(() => undefined, (err) => this.log.error({ err, thingId }, 'command reply not logged'));
+      .then(() => true, (err) => {
+        this.log.error({ err, thingId }, 'command reply not logged');
+        return false;
+      });
     this.writes.set(thingId, next);
     void next.then(() => {
       if (this.writes.get(thingId) === next) this.writes.delete(thingId);

@@ -100,13 +100,13 @@ export const brokerDomain = defineDomain({
     const historyRepo = new TelemetryHistoryRepo(gw.sql);
     const history = new TelemetryHistory(historyRepo, gw.config.TELEMETRY_RETENTION_DAYS, gw.log.child({ component: 'telemetry-history' }));
     const ingest = new IngestBuffer(repo, gw.log.child({ component: 'ingest' }), gw.config.TELEMETRY_HISTORY ? historyRepo : undefined, gw.config.TELEMETRY_BATCH_BYTES);
-    const devices = new ConnectedDeviceService(gw, repo, ingest, brokerHost, thingDirectory);
+    const deviceLog = new DeviceMessageLog(gw.sql, gw.log.child({ component: 'device-log' }));
+    const devices = new ConnectedDeviceService(gw, repo, ingest, brokerHost, thingDirectory, deviceLog);
     const offline = new OfflineCommands(gw, brokerHost);
     const streamsCut = new Counter({ name: 'device_streams_cut_total', help: 'Connectivity and telemetry streams dropped because their unsent backlog passed 1 MiB', labelNames: ['stream'], registers: [gw.metrics] });
     const connectivity = new ConnectivityHub(gw.bus, gw.config.SSE_HEARTBEAT_SECONDS * 1000, () => streamsCut.inc({ stream: 'connectivity' }));
     const channel = new DeviceChannel(brokerHost, gw.log.child({ component: 'device-messaging' }));
     const renewal = new MqttRenewal(gw, certificateRenewal);
-    const deviceLog = new DeviceMessageLog(gw.sql, gw.log.child({ component: 'device-log' }));
     gw.jobs.define(DEVICE_LOG_JOB, async () => void (await deviceLog.prune(gw.config.TELEMETRY_RETENTION_DAYS)), { schedule: '17 * * * *', retryLimit: 1 });
     gw.jobs.define(EXPIRE_COMMANDS_JOB, async () => void (await offline.expireDue()), { schedule: '* * * * *', retryLimit: 1 });
     // hourly: partitions stay DAYS_AHEAD days ahead and retention is applied (also run at start)
@@ -152,7 +152,6 @@ export const brokerDomain = defineDomain({
     await offline.start(broker);
     renewal.start(broker);
     await channel.start(broker);
-    deviceLog.start(broker);
     ingestBuffer.start();
     connectivity.start();
   },

@@ -157,6 +157,16 @@ export class IngestBuffer {
     this.commitSoon();
   }
 
+  /**
+   * For a message that stores nothing (a heartbeat, an OTA status): `done(true)` at once, unless
+   * earlier messages of the thing still wait to be stored; then after them (PUBACKs go in order).
+   */
+  afterEarlier(thingId: string, done: (stored: boolean) => void): void {
+    const entry = this.pending.get(thingId)?.waiters ? this.pending.get(thingId) : this.writing?.get(thingId);
+    if (entry?.waiters) entry.waiters.push(done);
+    else done(true);
+  }
+
   private commitSoon(): void {
     if (this.commitQueued) return;
     this.commitQueued = true;

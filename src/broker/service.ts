@@ -6,6 +6,7 @@ import { conflict, notFound, unavailable } from '../lib/errors.js';
 import type { Principal } from '../http/auth/principal.js';
 import type { Broker, BrokerHooks } from './broker.js';
 import { ConnectivityLog, type ConnectivityChange } from './connectivityLog.js';
+import type { DeviceMessageLog } from './deviceLog.js';
 import type { IngestBuffer } from './ingest.js';
 import { scanProblem, scanTelemetry } from './jsonScan.js';
 import { MAX_JSON_BYTES, parseJsonPayload, type PayloadProblem } from './payload.js';
@@ -62,6 +63,7 @@ export class ConnectedDeviceService {
     private readonly ingest: IngestBuffer,
     private readonly host: BrokerHost,
     private readonly things: ThingDirectory,
+    private readonly replies: DeviceMessageLog,
   ) {
     this.jsonTopics = gw.config.TELEMETRY_INGEST ? JSON_TOPICS : { ...JSON_TOPICS, telemetry: undefined };
     this.telemetryIngest = gw.config.TELEMETRY_INGEST;
@@ -89,7 +91,7 @@ export class ConnectedDeviceService {
         if (checked.parsed) this.parsed.set(checked.payload, checked.parsed);
         return undefined;
       },
-      published: (packet, client) => this.take(client, ownTopicKind(client.id, packet.topic), this.parsed.get(packet.payload as object)),
+      published: (packet, client) => this.take(client, ownTopicKind(client.id, packet.topic), this.parsed.get(packet.payload as object), packet),
       // the fast lane: checked and taken in one call, the parsed value passed on directly
       ingest: (packet, client, kind) => {
         // telemetry, most of the traffic: checked and batched without an object per message
@@ -101,15 +103,21 @@ export class ConnectedDeviceService {
         }
         const checked = this.checkPayload(packet, client, kind);
         if (checked.problem) return checked.problem;
-        this.take(client, checked.kind, checked.parsed);
+        this.take(client, checked.kind, checked.parsed, packet);
         return undefined;
       },
       hold: (resume) => this.ingest.hold(resume),
-      // a PUBACK waits for the device's messages to be stored: its telemetry batch and its reported-state write
-      whenStored: (client, done) => {
+      // a PUBACK waits for the device's messages to be stored: its telemetry batch, its reported-state and reply writes
+      whenStored: (client, done, topic) => {
+        const kind = topic === undefined ? undefined : ownTopicKind(client.id, topic);
+        // (the fast lane's publishes are all stored ones; another topic waits only behind earlier messages)
+        const stores = kind === undefined || kind === 'telemetry' || kind === 'twinReported' || kind === 'commandResponse';
+        const wait = stores ? this.ingest.whenStored.bind(this.ingest) : this.ingest.afterEarlier.bind(this.ingest);
         const reported = this.reportedWrites.get(client.id);
-        if (!reported) return this.ingest.whenStored(client.id, done);
-        this.ingest.whenStored(client.id, (stored) => void reported.then((ok) => done(stored && ok)));
+        const replied = this.replies.written(client.id);
+        if (!reported && !replied) return wait(client.id, done);
+        const writes = Promise.all([reported ?? true, replied ?? true]);
+        wait(client.id, (stored) => void writes.then(([r, c]) => done(stored && r && c)));
       },
       storeBatch: () => this.ingest.batch,
       subscribed: (topics, client) => {
@@ -186,8 +194,12 @@ export class ConnectedDeviceService {
   }
 
   /** A device publish the broker took; `parsed` is its checked payload on the JSON topics (a payload that failed never gets here). */
-  private take(client: Client, kind: TopicKind | 'other' | undefined, parsed: Parsed | undefined): void {
+  private take(client: Client, kind: TopicKind | 'other' | undefined, parsed: Parsed | undefined, packet: Pick<PublishPacket, 'payload' | 'properties'>): void {
     switch (kind) {
+      case 'commandResponse':
+        this.ingest.seenNow(client.id);
+        this.replies.recordReply(client.id, packet);
+        return;
       case 'telemetry':
         if (parsed?.telemetry) this.ingest.addTelemetry(client.id, parsed.bytes, parsed.keys);
         else this.ingest.seenNow(client.id);

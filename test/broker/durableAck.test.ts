@@ -71,6 +71,34 @@ describe('durable acknowledgements', () => {
     await client.endAsync();
   });
 
+  it('answers a QoS 1 command reply and reported state only after their log and twin writes are committed', async () => {
+    const client = await connectDevice(gw.mqttPort!, b);
+    const acks = acksOf(client);
+    const lock = await gw.db.sql.reserve();
+    try {
+      await lock`begin`;
+      await lock`lock table device_message_log in access exclusive mode`;
+      const sent = [
+        client.publishAsync(`devices/${b.thingId}/commands/response`, '{"ok":true}', { qos: 1 }),
+        client.publishAsync(`devices/${b.thingId}/twin/reported`, '{"fw":"1.2"}', { qos: 1 }),
+      ];
+      await waitFor(async () => {
+        const [{ waiting }] = await gw.db.sql<{ waiting: number }[]>`
+          select count(*)::int as waiting from pg_locks where relation = 'device_message_log'::regclass and not granted`;
+        return waiting > 0;
+      }, 10_000, 'the reply write waiting for the lock');
+      expect(acks).toEqual([]);
+      await lock`commit`;
+      await Promise.all(sent);
+    } finally {
+      lock.release();
+    }
+    expect(acks).toHaveLength(2);
+    const [twin] = await gw.db.sql<{ reported: unknown }[]>`select reported from device_twins where thing_id = ${b.thingId}`;
+    expect(twin.reported).toEqual({ fw: '1.2' });
+    await client.endAsync();
+  });
+
   it('closes the connection of a device whose message the database refuses, without its PUBACK; another device in the same batch gets its own', async () => {
     await gw.db.sql`alter table telemetry_history add constraint no_poison check (points::text not like '%poison%')`;
     try {

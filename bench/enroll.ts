@@ -7,11 +7,17 @@
  * and at least 0.25 of healthz).
  *
  *   npm run bench:enroll [-- --duration 5 --rounds 3 --connections 32 --groups 8 --no-write]
+ *   npm run bench:enroll -- --baseline /path/to/checkout --rounds 6   (A/B in one run)
  *
  * The gateway runs in a child process (`tsx src/main.ts`, embedded PostgreSQL in a temporary
  * folder, fsync on) so the load generator does not share its event loop. Every request claims a
  * new serial; claims are spread over `--groups` claim groups of one account (claims of one group
  * serialise on its row lock; `--groups 1` measures that case). Rewrites its docs/benchmarks.md section.
+ *
+ * `--baseline DIR`: a second gateway from another checkout (a worktree of an earlier commit, with
+ * its node_modules) runs beside this one; the rounds alternate between the two (ABBA order), each
+ * round healthz then enrollments on one gateway, so both see the same machine: on a shared machine
+ * whose load moves by the minute, only ratios measured this way compare. Writes nothing.
  */
 import { spawn } from 'node:child_process';
 import crypto from 'node:crypto';
@@ -41,6 +47,7 @@ const { values: args } = parseArgs({
     groups: { type: 'string', default: '8' },
     'forge-samples': { type: 'string', default: '40' },
     'no-write': { type: 'boolean', default: false },
+    baseline: { type: 'string' },
   },
 });
 const duration = Number(args.duration);
@@ -53,7 +60,7 @@ const median = (xs: number[]) => {
   return s.length % 2 ? s[mid] : (s[mid - 1] + s[mid]) / 2;
 };
 
-async function startGatewayProcess() {
+async function startGatewayProcess(cwd = process.cwd()) {
   const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-enroll-'));
   fs.chmodSync(tmp, 0o755); // as root, embedded PostgreSQL runs as its own user and must reach DATA_DIR
   const httpPort = await freePort();
@@ -64,7 +71,8 @@ async function startGatewayProcess() {
       EMBEDDED_PG_PORT: String(await freePort()), DATA_DIR: path.join(tmp, 'data'), CERTS_DIR: path.join(tmp, 'certs'),
       LOG_LEVEL: 'warn', DATABASE_URL: '', PUBLIC_BASE_URL: `http://127.0.0.1:${httpPort}`, DATABASE_POOL_SIZE: '20',
     },
-    stdio: ['ignore', 'inherit', 'inherit'],
+    stdio: ['ignore', 'ignore', 'inherit'],
+    cwd,
   });
   const base = `http://127.0.0.1:${httpPort}`;
   for (let i = 0; ; i++) {
@@ -112,33 +120,83 @@ function forgeBaseline(samples: number, crlUrl: string): number {
   return samples / ((performance.now() - started) / 1000);
 }
 
+/** An account with `groups` claim groups on the gateway; their shared secrets. */
+async function claimGroups(base: string): Promise<string[]> {
+  const anon = gatewayClient(base);
+  const platform = gatewayClient(base, { bearer: (await must(anon.POST('/dev/token', { body: { realm: 'platform', sub: 'bench', roles: ['platform-admin'] } }))).access_token });
+  const accountId = crypto.randomUUID();
+  await must(platform.POST('/platform/v1/accounts', { body: { id: accountId, name: 'bench' } }));
+  const operator = gatewayClient(base, { bearer: (await must(anon.POST('/dev/token', { body: { realm: `acc-${accountId}`, sub: 'op', roles: ['operator'] } }))).access_token });
+  const secrets: string[] = [];
+  for (let i = 0; i < groups; i++) {
+    secrets.push((await must(operator.POST('/api/v1/things/claim-groups', { body: { name: `line ${i}`, maxDevices: 1_000_000, ttlDays: 1 } }))).sharedSecret);
+  }
+  return secrets;
+}
+
+let serials = 0;
+function enrollments(base: string, secrets: string[], seconds: number) {
+  return autocannon({
+    url: `${base}/ddi/v1/enroll`, connections, duration: seconds,
+    requests: [{
+      method: 'POST', headers: { 'content-type': 'application/json' },
+      setupRequest: (req) => {
+        serials += 1;
+        const enrollment: Schemas['DeviceEnrollment'] = { provisioningMethod: 'claim_token', claimSecret: secrets[serials % secrets.length], manufacturer: 'Acme', model: 'FFF1:8001', serial: `B-${serials}` };
+        return { ...req, body: JSON.stringify(enrollment) };
+      },
+    }],
+  });
+}
+
+/** `--baseline`: this checkout's gateway and the baseline's, rounds alternating ABBA. */
+async function compare(baselineDir: string) {
+  const sides = [
+    { name: 'this checkout', gw: await startGatewayProcess() },
+    { name: `baseline (${baselineDir})`, gw: await startGatewayProcess(baselineDir) },
+  ].map((s) => ({ ...s, secrets: [] as string[], rates: [] as number[], health: [] as number[], cpu: { gateway: 0, postgres: 0 }, total: 0, non2xx: 0 }));
+  try {
+    for (const side of sides) {
+      side.secrets = await claimGroups(side.gw.base);
+      await enrollments(side.gw.base, side.secrets, 3); // warm-up
+      await autocannon({ url: `${side.gw.base}/healthz`, connections, duration: 2 });
+    }
+    for (let r = 1; r <= rounds; r++) {
+      const order = r % 4 === 1 || r % 4 === 0 ? sides : [...sides].reverse();
+      for (const side of order) {
+        const h = await autocannon({ url: `${side.gw.base}/healthz`, connections, duration });
+        const c0 = cpuOf(side.gw.pid);
+        const e = await enrollments(side.gw.base, side.secrets, duration);
+        const c1 = cpuOf(side.gw.pid);
+        side.cpu.gateway += (c1.gateway - c0.gateway) * 1000;
+        side.cpu.postgres += (c1.postgres - c0.postgres) * 1000;
+        side.total += e.requests.total;
+        side.non2xx += e.non2xx + e.errors + h.non2xx + h.errors;
+        side.rates.push(e.requests.average);
+        side.health.push(h.requests.average);
+        console.log(`round ${r} ${side.name}: healthz ${h.requests.average.toFixed(0)}/s, enroll ${e.requests.average.toFixed(0)}/s (p50 ${e.latency.p50} ms, p99 ${e.latency.p99} ms), CPU per enrollment gateway ${((c1.gateway - c0.gateway) * 1000 / e.requests.total).toFixed(2)} ms, PostgreSQL ${((c1.postgres - c0.postgres) * 1000 / e.requests.total).toFixed(2)} ms  load ${os.loadavg()[0].toFixed(1)}`);
+      }
+    }
+    const [now, before] = sides;
+    for (const side of sides) {
+      console.log(`${side.name}: enroll median ${median(side.rates).toFixed(0)}/s (rounds ${side.rates.map((x) => x.toFixed(0)).join(', ')}), healthz median ${median(side.health).toFixed(0)}/s, ratio to healthz ${median(side.rates.map((x, i) => x / side.health[i])).toFixed(3)}; CPU per enrollment gateway ${(side.cpu.gateway / side.total).toFixed(2)} ms, PostgreSQL ${(side.cpu.postgres / side.total).toFixed(2)} ms; ${side.non2xx} non-2xx/errors`);
+    }
+    const perRound = now.rates.map((x, i) => x / before.rates[i]);
+    console.log(`this checkout / baseline, enrollments per second: median of rounds ${median(perRound).toFixed(2)} (rounds ${perRound.map((x) => x.toFixed(2)).join(', ')}); CPU per enrollment gateway ${((now.cpu.gateway / now.total) / (before.cpu.gateway / before.total)).toFixed(2)}, PostgreSQL ${((now.cpu.postgres / now.total) / (before.cpu.postgres / before.total)).toFixed(2)}`);
+  } finally {
+    for (const side of sides) await side.gw.stop();
+  }
+}
+
 async function main() {
+  if (args.baseline) return compare(path.resolve(args.baseline));
   const loadBefore = os.loadavg()[0];
   const gw = await startGatewayProcess();
   try {
     // setup through the typed client generated from the gateway's document (src/clients/api.ts); the
     // measured enrollments stay on autocannon (raw HTTP on purpose), their body typed by the document
-    const anon = gatewayClient(gw.base);
-    const platform = gatewayClient(gw.base, { bearer: (await must(anon.POST('/dev/token', { body: { realm: 'platform', sub: 'bench', roles: ['platform-admin'] } }))).access_token });
-    const accountId = crypto.randomUUID();
-    await must(platform.POST('/platform/v1/accounts', { body: { id: accountId, name: 'bench' } }));
-    const operator = gatewayClient(gw.base, { bearer: (await must(anon.POST('/dev/token', { body: { realm: `acc-${accountId}`, sub: 'op', roles: ['operator'] } }))).access_token });
-    const secrets: string[] = [];
-    for (let i = 0; i < groups; i++) {
-      secrets.push((await must(operator.POST('/api/v1/things/claim-groups', { body: { name: `line ${i}`, maxDevices: 1_000_000, ttlDays: 1 } }))).sharedSecret);
-    }
-    let n = 0;
-    const run = (seconds: number) => autocannon({
-      url: `${gw.base}/ddi/v1/enroll`, connections, duration: seconds,
-      requests: [{
-        method: 'POST', headers: { 'content-type': 'application/json' },
-        setupRequest: (req) => {
-          n += 1;
-          const enrollment: Schemas['DeviceEnrollment'] = { provisioningMethod: 'claim_token', claimSecret: secrets[n % secrets.length], manufacturer: 'Acme', model: 'FFF1:8001', serial: `B-${n}` };
-          return { ...req, body: JSON.stringify(enrollment) };
-        },
-      }],
-    });
+    const secrets = await claimGroups(gw.base);
+    const run = (seconds: number) => enrollments(gw.base, secrets, seconds);
     const healthz = (seconds: number) => autocannon({ url: `${gw.base}/healthz`, connections, duration: seconds });
     await run(3); // warm-up
     await healthz(2);

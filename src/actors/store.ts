@@ -132,26 +132,53 @@ export class UnitOfWork {
     const started = births.map((b) => ({ id: b.id, row: b.row, ...start(kind, b.id, b.input) }));
     const rows = started.map((s) => ({ ...s.row, [key]: s.id, ...pick(p.project(s.snapshot as SnapshotFrom<M>, s.state), p.columns) }));
     const columns = Object.keys(rows[0]);
-    const inserted = await this.sql<{ id: string }[]>`
-      insert into ${this.sql(p.table)} ${this.sql(rows as Record<string, never>[], columns)}
-      ${onConflict ? this.sql`on conflict (${this.sql(onConflict as string[])}) do nothing` : this.sql``}
-      returning ${this.sql(key)}::text as id`;
-    const ids = new Set(inserted.map((r) => r.id.toLowerCase()));
-    const kept = started.filter((s) => ids.has(s.id.toLowerCase()));
-    if (kept.length === 0) return new Map();
-    // the actors in one statement, their entry events in one more (and one NOTIFY statement):
-    // three statements for a batch of births instead of three per actor (issue 36 item 2)
-    const actorRows = kept.map((s) => ({ type: kind.type, id: s.id, state: s.state, snapshot: s.persisted }));
-    const actorsIn = await this.sql`
-      insert into actors (type, id, state, snapshot, version)
-      select x.type, x.id, x.state, x.snapshot, 1 from jsonb_to_recordset(${this.sql.json(actorRows as never)}) as x(type text, id text, state text, snapshot jsonb)
-      on conflict do nothing`;
-    if (actorsIn.count !== kept.length) throw conflict(`${kind.type}: ${kept.length - actorsIn.count} of ${kept.length} actors already exist`);
-    const items = kept.flatMap((s) => {
+    // rows, actors and entry events in one statement (data-modifying CTEs: the actors and events
+    // of the rows `on conflict` skipped are left out by joining on what the row insert returned),
+    // and one NOTIFY statement: two round trips for a batch of births (issue 36 item 2)
+    const actorRows = started.map((s) => ({ type: kind.type, id: s.id, state: s.state, snapshot: s.persisted }));
+    const items = started.flatMap((s) => {
       const accountId = kind.accountOf?.((s.snapshot as AnyMachineSnapshot).context) ?? null;
       return s.emitted.map((event) => ({ actorType: kind.type, actorId: s.id, accountId, event }));
     });
-    const stored = await this.emitMany(items);
+    const eventRows = items.map(({ actorType, actorId, accountId, event: { type, ...payload } }, n) => ({ n, actor_type: actorType, actor_id: actorId, type, account_id: accountId, payload }));
+    const out = await this.sql<{ what: 'row' | 'actor' | 'event'; id: string; seq: number | null; event_id: string | null; created_at: Date | null }[]>`
+      with born as (
+        insert into ${this.sql(p.table)} ${this.sql(rows as Record<string, never>[], columns)}
+        ${onConflict ? this.sql`on conflict (${this.sql(onConflict as string[])}) do nothing` : this.sql``}
+        returning lower(${this.sql(key)}::text) as id
+      ), actors_in as (
+        insert into actors (type, id, state, snapshot, version)
+        select x.type, x.id, x.state, x.snapshot, 1 from jsonb_to_recordset(${this.sql.json(actorRows as never)}) as x(type text, id text, state text, snapshot jsonb)
+        where lower(x.id) in (select id from born)
+        on conflict do nothing
+        returning id
+      ), events_in as (
+        insert into domain_events (actor_type, actor_id, type, account_id, payload)
+        select x.actor_type, x.actor_id, x.type, x.account_id, x.payload
+        from jsonb_to_recordset(${this.sql.json(eventRows as never)}) as x(n int, actor_type text, actor_id text, type text, account_id uuid, payload jsonb)
+        where lower(x.actor_id) in (select id from born)
+        order by x.n
+        returning seq, id, created_at, actor_id
+      )
+      select 'row' as what, id, null::bigint as seq, null::uuid as event_id, null::timestamptz as created_at from born
+      union all select 'actor', id, null, null, null from actors_in
+      union all select 'event', actor_id, seq, id, created_at from events_in`;
+    const ids = new Set(out.filter((r) => r.what === 'row').map((r) => r.id));
+    const kept = started.filter((s) => ids.has(s.id.toLowerCase()));
+    if (kept.length === 0) return new Map();
+    const actorsIn = out.filter((r) => r.what === 'actor').length;
+    if (actorsIn !== kept.length) throw conflict(`${kind.type}: ${kept.length - actorsIn} of ${kept.length} actors already exist`);
+    // seq is drawn in insertion order, which follows `order by x.n`: the kept items in their order
+    const inserted = out.filter((r) => r.what === 'event').sort((a, b) => Number(a.seq) - Number(b.seq));
+    const keptRows = eventRows.filter((r) => ids.has(r.actor_id.toLowerCase()));
+    const stored = inserted.map((row, i): StoredEvent => {
+      const r = keptRows[i];
+      if (row.id !== r.actor_id) throw internal('domain events were not inserted in the order given');
+      return { seq: row.seq!, id: row.event_id!, actorType: r.actor_type, actorId: r.actor_id, type: r.type, accountId: r.account_id, payload: r.payload, createdAt: row.created_at!.toISOString() };
+    });
+    if (stored.length !== keptRows.length) throw internal('domain events of the births are missing');
+    await this.cluster.notifyMany(DOMAIN_EVENT_TOPIC, stored, this.sql);
+    this.events.push(...stored);
     const byActor = new Map<string, StoredEvent[]>();
     for (const ev of stored) {
       let list = byActor.get(ev.actorId);

@@ -6,6 +6,8 @@ import { deviceIdentity, parseProxyHeader, ProxyHeaderError, type ProxiedIdentit
 /** how long a trusted proxy has to send the whole PROXY header after connecting */
 export const PROXY_HEADER_TIMEOUT_MS = 5_000;
 
+const ignoreError = () => {};
+
 /** Why connections on a PROXY listener were closed before CONNECT (what the listener counts). */
 export type ProxyRefusal = 'untrusted' | 'header' | 'identity' | 'timeout';
 
@@ -32,26 +34,39 @@ export function acceptProxied(socket: net.Socket, options: ProxyAcceptOptions, o
     options.log.debug({ peer: socket.remoteAddress, reason, detail }, 'mqtt proxy connection refused');
     socket.destroy();
   };
-  socket.on('error', () => {});
+  // a module-level no-op: a closure made here would keep this function's variables (the header bytes, the timer) for the connection's life
+  socket.on('error', ignoreError);
   if (!options.trusted(socket.remoteAddress)) return refuse('untrusted', `${socket.remoteAddress} is not in TRUSTED_PROXIES`);
   let received: Buffer = Buffer.alloc(0);
-  const timer = setTimeout(() => {
+  let decided = false;
+  // Timers run before the event loop reads its sockets: after the loop was blocked past the
+  // deadline (a busy node), a header that arrived meanwhile is still unread. So the refusal waits
+  // for this turn's reads (an immediate runs after them): in a reconnect storm of 10,000 sessions
+  // headers HAProxy had sent at once were refused as late.
+  const timer = setTimeout(() => setImmediate(() => {
+    if (decided) return;
+    decided = true;
     socket.off('data', onData);
     refuse('timeout', 'no complete PROXY header in time');
-  }, options.headerTimeoutMs ?? PROXY_HEADER_TIMEOUT_MS);
+  }), options.headerTimeoutMs ?? PROXY_HEADER_TIMEOUT_MS);
+  const clear = () => {
+    decided = true;
+    clearTimeout(timer);
+  };
   const onData = (chunk: Buffer) => {
     received = received.length === 0 ? chunk : Buffer.concat([received, chunk]);
     let header;
     try {
       header = parseProxyHeader(received);
     } catch (err) {
-      clearTimeout(timer);
+      clear();
       socket.off('data', onData);
       return refuse('header', err instanceof ProxyHeaderError ? err.message : String(err));
     }
     if (!header) return;
-    clearTimeout(timer);
+    clear();
     socket.off('data', onData);
+    socket.off('close', clear);
     socket.pause();
     const identity = deviceIdentity(header);
     if (typeof identity === 'string') return refuse('identity', identity);
@@ -59,7 +74,7 @@ export function acceptProxied(socket: net.Socket, options: ProxyAcceptOptions, o
     onAccepted(socket, identity);
   };
   socket.on('data', onData);
-  socket.once('close', () => clearTimeout(timer));
+  socket.once('close', clear);
 }
 
 export interface ProxyListenerOptions extends ProxyAcceptOptions {

@@ -13,6 +13,8 @@ import { buildProxyHeader, deviceIdentity, parseProxyHeader, PP2_CLIENT, ProxyHe
 import { metric, pubackCode, tlsOutcome, type TestDevice } from './fixtures.js';
 import { freePort } from '../../src/db/embedded.js';
 import { runtimeCommand } from '../../src/broker/haproxyRuntime.js';
+import { acceptProxied } from '../../src/broker/proxyListener.js';
+import { createLogger } from '../../src/log.js';
 import { waitFor } from '../helpers/wait.js';
 
 // MQTT_PROXY_PORT: plain TCP from a TLS terminator, the device's identity in a PROXY v2 header.
@@ -130,6 +132,34 @@ describe('PROXY v2 header parsing (strict, bounded)', () => {
     expect(identity({ ssl: { client: VERIFIED, verify: 0, cn: 'x' }, uniqueId: 'not hex' })).toMatch(/serial/);
     expect(identity({ uniqueId: 'AB' })).toMatch(/no SSL TLV/);
     expect(identity({ command: 'LOCAL' })).toMatch(/LOCAL/);
+  });
+
+  it('takes a header that arrived before its deadline while the event loop was blocked past it, and refuses a missing one after the deadline', async () => {
+    const server = net.createServer();
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const serverPort = (server.address() as net.AddressInfo).port;
+    const clients: net.Socket[] = [];
+    // each connection: the header written straight into the kernel (a synchronous write on the
+    // client's descriptor) right after the listener's timer started, then the loop blocked 150 ms
+    // against a 20 ms deadline, as a node busy with a reconnect storm
+    const outcome = (header: Buffer | undefined) => new Promise<string>((resolve) => {
+      const client = net.connect(serverPort, '127.0.0.1');
+      client.on('error', () => {});
+      clients.push(client);
+      server.once('connection', (socket) => {
+        acceptProxied(socket, { trusted: () => true, log: createLogger('silent', false), refused: (reason) => resolve(`refused: ${reason}`), headerTimeoutMs: 20 }, (_s, identity) => resolve(`accepted ${identity.cn}`));
+        if (header) fs.writeSync((client as unknown as { _handle: { fd: number } })._handle.fd, header);
+        const until = Date.now() + 150;
+        while (Date.now() < until) { /* blocked */ }
+      });
+    });
+    try {
+      expect(await outcome(buildProxyHeader({ ssl: { client: VERIFIED, verify: 0, cn: 'dev-1' }, uniqueId: 'AB' }))).toBe('accepted dev-1');
+      expect(await outcome(undefined)).toBe('refused: timeout');
+    } finally {
+      for (const c of clients) c.destroy();
+      await new Promise((resolve) => server.close(resolve));
+    }
   });
 });
 

@@ -178,8 +178,11 @@ export function connectDevice(port: number, c: Creds, ca: string, protocolVersio
   return new Promise((resolve, reject) => {
     // a failed client does not hold its socket (reconnectPeriod 0: it would not retry anyway)
     const failed = (err: Error) => { client.end(true); reject(err); };
-    client.once('connect', () => { client.off('error', failed); resolve(client); });
+    // closed by the broker before CONNACK (mqtt.js then reports no error: the connect would wait forever)
+    const closed = () => failed(new Error('closed before CONNACK'));
+    client.once('connect', () => { client.off('error', failed); client.off('close', closed); resolve(client); });
     client.once('error', failed);
+    client.once('close', closed);
   });
 }
 

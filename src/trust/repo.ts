@@ -256,25 +256,32 @@ export const repo = {
    * The claim query, for several claims in one statement (concurrent claims: src/trust/claimLookups.ts):
    * per claim, the group of its secret (if any) with its state (projection), the model the device
    * names (if registered) and an existing thing of the tuple in the group's account; in the order given.
-   * One branch per claim with its own parameters (UNION ALL), not a join over a recordset: the
-   * planner then sees each claim's values and takes the identity's index for the existing thing
-   * (with the values only known at run time, a table without statistics yet got an account-wide scan).
+   * One statement text whatever the number of claims (its plan is cached); each lookup is a
+   * lateral subquery with a limit, so it stays an index lookup per claim (never a join over a whole
+   * table), and the thing's is ordered by the identity's unique index, which the planner then takes
+   * even before the table has statistics.
    */
   async claimContexts(db: Db, items: { hash: Buffer; ref: { vid?: string; pid?: string; id?: string; name: string }; device: { manufacturer: string; serial: string } }[]): Promise<ClaimContextRow[]> {
-    const branches = items.map(({ hash, ref, device }, n) => {
-      const modelMatch = ref.vid && ref.pid ? db`vid = ${ref.vid} and pid = ${ref.pid}` : ref.id ? db`id = ${ref.id}` : db`false`;
-      return db`(
-        select ${n}::int as n, g.id, g.account_id, g.secret_hash, g.state,
-          m.id as model_id, m.account_id as model_account_id, m.provisioning_method as model_method,
-          coalesce(m.vid || ':' || m.pid, ${ref.name}::text) as model_name,
-          (select t.id from things t where t.account_id = g.account_id and t.manufacturer = ${device.manufacturer}::text
-             and t.model = coalesce(m.vid || ':' || m.pid, ${ref.name}::text) and t.serial = ${device.serial}::text) as existing
-        from (select 1) one
-          left join claim_groups g on g.secret_hash = ${hash}
-          left join lateral (select id, account_id, provisioning_method, vid, pid from models where ${modelMatch} limit 1) m on true)`;
-    });
-    const union = branches.reduce((all, branch) => db`${all} union all ${branch}`);
-    const rows = await db<(ClaimContextRow & { n: number })[]>`${union} order by n`;
+    const input = items.map(({ hash, ref, device }, n) => ({
+      n, hash: hash.toString('hex'), vid: ref.vid && ref.pid ? ref.vid : null, pid: ref.vid && ref.pid ? ref.pid : null,
+      model_id: ref.vid && ref.pid ? null : ref.id ?? null, name: ref.name, manufacturer: device.manufacturer, serial: device.serial,
+    }));
+    const rows = await db<(ClaimContextRow & { n: number })[]>`
+      select x.n, g.id, g.account_id, g.secret_hash, g.state,
+        m.id as model_id, m.account_id as model_account_id, m.provisioning_method as model_method,
+        coalesce(m.vid || ':' || m.pid, x.name) as model_name, t.id as existing
+      from jsonb_to_recordset(${db.json(input as never)}::jsonb) as x(n int, hash text, vid text, pid text, model_id uuid, name text, manufacturer text, serial text)
+        left join lateral (select id, account_id, secret_hash, state from claim_groups where secret_hash = decode(x.hash, 'hex') limit 1) g on true
+        left join lateral (
+          (select id, account_id, provisioning_method, vid, pid from models where vid = x.vid and pid = x.pid limit 1)
+          union all
+          (select id, account_id, provisioning_method, vid, pid from models where id = x.model_id limit 1)
+          limit 1) m on true
+        left join lateral (
+          select t.id from things t where t.account_id = g.account_id and t.manufacturer = x.manufacturer
+            and t.model = coalesce(m.vid || ':' || m.pid, x.name) and t.serial = x.serial
+          order by t.account_id, t.manufacturer, t.model, t.serial limit 1) t on true
+      order by x.n`;
     return rows.map(({ n: _n, ...row }) => row);
   },
   async insertClaimGroup(db: Db, g: { id: string; accountId: string; secretHash: Buffer }): Promise<void> {

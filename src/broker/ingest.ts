@@ -12,6 +12,9 @@ const BATCH_BYTES = 16 * 1024 * 1024;
 /** telemetry text per latest-values and history statement of a flush */
 const CHUNK_BYTES = 512 * 1024;
 
+/** history bytes of a batch up to which it is written by one insert rather than a COPY */
+const SMALL_BATCH_BYTES = 32 * 1024;
+
 /** the batched writes, the `table` label of `broker_ingest_rows_dropped_total` */
 export type IngestTable = 'telemetry' | 'last_seen' | 'history';
 
@@ -71,9 +74,16 @@ export class IngestBuffer {
 
   /**
    * `history`: where every message is also appended (telemetry_history); without it, latest values
-   * only. `batchBytes`: telemetry bytes that ask for a flush before the timer.
+   * only. `batchBytes`: telemetry bytes that ask for a flush before the timer. `smallBatchBytes`:
+   * history bytes up to which a batch goes by one insert instead of a COPY.
    */
-  constructor(private readonly repo: BrokerRepo, private readonly log: Logger, private readonly history?: TelemetryHistoryRepo, private readonly batchBytes = BATCH_BYTES) {
+  constructor(
+    private readonly repo: BrokerRepo,
+    private readonly log: Logger,
+    private readonly history?: TelemetryHistoryRepo,
+    private readonly batchBytes = BATCH_BYTES,
+    private readonly smallBatchBytes = SMALL_BATCH_BYTES,
+  ) {
     this.holdBytes = 2 * batchBytes;
   }
 
@@ -222,8 +232,10 @@ export class IngestBuffer {
   /**
    * Writes what is pending; batches never overlap (the next waits for the previous). The record
    * of a message (its history row; its latest values when there is no history) is written first
-   * and the batch's waiters are answered as soon as it is committed; last-seen and latest values
-   * follow (a read of them flushes first, so it waits for them).
+   * and the batch's waiters are answered as soon as it is committed. Last-seen and latest values
+   * follow on a chain of their own (in batch order), so the next batch's history does not wait for
+   * them: with devices waiting for their PUBACKs, a batch's round trip is its history's commit
+   * alone. The promise returned settles once both are written (a read of the latest values flushes first).
    */
   flush(): Promise<void> {
     this.flushing = this.flushing.then(async () => {
@@ -241,38 +253,56 @@ export class IngestBuffer {
       /** things whose record was not stored; undefined once the waiters are answered */
       let failed: Set<string> | undefined = new Set();
       try {
-        if (this.history) {
-          await this.writeHistory(this.history, batch, arena, failed);
-          this.answer(batch, failed);
-          failed = undefined;
-        }
+        // the latest values as text now (the arena is reused after this flush), written in statements of about CHUNK_BYTES
         const seen: SeenRow[] = [];
-        for (const [thing_id, entry] of batch) seen.push({ thing_id, at: entry.at });
-        await this.write('last_seen', seen, (rows) => this.repo.writeSeen(rows));
-        // the latest values in statements of about CHUNK_BYTES: their texts live for one round trip
+        const chunks: TelemetryRow[][] = [];
         let telemetry: TelemetryRow[] = [];
         let bytes = 0;
         for (const [thing_id, entry] of batch) {
+          seen.push({ thing_id, at: entry.at });
           const t = entry.telemetry;
           if (!t) continue;
           const values = t.mixedKeys ? mergedValues(arena, t) : arena.json(t.tail);
           telemetry.push({ thing_id, telemetry: values, at: entry.at });
           bytes += values.length;
           if (bytes >= CHUNK_BYTES) {
-            await this.write('telemetry', telemetry, (rows) => this.repo.writeTelemetry(rows), failed);
+            chunks.push(telemetry);
             [telemetry, bytes] = [[], 0];
           }
         }
-        await this.write('telemetry', telemetry, (rows) => this.repo.writeTelemetry(rows), failed);
-        if (failed) this.answer(batch, failed);
-        failed = undefined;
+        if (telemetry.length) chunks.push(telemetry);
+        if (this.history) {
+          await this.writeHistory(this.history, batch, arena, failed);
+          this.answer(batch, failed);
+          failed = undefined;
+          this.latest = this.latest.then(() => this.writeLatest(seen, chunks));
+        } else {
+          const latest = (this.latest = this.latest.then(() => this.writeLatest(seen, chunks, failed)));
+          await latest;
+          this.answer(batch, failed);
+          failed = undefined;
+        }
       } finally {
         arena.reset();
         // (an unexpected throw: nothing of the batch is known to be stored)
         if (failed) this.answer(batch, new Set(batch.keys()));
       }
     });
-    return this.flushing;
+    return this.flushing.then(() => this.latest);
+  }
+
+  /** last-seen and latest-values writes, one batch after another (see flush) */
+  private latest: Promise<void> = Promise.resolve();
+
+  /** Never rejects (the chain goes on): `write` drops and counts what the database refuses; anything else is logged and the batch counted as not stored. */
+  private async writeLatest(seen: SeenRow[], chunks: TelemetryRow[][], failed?: Set<string>): Promise<void> {
+    try {
+      await this.write('last_seen', seen, (rows) => this.repo.writeSeen(rows));
+      for (const rows of chunks) await this.write('telemetry', rows, (r) => this.repo.writeTelemetry(r), failed);
+    } catch (err) {
+      for (const row of seen) failed?.add(row.thing_id);
+      this.log.error({ err }, 'latest values of an ingest batch not written');
+    }
   }
 
   /** Answers the batch's waiters (in the order they came); from now on a waiter of its things waits for the next batch. */
@@ -299,7 +329,9 @@ export class IngestBuffer {
    * about CHUNK_BYTES through `write`, which isolates refused rows and counts what is dropped.
    */
   private async writeHistory(history: TelemetryHistoryRepo, batch: Map<string, Entry>, arena: PointArena, failed: Set<string>): Promise<void> {
-    const copied = await history.copy(async (rows) => {
+    // a small batch (devices waiting for their PUBACKs send one message each) in one statement:
+    // the COPY's transaction takes four round trips (reserve, begin, copy, commit) for what one insert does
+    const copied = arena.used > this.smallBatchBytes && await history.copy(async (rows) => {
       for (const [thing_id, { telemetry: t }] of batch) {
         if (!t) continue;
         rows.beginRow(thing_id, t.first, t.last, arena.chainBytes(t.head));

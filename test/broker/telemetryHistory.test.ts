@@ -168,7 +168,7 @@ describe('batched history writes', () => {
     try {
       const logs: Record<string, unknown>[] = [];
       const log = createLogger('error', false, { write: (line: string) => void logs.push(JSON.parse(line)) });
-      const ingest = new IngestBuffer(new BrokerRepo(gw.db.sql), log, new TelemetryHistoryRepo(gw.db.sql));
+      const ingest = new IngestBuffer(new BrokerRepo(gw.db.sql), log, new TelemetryHistoryRepo(gw.db.sql), undefined, 0);
       const things = Array.from({ length: 9 }, () => `capped-${crypto.randomUUID()}`);
       const chatty = things[4];
       for (const t of things) for (let i = 0; i < (t === chatty ? 5 : 2); i++) ingest.addTelemetry(t, ...telemetry({ i }));
@@ -208,7 +208,7 @@ describe('batched history writes', () => {
 
   it('stores each payload as sent, byte for byte, though the buffer it came in is reused: many points, multi-byte text', async () => {
     const history = watchedHistory();
-    const ingest = new IngestBuffer(new BrokerRepo(gw.db.sql), createLogger('error', false), history.repo);
+    const ingest = new IngestBuffer(new BrokerRepo(gw.db.sql), createLogger('error', false), history.repo, undefined, 0);
     const thing = `bytes-${crypto.randomUUID()}`;
     // one receive buffer reused for every message, as the TLS records are
     const record = Buffer.alloc(2048);
@@ -234,7 +234,7 @@ describe('batched history writes', () => {
   it('a history table that is away: the batch is dropped whole, counted and logged once; the next batch is copied', async () => {
     const logs: Record<string, unknown>[] = [];
     const log = createLogger('error', false, { write: (line: string) => void logs.push(JSON.parse(line)) });
-    const ingest = new IngestBuffer(new BrokerRepo(gw.db.sql), log, new TelemetryHistoryRepo(gw.db.sql));
+    const ingest = new IngestBuffer(new BrokerRepo(gw.db.sql), log, new TelemetryHistoryRepo(gw.db.sql), undefined, 0);
     const things = Array.from({ length: 4 }, () => `away-${crypto.randomUUID()}`);
     await gw.db.sql`alter table telemetry_history rename to telemetry_history_away`;
     try {
@@ -254,7 +254,7 @@ describe('batched history writes', () => {
 
   it('batches of very different sizes, things interleaved, reuse the batch buffers: every point lands in its own thing, in order', async () => {
     const history = watchedHistory();
-    const ingest = new IngestBuffer(new BrokerRepo(gw.db.sql), createLogger('error', false), history.repo);
+    const ingest = new IngestBuffer(new BrokerRepo(gw.db.sql), createLogger('error', false), history.repo, undefined, 0);
     const things = Array.from({ length: 7 }, () => `arena-${crypto.randomUUID()}`);
     const sent = new Map<string, number[]>(things.map((t) => [t, []]));
     const pad = 'p'.repeat(900);

@@ -23,7 +23,7 @@
  *   CONNECTIONS=2000 npm run bench:connections -- --no-write
  *   CONNECTIONS=2000 BASELINE_ROOT=/tmp/base npm run bench:connections -- --no-write
  *   CLIENT_CHAIN=leaf npm run bench:connections -- --no-write   (clients present their own certificate only)
- *   CONNECTIONS=30000 ONLY=offload,mosquitto npm run bench:connections -- --no-write
+ *   CONNECTIONS=19000 ONLY=offload,mosquitto npm run bench:connections -- --no-write   (the most one process holds with 20,000 descriptors)
  */
 import fs from 'node:fs';
 import os from 'node:os';

@@ -256,8 +256,10 @@ Target (issue 36): 1,000 enrollments/s on 2 cores, at least 0.25 of healthz. ${r
 pre-encoded constant parts and signed with native RSA (\`crypto.sign\`) on the libuv thread pool; keys come
 from \`crypto.generateKeyPair\` (also off the event loop): about 0.6 ms per certificate, against 7 ms for
 the same certificate through @peculiar/x509 (WebCrypto). Claims arriving together commit in one
-transaction (up to 64, two in flight per node: one statement for all things and certificates, one
-CLAIM_MANY per claim group, the Thing actors pipelined); each response still waits for its own commit.
+transaction (up to 64, two in flight per node: the groups locked in one statement and all their
+CLAIM_MANY written together, the things and the certificates each born with their actors and events in
+one statement, five round trips); their claim queries share one statement too; each response still
+waits for its own commit.
 Measured in process (no HTTP) that costs about 1.6 ms of gateway CPU (thread pool included) and at
 most 0.7 ms of PostgreSQL CPU per enrollment. On 2026-11-22, runs while other engineers' test suites
 shared the machine (load average 1.4 to 5.4) gave 210 to 475 enrollments/s; on the quiet machine,

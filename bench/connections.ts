@@ -241,10 +241,10 @@ async function main(): Promise<void> {
   const n = Number(process.env.CONNECTIONS ?? 10_000);
   const workersN = Number(process.env.WORKERS ?? 4);
   const only = (process.env.ONLY ?? 'gateway,offload,mosquitto,baseline').split(',');
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-conn-'));
   // a gateway process and Mosquitto hold every session in one process (Node and Mosquitto raise their soft limit to the hard one)
   if (n + 300 > openFilesLimit()) throw new Error(`${n} sessions need more open files per process than the hard limit ${openFilesLimit()} (ulimit -Hn)`);
   const lb = haproxyProcesses(n, workersN);
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-conn-'));
   const loadBefore = os.loadavg()[0];
   console.log(`bench:connections  ${n} mTLS MQTT 5 sessions, ${workersN} client processes, ${os.cpus().length} CPUs, node ${process.version}`);
   const gateway = await startGatewayProcess(dir);

@@ -12,6 +12,10 @@ const BATCH_BYTES = 16 * 1024 * 1024;
 /** telemetry text per latest-values and history statement of a flush */
 const CHUNK_BYTES = 512 * 1024;
 
+/** longest a batch with waiters waits to gather the things the last one had (see commitSoon) */
+const GATHER_MS = 2;
+/** the window over which the things waiting for PUBACKs are counted (see commitSoon) */
+const ANSWERED_WINDOW_MS = 100;
 /** history bytes of a batch up to which it is written by one insert rather than a COPY */
 const SMALL_BATCH_BYTES = 32 * 1024;
 
@@ -117,6 +121,8 @@ export class IngestBuffer {
     this.started = false;
     clearTimeout(this.timer);
     this.timer = undefined;
+    clearTimeout(this.gatherTimer);
+    this.gatherTimer = undefined;
     await this.flush();
     this.release();
   }
@@ -163,6 +169,7 @@ export class IngestBuffer {
       entry = { at: Date.now() };
       this.add(thingId, entry);
     }
+    if (!entry.waiters) this.waitingThings += 1;
     (entry.waiters ??= []).push(done);
     this.commitSoon();
   }
@@ -177,16 +184,37 @@ export class IngestBuffer {
     else done(true);
   }
 
+  /**
+   * Group commit: the batch is flushed at the end of this turn once as many things wait in it as
+   * were answered in the last window of ANSWERED_WINDOW_MS (devices waiting for their PUBACKs send
+   * again when they get them), else at most GATHER_MS later. (The last batch's count is no
+   * estimate: one small batch would keep every later one as small.) Flushing at the first waiter made batches of one or two messages
+   * with devices that keep one message in flight: every message paid a statement and a commit.
+   */
   private commitSoon(): void {
-    if (this.commitQueued) return;
-    this.commitQueued = true;
-    setImmediate(this.onCommit);
+    if (this.waitingThings >= this.expected) {
+      if (this.commitQueued) return;
+      this.commitQueued = true;
+      setImmediate(this.onCommit);
+    } else {
+      this.gatherTimer ??= setTimeout(this.onCommit, GATHER_MS);
+    }
   }
 
   private readonly onCommit = (): void => {
     this.commitQueued = false;
-    this.flushSoon();
+    clearTimeout(this.gatherTimer);
+    this.gatherTimer = undefined;
+    this.flushSoon(false);
   };
+  /** things with waiters in the batch being filled (see commitSoon) */
+  private waitingThings = 0;
+  /** the things whose waiters were answered in the last ANSWERED_WINDOW_MS: how many a batch gathers before it is flushed */
+  private expected = 0;
+  /** the things answered in the current window, since `answeredSince` */
+  private answered = new Set<string>();
+  private answeredSince = 0;
+  private gatherTimer?: NodeJS.Timeout;
 
   seenNow(thingId: string): void {
     const entry = this.pending.get(thingId);
@@ -223,79 +251,121 @@ export class IngestBuffer {
    * thousands, and after the write each would take the few messages that came since: small
    * batches, more statements, and arenas that shrink and grow again.
    */
-  private flushSoon(): void {
+  private flushSoon(latestNow = true): void {
+    if (latestNow) this.latestAsked = true;
     if (this.flushQueued) return;
     this.flushQueued = true;
-    void this.flush();
+    void this.flush(latestNow);
   }
 
   /**
    * Writes what is pending; batches never overlap (the next waits for the previous). The record
    * of a message (its history row; its latest values when there is no history) is written first
    * and the batch's waiters are answered as soon as it is committed. Last-seen and latest values
-   * follow on a chain of their own (in batch order), so the next batch's history does not wait for
-   * them: with devices waiting for their PUBACKs, a batch's round trip is its history's commit
-   * alone. The promise returned settles once both are written (a read of the latest values flushes first).
+   * are derived from it and coalesced: a group commit (`latestNow` false) adds them to
+   * `latestPending`, written with the next flush of the timer, a limit or a reader (every FLUSH_MS
+   * at most, on a chain of their own, in order); with devices that wait for their PUBACKs a batch
+   * every few milliseconds would otherwise rewrite each device's rows every few milliseconds. The
+   * promise returned settles once what was pending is written, latest values included when asked.
    */
-  flush(): Promise<void> {
+  flush(latestNow = true): Promise<void> {
+    if (latestNow) this.latestAsked = true;
     this.flushing = this.flushing.then(async () => {
       this.flushQueued = false;
-      if (this.pending.size === 0) return;
-      const batch = this.pending;
-      const arena = this.arena;
-      this.pending = new Map();
-      this.writing = batch;
-      this.taken += 1;
-      [this.arena, this.spare] = [this.spare, arena];
-      this.messages = 0;
-      this.bytes = 0;
-      this.release();
-      /** things whose record was not stored; undefined once the waiters are answered */
-      let failed: Set<string> | undefined = new Set();
-      try {
-        // the latest values as text now (the arena is reused after this flush), written in statements of about CHUNK_BYTES
-        const seen: SeenRow[] = [];
-        const chunks: TelemetryRow[][] = [];
-        let telemetry: TelemetryRow[] = [];
-        let bytes = 0;
-        for (const [thing_id, entry] of batch) {
-          seen.push({ thing_id, at: entry.at });
-          const t = entry.telemetry;
-          if (!t) continue;
-          const values = t.mixedKeys ? mergedValues(arena, t) : arena.json(t.tail);
-          telemetry.push({ thing_id, telemetry: values, at: entry.at });
-          bytes += values.length;
-          if (bytes >= CHUNK_BYTES) {
-            chunks.push(telemetry);
-            [telemetry, bytes] = [[], 0];
-          }
-        }
-        if (telemetry.length) chunks.push(telemetry);
-        if (this.history) {
-          await this.writeHistory(this.history, batch, arena, failed);
-          this.answer(batch, failed);
-          failed = undefined;
-          this.latest = this.latest.then(() => this.writeLatest(seen, chunks));
-        } else {
-          const latest = (this.latest = this.latest.then(() => this.writeLatest(seen, chunks, failed)));
-          await latest;
-          this.answer(batch, failed);
-          failed = undefined;
-        }
-      } finally {
-        arena.reset();
-        // (an unexpected throw: nothing of the batch is known to be stored)
-        if (failed) this.answer(batch, new Set(batch.keys()));
-      }
+      const withLatest = this.latestAsked || !this.history;
+      this.latestAsked = false;
+      if (this.pending.size > 0) await this.writeBatch(withLatest);
+      else if (withLatest) this.latest = this.latest.then(() => this.writeLatest());
     });
     return this.flushing.then(() => this.latest);
   }
 
-  /** last-seen and latest-values writes, one batch after another (see flush) */
+  private async writeBatch(latestNow: boolean): Promise<void> {
+    const batch = this.pending;
+    const arena = this.arena;
+    this.pending = new Map();
+    this.writing = batch;
+    this.taken += 1;
+    this.waitingThings = 0;
+    [this.arena, this.spare] = [this.spare, arena];
+    this.messages = 0;
+    this.bytes = 0;
+    this.release();
+    /** things whose record was not stored; undefined once the waiters are answered */
+    let failed: Set<string> | undefined = new Set();
+    try {
+      if (this.history) {
+        await this.writeHistory(this.history, batch, arena, failed);
+        this.answer(batch, failed);
+        failed = undefined;
+        this.addLatest(batch, arena);
+        if (latestNow) this.latest = this.latest.then(() => this.writeLatest());
+      } else {
+        this.addLatest(batch, arena);
+        const latest = (this.latest = this.latest.then(() => this.writeLatest(failed)));
+        await latest;
+        this.answer(batch, failed);
+        failed = undefined;
+      }
+    } finally {
+      arena.reset();
+      // (an unexpected throw: nothing of the batch is known to be stored)
+      if (failed) this.answer(batch, new Set(batch.keys()));
+    }
+  }
+
+  /** last-seen and latest-values writes, one after another (see flush) */
   private latest: Promise<void> = Promise.resolve();
+  /** a flush that writes the latest values too was asked for (the queued flush does it) */
+  private latestAsked = false;
+  /** per thing, its last-seen and latest values of the batches written since the last latest write */
+  private latestPending = new Map<string, LatestValues>();
+
+  /** Adds a batch's last-seen and latest values to `latestPending` (as text: the arena is reused after the batch). */
+  private addLatest(batch: Map<string, Entry>, arena: PointArena): void {
+    for (const [thingId, entry] of batch) {
+      let latest = this.latestPending.get(thingId);
+      if (!latest) this.latestPending.set(thingId, (latest = { at: entry.at, values: [], keys: 0, mixed: false }));
+      latest.at = entry.at;
+      const t = entry.telemetry;
+      if (!t) continue;
+      const values = t.mixedKeys ? mergedValues(arena, t) : arena.json(t.tail);
+      // the same keys as before: the last values are the latest; otherwise they are merged when written
+      if (latest.mixed || t.mixedKeys || (latest.values.length > 0 && latest.keys !== t.keys)) {
+        latest.mixed = true;
+        latest.values.push(values);
+      } else {
+        latest.values = [values];
+      }
+      latest.keys = t.keys;
+    }
+  }
+
+  /** Writes `latestPending` (taken whole): last-seen, then the latest values in statements of about CHUNK_BYTES. */
+  private writeLatest(failed?: Set<string>): Promise<void> {
+    const pending = this.latestPending;
+    this.latestPending = new Map();
+    const seen: SeenRow[] = [];
+    const chunks: TelemetryRow[][] = [];
+    let telemetry: TelemetryRow[] = [];
+    let bytes = 0;
+    for (const [thing_id, latest] of pending) {
+      seen.push({ thing_id, at: latest.at });
+      if (latest.values.length === 0) continue;
+      const values = latest.values.length === 1 ? latest.values[0] : mergedTexts(latest.values);
+      telemetry.push({ thing_id, telemetry: values, at: latest.at });
+      bytes += values.length;
+      if (bytes >= CHUNK_BYTES) {
+        chunks.push(telemetry);
+        [telemetry, bytes] = [[], 0];
+      }
+    }
+    if (telemetry.length) chunks.push(telemetry);
+    return this.writeRows(seen, chunks, failed);
+  }
 
   /** Never rejects (the chain goes on): `write` drops and counts what the database refuses; anything else is logged and the batch counted as not stored. */
-  private async writeLatest(seen: SeenRow[], chunks: TelemetryRow[][], failed?: Set<string>): Promise<void> {
+  private async writeRows(seen: SeenRow[], chunks: TelemetryRow[][], failed?: Set<string>): Promise<void> {
     try {
       await this.write('last_seen', seen, (rows) => this.repo.writeSeen(rows));
       for (const rows of chunks) await this.write('telemetry', rows, (r) => this.repo.writeTelemetry(r), failed);
@@ -308,6 +378,14 @@ export class IngestBuffer {
   /** Answers the batch's waiters (in the order they came); from now on a waiter of its things waits for the next batch. */
   private answer(batch: Map<string, Entry>, failed: Set<string>): void {
     if (this.writing === batch) this.writing = undefined;
+    // (before the waiters: one of them may lead to the next publish at once)
+    for (const [thingId, entry] of batch) if (entry.waiters) this.answered.add(thingId);
+    const now = Date.now();
+    if (now - this.answeredSince >= ANSWERED_WINDOW_MS) {
+      this.expected = this.answered.size;
+      this.answered = new Set();
+      this.answeredSince = now;
+    }
     for (const [thingId, entry] of batch) {
       const waiters = entry.waiters;
       if (!waiters) continue;
@@ -387,6 +465,24 @@ export class IngestBuffer {
   }
 }
 
+/** A thing's last-seen and latest values coalesced over batches (see IngestBuffer.addLatest). */
+interface LatestValues {
+  at: number;
+  /** JSON texts of its values, oldest first: one unless their keys differ */
+  values: string[];
+  /** the key signature of the last (scanJsonObject) */
+  keys: number;
+  /** the texts have different keys: merged in order when written */
+  mixed: boolean;
+}
+
+/** JSON objects' texts merged in order (the later values win), as JSON text. */
+function mergedTexts(texts: string[]): string {
+  const merged = Object.create(null) as Record<string, unknown>;
+  for (const text of texts) Object.assign(merged, JSON.parse(text));
+  return JSON.stringify(merged);
+}
+
 /** The latest values of messages with different keys: merged in order, as JSON text (null prototype: a `__proto__` key is data). */
 function mergedValues(arena: PointArena, t: ThingTelemetry): string {
   const merged = Object.create(null) as Record<string, unknown>;
@@ -405,7 +501,7 @@ class ThingTelemetry {
   /** the messages' top-level keys differ (signatures from scanJsonObject) */
   mixedKeys = false;
 
-  constructor(readonly first: number, point: number, private keys: number) {
+  constructor(readonly first: number, point: number, public keys: number) {
     this.head = this.tail = point;
     this.last = first;
   }

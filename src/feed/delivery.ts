@@ -165,7 +165,10 @@ export class DeliveryWorker {
         const picks = allocate(slots, this.demands(due));
         const leaseUntil = new Date(now.getTime() + this.d.settings.timeoutMs + LEASE_MARGIN_MS);
         const rows = await repo.claimDeliveries(this.d.sql, { picks, now, leaseUntil, inFlight });
-        for (const row of rows) this.launch(row);
+        // the deadline on the clock reading the lease was taken with, not a later one: the lease
+        // (what other nodes and a restart go by) and the cut must agree even if the clock moved
+        // during the claim (a ManualClock set meanwhile in the tests)
+        for (const row of rows) this.launch(row, leaseUntil.getTime() - LEASE_MARGIN_MS);
         if (this.inFlight.size === 0) await this.schedule();
         // completions wake it; the poll still finds retries falling due meanwhile
         else this.scheduleIn(POLL_MS);
@@ -223,11 +226,8 @@ export class DeliveryWorker {
     });
   }
 
-  private launch(row: repo.ClaimedDelivery): void {
-    const a: Attempt = {
-      accountId: row.account_id, subscriptionId: row.subscription_id,
-      deadline: this.d.clock.now().getTime() + this.d.settings.timeoutMs, abort: new AbortController(),
-    };
+  private launch(row: repo.ClaimedDelivery, deadline: number): void {
+    const a: Attempt = { accountId: row.account_id, subscriptionId: row.subscription_id, deadline, abort: new AbortController() };
     this.inFlight.set(row.id, a);
     this.watch();
     a.done = this.attempt(row, a)

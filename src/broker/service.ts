@@ -23,6 +23,9 @@ import { deviceTopic, ownTopicKind, parseDeviceTopic, type TopicKind } from './t
  */
 type Parsed = { telemetry: true; bytes: Buffer; keys: number } | { telemetry?: undefined; value: Record<string, unknown> };
 
+/** how long after a subscription's desired-state read its versions are still deduplicated (see desiredReads) */
+const DESIRED_READ_LINGER_MS = 2_000;
+
 const JSON_TOPICS: Partial<Record<TopicKind, { object: boolean }>> = {
   telemetry: { object: true },
   twinReported: { object: true },
@@ -229,13 +232,35 @@ export class ConnectedDeviceService {
     });
   }
 
+  /**
+   * Per thing whose subscription is being answered with its desired state (deliverDesired), the
+   * newest version published to it since: while it lasts (and a moment after, for an update
+   * committed before the read whose own publish comes later), a version is published once and
+   * never after a newer one. Without it, an update committed while the subscription's read ran
+   * reached the device twice, or an older one after a newer (seen: versions 1, 2, 2, 3).
+   */
+  private readonly desiredReads = new Map<string, { newest: number }>();
+
   private async deliverDesired(thingId: string): Promise<void> {
-    const twin = await this.repo.twin(thingId);
-    if (!twin || twin.desired_version === 0) return;
-    await this.publishDesired(thingId, twin.desired_version, twin.desired);
+    const read = { newest: 0 };
+    this.desiredReads.set(thingId, read);
+    try {
+      const twin = await this.repo.twin(thingId);
+      if (!twin || twin.desired_version === 0) return;
+      await this.publishDesired(thingId, twin.desired_version, twin.desired);
+    } finally {
+      setTimeout(() => {
+        if (this.desiredReads.get(thingId) === read) this.desiredReads.delete(thingId);
+      }, DESIRED_READ_LINGER_MS).unref();
+    }
   }
 
   private async publishDesired(thingId: string, version: number, desired: Record<string, unknown>): Promise<void> {
+    const read = this.desiredReads.get(thingId);
+    if (read) {
+      if (version <= read.newest) return;
+      read.newest = version;
+    }
     await this.host.broker?.publish({ topic: deviceTopic(thingId, 'twinDesired'), payload: JSON.stringify({ version, desired }), qos: 1 });
   }
 

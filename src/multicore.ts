@@ -70,6 +70,9 @@ export async function startNodePrimary(config: Config, log: Logger): Promise<Nod
   let mqttPort = 0;
   const fork = (index: number): Promise<Worker> => {
     const worker = cluster.fork({ DATABASE_URL: databaseUrl, NODE_ID: `${config.NODE_ID}-w${index}` });
+    // a message to a worker whose channel closes meanwhile (a /metrics answer while it exits) fails
+    // with an 'error' event: without a listener it would end the primary (exit 1 at a shutdown)
+    worker.on('error', (err) => log.warn({ err, worker: index }, 'message to a gateway worker failed'));
     return new Promise((resolve, reject) => {
       const onExit = (code: number | null) => reject(new Error(`worker ${index} exited during start (code ${code})`));
       worker.once('exit', onExit);

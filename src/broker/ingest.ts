@@ -476,21 +476,21 @@ interface LatestValues {
   mixed: boolean;
 }
 
-/** JSON objects' texts merged in order (the later values win), as JSON text. */
+/** JSON objects' texts merged in order (the later values win), as JSON text (null prototype: a `__proto__` key is data). */
 function mergedTexts(texts: string[]): string {
   const merged = Object.create(null) as Record<string, unknown>;
-  for (const text of texts) Object.assign(merged, JSON.parse(text));
-  return JSON.stringify(merged);
-}
-
-/** The latest values of messages with different keys: merged in order, as JSON text (null prototype: a `__proto__` key is data). */
-function mergedValues(arena: PointArena, t: ThingTelemetry): string {
-  const merged = Object.create(null) as Record<string, unknown>;
-  for (let p = t.head; p !== -1; p = arena.next[p]) {
-    const values = JSON.parse(arena.json(p)) as Record<string, unknown>;
+  for (const text of texts) {
+    const values = JSON.parse(text) as Record<string, unknown>;
     for (const key of Object.keys(values)) merged[key] = values[key];
   }
   return JSON.stringify(merged);
+}
+
+/** The latest values of a batch's messages with different keys: merged in order (mergedTexts). */
+function mergedValues(arena: PointArena, t: ThingTelemetry): string {
+  const texts: string[] = [];
+  for (let p = t.head; p !== -1; p = arena.next[p]) texts.push(arena.json(p));
+  return mergedTexts(texts);
 }
 
 /** one thing's telemetry of a batch: its points in the arena (a chain from head to tail) and whether all had the same keys */

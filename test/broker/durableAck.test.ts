@@ -32,6 +32,29 @@ async function history(thingId: string): Promise<unknown[]> {
   return rows.flatMap((r) => r.points.map((p) => p[1]));
 }
 
+/**
+ * Holds an exclusive lock on `table` while `publish` sends; returns once the gateway's write waits
+ * for it, with `whileLocked` checked then, and resolves what was sent after the lock is released.
+ */
+async function whileTableLocked(table: string, publish: () => Promise<unknown>[], whileLocked: () => void): Promise<void> {
+  const lock = await gw.db.sql.reserve();
+  try {
+    await lock`begin`;
+    await lock.unsafe(`lock table ${table} in access exclusive mode`);
+    const sent = publish();
+    await waitFor(async () => {
+      const [{ waiting }] = await gw.db.sql<{ waiting: number }[]>`
+        select count(*)::int as waiting from pg_locks where relation = ${table}::regclass and not granted`;
+      return waiting > 0;
+    }, 10_000, `a write waiting for the lock on ${table}`);
+    whileLocked();
+    await lock`commit`;
+    await Promise.all(sent);
+  } finally {
+    lock.release();
+  }
+}
+
 describe('durable acknowledgements', () => {
   it('answers QoS 1 and 2 publishes only after their messages are committed, on the fast lane and through Aedes', async () => {
     const client = await connectDevice(gw.mqttPort!, a);
@@ -41,29 +64,13 @@ describe('durable acknowledgements', () => {
       if (p.cmd === 'publish') published.push(p.messageId!);
     });
     const topic = `devices/${a.thingId}/telemetry`;
-    // the history's writer waits behind a lock this test holds
-    const lock = await gw.db.sql.reserve();
-    try {
-      await lock`begin`;
-      await lock`lock table telemetry_history in access exclusive mode`;
-      const sent = [
-        client.publishAsync(topic, '{"n":1}', { qos: 1 }),
-        // with a property: Aedes' path, not the fast lane
-        client.publishAsync(topic, '{"n":2}', { qos: 1, properties: { contentType: 'application/json' } }),
-        client.publishAsync(topic, '{"n":3}', { qos: 2 }),
-      ];
-      await waitFor(async () => {
-        const [{ waiting }] = await gw.db.sql<{ waiting: number }[]>`
-          select count(*)::int as waiting from pg_locks where relation = 'telemetry_history'::regclass and not granted`;
-        return waiting > 0;
-      }, 10_000, 'the ingest waiting for the lock');
-      // every message is in a batch that cannot commit: none is answered
-      expect(acks).toEqual([]);
-      await lock`commit`;
-      await Promise.all(sent);
-    } finally {
-      lock.release();
-    }
+    // the history's writer waits behind a lock this test holds: every message is in a batch that cannot commit, none is answered
+    await whileTableLocked('telemetry_history', () => [
+      client.publishAsync(topic, '{"n":1}', { qos: 1 }),
+      // with a property: Aedes' path, not the fast lane
+      client.publishAsync(topic, '{"n":2}', { qos: 1, properties: { contentType: 'application/json' } }),
+      client.publishAsync(topic, '{"n":3}', { qos: 2 }),
+    ], () => expect(acks).toEqual([]));
     // in the order of the publishes (the PUBREC may come before or after: MQTT orders PUBACKs among themselves)
     expect(acks.filter((id) => id !== published[2])).toEqual(published.slice(0, 2));
     expect(acks).toContain(published[2]);
@@ -74,25 +81,10 @@ describe('durable acknowledgements', () => {
   it('answers a QoS 1 command reply and reported state only after their log and twin writes are committed', async () => {
     const client = await connectDevice(gw.mqttPort!, b);
     const acks = acksOf(client);
-    const lock = await gw.db.sql.reserve();
-    try {
-      await lock`begin`;
-      await lock`lock table device_message_log in access exclusive mode`;
-      const sent = [
-        client.publishAsync(`devices/${b.thingId}/commands/response`, '{"ok":true}', { qos: 1 }),
-        client.publishAsync(`devices/${b.thingId}/twin/reported`, '{"fw":"1.2"}', { qos: 1 }),
-      ];
-      await waitFor(async () => {
-        const [{ waiting }] = await gw.db.sql<{ waiting: number }[]>`
-          select count(*)::int as waiting from pg_locks where relation = 'device_message_log'::regclass and not granted`;
-        return waiting > 0;
-      }, 10_000, 'the reply write waiting for the lock');
-      expect(acks).toEqual([]);
-      await lock`commit`;
-      await Promise.all(sent);
-    } finally {
-      lock.release();
-    }
+    await whileTableLocked('device_message_log', () => [
+      client.publishAsync(`devices/${b.thingId}/commands/response`, '{"ok":true}', { qos: 1 }),
+      client.publishAsync(`devices/${b.thingId}/twin/reported`, '{"fw":"1.2"}', { qos: 1 }),
+    ], () => expect(acks).toEqual([]));
     expect(acks).toHaveLength(2);
     const [twin] = await gw.db.sql<{ reported: unknown }[]>`select reported from device_twins where thing_id = ${b.thingId}`;
     expect(twin.reported).toEqual({ fw: '1.2' });

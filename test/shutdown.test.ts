@@ -13,7 +13,7 @@ let db: TestDatabase;
 let gateway: GatewayProcess | undefined;
 
 beforeAll(async () => {
-  db = await createTestDatabase({ migrated: false });
+  db = await createTestDatabase();
 });
 afterEach(() => {
   if (gateway && gateway.proc.exitCode === null) gateway.proc.kill('SIGKILL');

@@ -8,6 +8,7 @@ import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import type { SimBridgeReport } from '../../src/sim/bridge.js';
 import type { SimSummary } from '../../src/sim/fleet.js';
 import { natsSink } from './helpers.js';
+import { compiled } from '../helpers/compiled.js';
 
 const nats = await natsSink();
 let gw: TestGateway;
@@ -26,7 +27,7 @@ afterAll(async () => {
 
 function sim(args: string[]): Promise<{ code: number; out: string; err: string }> {
   return new Promise((resolve) => {
-    const proc = spawn('node_modules/.bin/tsx', ['src/sim/cli.ts', ...args], { env: { ...process.env, HTTP_PORT: '' } });
+    const proc = spawn(process.execPath, [compiled('src/sim/cli.ts'), ...args], { env: { ...process.env, HTTP_PORT: '' } });
     let out = '';
     let err = '';
     proc.stdout.on('data', (d) => (out += d));

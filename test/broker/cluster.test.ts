@@ -53,7 +53,7 @@ beforeAll(async () => {
   if (!reachable) return;
   // a database number of its own isolates this run's sessions and retained messages
   redisUrl = `${REDIS.replace(/\/\d*$/, '')}/${1 + crypto.randomInt(15)}`;
-  db = await createTestDatabase({ migrated: false });
+  db = await createTestDatabase();
   const [portA, portB] = [await freePort(), await freePort()];
   const publicBase = `http://127.0.0.1:${portA}`;
   nodes = [await startNode('a', portA, publicBase)];

@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import { waitFor } from '../helpers/wait.js';
 import { issueDevice, metric, type TestDevice } from './fixtures.js';
+import { compiled } from '../helpers/compiled.js';
 
 let gw: TestGateway;
 let devices: TestDevice[];
@@ -17,7 +18,7 @@ afterAll(async () => gw?.close());
 /** Runs disconnect-clients.ts in a child process: per device, the socket errors seen until it closed. */
 function runClients(burst: number): Promise<string[][]> {
   return new Promise((resolve, reject) => {
-    const child = execFile(path.resolve('node_modules/.bin/tsx'), ['test/broker/disconnect-clients.ts'], { timeout: 60_000 }, (err, stdout, stderr) => {
+    const child = execFile(process.execPath, [compiled('test/broker/disconnect-clients.ts')], { timeout: 60_000 }, (err, stdout, stderr) => {
       if (err) return reject(new Error(`clients failed: ${err.message}\n${stderr}`));
       resolve(JSON.parse(stdout) as string[][]);
     });

@@ -11,7 +11,7 @@ import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
 let db: TestDatabase;
 
 beforeAll(async () => {
-  db = await createTestDatabase({ migrated: false });
+  db = await createTestDatabase();
 });
 afterAll(async () => db?.drop());
 

@@ -71,7 +71,7 @@ async function answeringDevice(device: EnrolledDevice): Promise<MqttClient> {
 }
 
 beforeAll(async () => {
-  db = await createTestDatabase({ migrated: false });
+  db = await createTestDatabase();
   const httpPort = await freePort();
   mqttPort = await freePort();
   node = await spawnGateway({

@@ -10,11 +10,12 @@ import { freePort } from '../../src/db/embedded.js';
 import { INTERNAL_SECRET_FILE } from '../../src/pki/internalSecret.js';
 import { HttpClient } from '../helpers/gateway.js';
 import { waitFor } from '../helpers/wait.js';
+import { compiled } from '../helpers/compiled.js';
 
 /**
  * Crashes of a gateway running the EMBEDDED PostgreSQL (no DATABASE_URL), over real processes:
- * the gateway is `node --import tsx src/main.ts` (one process, so SIGKILL hits the gateway itself,
- * not a tsx wrapper) on a DATA_DIR of its own.
+ * the gateway is `node src/main.js` of the run's compiled sources (one process, so SIGKILL hits the
+ * gateway itself) on a DATA_DIR of its own.
  */
 let dataDir: string;
 let httpPort: number;
@@ -31,7 +32,7 @@ interface Gateway {
 function launch(env: Record<string, string> = {}, opts: { detached?: boolean } = {}): Gateway {
   const { DATABASE_URL: _external, ...base } = process.env; // the embedded database, not the run's
   let output = '';
-  const proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+  const proc = spawn(process.execPath, [compiled('src/main.ts')], {
     env: {
       ...base,
       HTTP_HOST: '127.0.0.1',

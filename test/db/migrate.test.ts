@@ -4,9 +4,10 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createTestDatabase, type TestDatabase } from '../helpers/db.js';
+import { compiled } from '../helpers/compiled.js';
 
 const run = promisify(execFile);
-const tsx = path.resolve('node_modules/.bin/tsx');
+const child = compiled('test/db/migrate-child.ts');
 let db: TestDatabase;
 beforeAll(async () => {
   db = await createTestDatabase({ migrated: false });
@@ -16,8 +17,8 @@ afterAll(() => db?.drop());
 describe('migrations', () => {
   it('two processes starting at once apply each migration exactly once', async () => {
     const [a, b] = await Promise.all([
-      run(tsx, ['test/db/migrate-child.ts', db.url]),
-      run(tsx, ['test/db/migrate-child.ts', db.url]),
+      run(process.execPath, [child, db.url]),
+      run(process.execPath, [child, db.url]),
     ]);
     const appliedA: string[] = JSON.parse(a.stdout);
     const appliedB: string[] = JSON.parse(b.stdout);
@@ -30,7 +31,7 @@ describe('migrations', () => {
   });
 
   it('a second run is a no-op', async () => {
-    const { stdout } = await run(tsx, ['test/db/migrate-child.ts', db.url]);
+    const { stdout } = await run(process.execPath, [child, db.url]);
     expect(JSON.parse(stdout)).toEqual([]);
   });
 });

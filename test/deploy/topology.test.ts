@@ -111,7 +111,7 @@ const stop = (proc: ChildProcess) => new Promise((r) => {
 beforeAll(async () => {
   if (skipReason) return;
   const redisUrl = `${REDIS.replace(/\/\d*$/, '')}/${1 + crypto.randomInt(15)}`;
-  db = await createTestDatabase({ migrated: false });
+  db = await createTestDatabase();
   // both nodes publish one public address, as behind the LB in compose (only tokens' and
   // licenses' issuer and links use it: nothing fetches it)
   const publicBase = 'http://gateway.test:8080';

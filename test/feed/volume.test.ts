@@ -29,7 +29,7 @@ const asTestGateway = (node: GatewayProcess) => ({
 }) as unknown as TestGateway;
 
 beforeAll(async () => {
-  db = await createTestDatabase({ migrated: false });
+  db = await createTestDatabase();
   const ports = [await freePort(), await freePort()];
   // one PUBLIC_BASE_URL (as behind a load balancer): a token of one process is valid on the other
   const publicBase = `http://127.0.0.1:${ports[0]}`;

@@ -56,7 +56,7 @@ describe('two nodes', () => {
 
 describe('restarts and the trust of OUTBOUND_CA_FILE', () => {
   it('a delivery that failed before the gateway stopped is retried by the restarted gateway, with the same webhook-id', async () => {
-    const db = await createTestDatabase({ migrated: false });
+    const db = await createTestDatabase();
     // a first retry 2 to 4 s away: the gateway stops before it
     const env = { ...settings(ca), WEBHOOK_RETRY_BASE_MS: '4000', WEBHOOK_MAX_ATTEMPTS: '5' };
     let node = await startTestGateway(env, { db });

@@ -20,7 +20,7 @@ export class CrashRig {
 
   static async create(name: string, env: Record<string, string> = {}): Promise<CrashRig> {
     const port = await freePort();
-    return new CrashRig(await createTestDatabase({ migrated: false }), port, fs.mkdtempSync(path.join(os.tmpdir(), `gw-${name}-`)), new HttpClient(`http://127.0.0.1:${port}`), env);
+    return new CrashRig(await createTestDatabase(), port, fs.mkdtempSync(path.join(os.tmpdir(), `gw-${name}-`)), new HttpClient(`http://127.0.0.1:${port}`), env);
   }
 
   get child(): ChildProcess | undefined {

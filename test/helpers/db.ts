@@ -2,7 +2,6 @@ import crypto from 'node:crypto';
 import { inject } from 'vitest';
 import postgres from 'postgres';
 import { createSql, type Sql } from '../../src/db/client.js';
-import { migrate } from '../../src/db/migrate.js';
 
 export interface TestDatabase {
   url: string;
@@ -15,17 +14,24 @@ export function adminUrl(): string {
   return inject('pgAdminUrl');
 }
 
-/** A fresh database of its own (isolated from every other test file), migrated unless `migrated: false`. */
+/** The URL of database `name` on the run's server. */
+export function databaseUrl(name: string): string {
+  const u = new URL(adminUrl());
+  u.pathname = `/${name}`;
+  return u.toString();
+}
+
+/**
+ * A fresh database of its own (isolated from every other test file): a copy of the run's migrated
+ * template (test/setup/global.ts), or empty with `migrated: false` (migration tests).
+ */
 export async function createTestDatabase(options: { migrated?: boolean } = {}): Promise<TestDatabase> {
   const name = `t_${crypto.randomBytes(6).toString('hex')}`;
   const admin = postgres(adminUrl(), { max: 1, onnotice: () => {} });
-  await admin.unsafe(`create database ${name}`);
+  await admin.unsafe(options.migrated === false ? `create database ${name}` : `create database ${name} template ${inject('pgTemplate')}`);
   await admin.end();
-  const u = new URL(adminUrl());
-  u.pathname = `/${name}`;
-  const url = u.toString();
+  const url = databaseUrl(name);
   const sql = createSql(url, 5);
-  if (options.migrated !== false) await migrate(sql);
   return {
     url,
     sql,

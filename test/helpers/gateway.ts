@@ -30,7 +30,7 @@ export interface TestGateway extends Omit<RunningGateway, 'services'> {
  * `env` overrides any setting. Pass `{ db }` to start a second node on the same database.
  */
 export async function startTestGateway(env: Record<string, string> = {}, opts: { db?: TestDatabase; clock?: Clock; faults?: FaultHook } = {}): Promise<TestGateway> {
-  const db = opts.db ?? (await createTestDatabase({ migrated: false }));
+  const db = opts.db ?? (await createTestDatabase());
   const httpPort = env.HTTP_PORT ?? String(await freePort());
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'gateway-data-'));
   const config = loadConfig({

@@ -5,6 +5,7 @@ import path from 'node:path';
 import { inject } from 'vitest';
 import { HttpClient } from './gateway.js';
 import { waitFor } from './wait.js';
+import { compiled } from './compiled.js';
 
 export interface GatewayProcess {
   proc: ChildProcess;
@@ -16,14 +17,14 @@ export interface GatewayProcess {
 }
 
 /**
- * Starts `tsx src/main.ts` as a real child process (crash, restart, signal and cluster tests) on
+ * Starts `src/main.ts` (compiled: test/helpers/compiled.ts) as a real child process (crash, restart, signal and cluster tests) on
  * loopback, with the run's shared PKI, and waits until /readyz answers 200. `env` overrides
  * anything; DATABASE_URL and HTTP_PORT are required. `entry` runs another start-up script (e.g. the
  * crash tests' test/helpers/faultyGateway.ts).
  */
 export async function spawnGateway(env: Record<string, string> & { DATABASE_URL: string; HTTP_PORT: string }, entry = 'src/main.ts'): Promise<GatewayProcess> {
   let output = '';
-  const proc = spawn(path.resolve('node_modules/.bin/tsx'), [entry], {
+  const proc = spawn(process.execPath, [compiled(entry)], {
     env: {
       ...process.env,
       HTTP_HOST: '127.0.0.1',

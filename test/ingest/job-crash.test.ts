@@ -31,7 +31,7 @@ async function start(fault = ''): Promise<ChildProcess> {
 }
 
 beforeAll(async () => {
-  db = await createTestDatabase({ migrated: false });
+  db = await createTestDatabase();
   port = await freePort();
   dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'gw-ingest-crash-'));
   http = new HttpClient(`http://127.0.0.1:${port}`);

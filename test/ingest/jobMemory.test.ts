@@ -310,7 +310,7 @@ describe('bulk jobs: memory (gateway process)', () => {
   let gateway: GatewayProcess | undefined;
 
   beforeAll(async () => {
-    db = await createTestDatabase({ migrated: false });
+    db = await createTestDatabase();
   });
   afterAll(async () => {
     if (gateway && gateway.proc.exitCode === null) {

@@ -28,7 +28,7 @@ const asTestGateway = (node: Node) => ({
 beforeAll(async () => {
   if (!reachable) return;
   const redisUrl = `${REDIS_URL.replace(/\/\d*$/, '')}/${1 + crypto.randomInt(15)}`;
-  db = await createTestDatabase({ migrated: false });
+  db = await createTestDatabase();
   const [portA, portB] = [await freePort(), await freePort()];
   for (const [name, port] of [['a', portA], ['b', portB]] as const) {
     const mqttPort = await freePort();

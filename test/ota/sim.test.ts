@@ -8,6 +8,7 @@ import { createAccount, type TestAccount } from '../helpers/accounts.js';
 import { waitFor } from '../helpers/wait.js';
 import type { SimSummary } from '../../src/sim/fleet.js';
 import { control, createFilter, createRollout, rolloutOf } from './helpers.js';
+import { compiled } from '../helpers/compiled.js';
 
 let gw: TestGateway;
 let account: TestAccount;
@@ -24,7 +25,7 @@ afterAll(async () => {
 
 describe('the fleet simulator takes part in OTA rollouts', () => {
   it('its devices apply the update, report progress, and fail the share given by --ota-fail-rate', async () => {
-    const proc = spawn('node_modules/.bin/tsx', ['src/sim/cli.ts', '--url', gw.httpUrl, '--mqtt-host', '127.0.0.1', '--mqtt-port', String(gw.mqttPort),
+    const proc = spawn(process.execPath, [compiled('src/sim/cli.ts'), '--url', gw.httpUrl, '--mqtt-host', '127.0.0.1', '--mqtt-port', String(gw.mqttPort),
       '--dir', dir, '--json', '-', '--no-progress', '--account', account.id, '--devices', '3', '--duration', '15', '--rate', '1',
       '--model', 'SIM-OTA', '--prefix', 'OTA', '--ota-fail-rate', '1', '--ota-step-ms', '0']);
     let out = '';

@@ -39,7 +39,7 @@ async function tokensFor(g: TestGateway, id: string): Promise<TestAccount> {
 }
 
 beforeAll(async () => {
-  db = await createTestDatabase({ migrated: false });
+  db = await createTestDatabase();
   certs = fs.mkdtempSync(path.join(os.tmpdir(), 'pki-keys-'));
   for (const name of ['root-ca.crt', 'root-ca.key', 'device-ca.crt', 'device-ca.key', 'server.crt', 'server.key', 'ca-bundle.pem']) {
     fs.copyFileSync(path.join(inject('certsDir'), name), file(name));

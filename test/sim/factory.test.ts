@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runFactoryLine } from '../../src/sim/factory.js';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
+import { compiled } from '../helpers/compiled.js';
 
 /** The factory-line simulator against a real gateway: signed enrollments, sagas, a backend that reports legs. */
 let gw: TestGateway;
@@ -33,7 +34,7 @@ describe('sim:factory CLI', () => {
     const strict = await startTestGateway({ PROVISION_LEG_ATTEMPTS: '1', PROVISION_LEG_RETRY_SECONDS: '1' });
     try {
       const res = await new Promise<{ code: number; out: string; err: string }>((resolve) => {
-        const proc = spawn('node_modules/.bin/tsx', ['src/sim/factoryCli.ts', '--url', strict.httpUrl, '--devices', '2', '--concurrency', '2', '--timeout', '60', '--no-progress']);
+        const proc = spawn(process.execPath, [compiled('src/sim/factoryCli.ts'), '--url', strict.httpUrl, '--devices', '2', '--concurrency', '2', '--timeout', '60', '--no-progress']);
         let out = '';
         let err = '';
         proc.stdout.on('data', (d) => (out += d));

@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestGateway, type TestGateway } from '../helpers/gateway.js';
 import type { SimSummary } from '../../src/sim/fleet.js';
 import { freePort } from '../../src/db/embedded.js';
+import { compiled } from '../helpers/compiled.js';
 
 let gw: TestGateway;
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sim-'));
@@ -21,7 +22,7 @@ afterAll(async () => {
 /** A CLI as a child process (the gateway runs in this one). */
 function run(script: string, args: string[], env: Record<string, string> = {}): Promise<{ code: number; out: string; err: string }> {
   return new Promise((resolve) => {
-    const proc = spawn('node_modules/.bin/tsx', [script, ...args], { env: { ...process.env, HTTP_PORT: '', ...env } });
+    const proc = spawn(process.execPath, [compiled(script), ...args], { env: { ...process.env, HTTP_PORT: '', ...env } });
     let out = '';
     let err = '';
     proc.stdout.on('data', (d) => (out += d));

@@ -412,7 +412,7 @@ export class IngestBuffer {
     const copied = arena.used > this.smallBatchBytes && await history.copy(async (rows) => {
       for (const [thing_id, { telemetry: t }] of batch) {
         if (!t) continue;
-        rows.beginRow(thing_id, t.first, t.last, arena.chainBytes(t.head));
+        rows.beginRow(thing_id, t.first, t.last, t.messages, arena.chainBytes(t.head));
         for (let p = t.head; p !== -1; p = arena.next[p]) {
           if (rows.point(arena.buf, arena.start[p], arena.end[p], p === t.head)) await rows.send();
         }
@@ -425,7 +425,7 @@ export class IngestBuffer {
     for (const [thing_id, { telemetry: t }] of batch) {
       if (!t) continue;
       const points = arena.points(t.head);
-      rows.push({ thing_id, first: t.first, last: t.last, points });
+      rows.push({ thing_id, first: t.first, last: t.last, messages: t.messages, points });
       bytes += points.length;
       if (bytes >= CHUNK_BYTES) {
         await this.write('history', rows, (r) => history.insert(r), failed);
@@ -500,6 +500,8 @@ class ThingTelemetry {
   last: number;
   /** the messages' top-level keys differ (signatures from scanJsonObject) */
   mixedKeys = false;
+  /** how many messages (history points) */
+  messages = 1;
 
   constructor(readonly first: number, point: number, public keys: number) {
     this.head = this.tail = point;
@@ -510,6 +512,7 @@ class ThingTelemetry {
     if (keys !== this.keys) this.mixedKeys = true;
     this.keys = keys;
     this.last = at;
+    this.messages += 1;
     arena.next[this.tail] = point;
     this.tail = point;
   }

@@ -12,6 +12,8 @@ export interface HistoryRow {
   last: number;
   /** JSON text `[[epoch ms, {values}], ...]`, oldest first */
   points: string;
+  /** how many points it holds */
+  messages: number;
 }
 
 /** partitions kept ready ahead of today (UTC), so a write never lands where no partition is */
@@ -111,18 +113,21 @@ export class HistoryCopy {
     return this;
   }
 
-  /** Starts a row; `pointsLength`: the bytes of its points field, `[` + the points joined by `,` + `]`. */
-  beginRow(thingId: string, first: number, last: number, pointsLength: number): void {
+  /** Starts a row; `pointsLength`: the bytes of its points field, `[` + the points joined by `,` + `]`; `messages`: how many points. */
+  beginRow(thingId: string, first: number, last: number, messages: number, pointsLength: number): void {
     const buf = this.buf;
     const idLength = Buffer.byteLength(thingId);
     // (thing ids are UUIDs; the COPY is given up, and the batch inserted, rather than the buffer grown)
     if (idLength > 256) throw new Error('thing id too long for the history copy');
-    buf.writeInt16BE(4, this.length);
+    buf.writeInt16BE(5, this.length);
     buf.write(thingId, this.length + 6);
     buf.writeInt32BE(idLength, this.length + 2);
     this.length += 6 + idLength;
     this.timestamp(first);
     this.timestamp(last);
+    buf.writeInt32BE(4, this.length);
+    buf.writeInt32BE(messages, this.length + 4);
+    this.length += 8;
     buf.writeInt32BE(pointsLength, this.length);
     buf[this.length + 4] = 0x5b; // [
     this.length += 5;
@@ -186,10 +191,10 @@ export class TelemetryHistoryRepo {
    */
   async insert(rows: HistoryRow[]): Promise<void> {
     let json = '';
-    for (const r of rows) json += `${json === '' ? '[' : ','}{"t":${JSON.stringify(r.thing_id)},"f":${r.first},"l":${r.last},"p":${r.points}}`;
+    for (const r of rows) json += `${json === '' ? '[' : ','}{"t":${JSON.stringify(r.thing_id)},"f":${r.first},"l":${r.last},"n":${r.messages},"p":${r.points}}`;
     await this.sql`
-      insert into telemetry_history (thing_id, first_at, last_at, points)
-      select x.t, to_timestamp(x.f / 1000), to_timestamp(x.l / 1000), x.p from json_to_recordset(${json + ']'}::text::json) as x(t text, f float8, l float8, p json)`;
+      insert into telemetry_history (thing_id, first_at, last_at, messages, points)
+      select x.t, to_timestamp(x.f / 1000), to_timestamp(x.l / 1000), x.n, x.p from json_to_recordset(${json + ']'}::text::json) as x(t text, f float8, l float8, n integer, p json)`;
   }
 
   /**
@@ -206,7 +211,7 @@ export class TelemetryHistoryRepo {
       // its stream ended (the query settled with the stream): the refusal aborts the transaction,
       // and its COMMIT then answers ROLLBACK.
       await reserved`begin`;
-      const stream = await reserved.unsafe('copy telemetry_history (thing_id, first_at, last_at, points) from stdin (format binary)').writable();
+      const stream = await reserved.unsafe('copy telemetry_history (thing_id, first_at, last_at, messages, points) from stdin (format binary)').writable();
       stream.on('error', () => {}); // a refusal before the end: the COMMIT tells
       const send = (chunk: Buffer) => new Promise<void>((resolve, reject) => stream.write(chunk, (err) => (err ? reject(err) : resolve())));
       try {
@@ -388,8 +393,8 @@ export class TelemetryLog {
   async behind(accountId: string, after: TelemetryPosition, bound = 2_000): Promise<{ messages: number; oldest: Date | null }> {
     const [r] = await this.sql<{ messages: number; oldest: Date | null }[]>`
       with h as materialized (select pg_snapshot_xmin(pg_current_snapshot()) as xmin)
-      select coalesce(sum(json_array_length(x.points)), 0)::int as messages, min(x.first_at) as oldest from (
-        select t.points, t.first_at
+      select coalesce(sum(coalesce(x.messages, json_array_length(x.points))), 0)::int as messages, min(x.first_at) as oldest from (
+        select t.messages, t.points, t.first_at
         from h, telemetry_history t
         join thing_directory d on d.id = (case when t.thing_id ~ ${UUID_RE} then t.thing_id::uuid end)
         where t.tx >= ${after.tx}::xid8

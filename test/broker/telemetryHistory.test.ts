@@ -143,7 +143,7 @@ describe('history pages and points of one millisecond', () => {
     // 2 points, then 10 in one millisecond, then 3: as a device publishing faster than 1 per ms
     const times = [t0, t0 + 1, ...Array(10).fill(t0 + 2), t0 + 3, t0 + 3, t0 + 4];
     const points = JSON.stringify(times.map((at, n) => [at, { n }]));
-    await new TelemetryHistoryRepo(gw.db.sql).insert([{ thing_id: device.thingId, first: t0, last: t0 + 4, points }]);
+    await new TelemetryHistoryRepo(gw.db.sql).insert([{ thing_id: device.thingId, first: t0, last: t0 + 4, messages: times.length, points }]);
     const seen: number[] = [];
     const sizes: number[] = [];
     let query = `key=n&limit=3&from=${encodeURIComponent(new Date(t0 - 1).toISOString())}`;
@@ -270,16 +270,31 @@ describe('batched history writes', () => {
       }
       await ingest.flush();
     }
-    const rows = await gw.db.sql<{ thing_id: string; points: [number, { seq: number }][] }[]>`
-      select thing_id, points from telemetry_history where thing_id in ${gw.db.sql(things)} order by first_at, thing_id`;
+    const rows = await gw.db.sql<{ thing_id: string; points: [number, { seq: number }][]; messages: number }[]>`
+      select thing_id, points, messages from telemetry_history where thing_id in ${gw.db.sql(things)} order by first_at, thing_id`;
     const stored = new Map<string, number[]>(things.map((t) => [t, []]));
     for (const r of rows) for (const [, v] of r.points) stored.get(r.thing_id)!.push(v.seq);
+    // each row counts its messages (what a bridge rule's lag sums)
+    for (const r of rows) expect(r.messages).toBe(r.points.length);
     for (const t of things) expect(stored.get(t)).toEqual(sent.get(t));
     expect(ingest.dropped).toEqual({ telemetry: 0, last_seen: 0, history: 0 });
     // every batch by COPY, rows of hundreds of KiB (several chunks each) included
     expect(history.copies).toHaveLength(41);
     expect(history.copies.every(Boolean)).toBe(true);
     expect(Math.max(...rows.map((r) => JSON.stringify(r.points).length))).toBeGreaterThan(200_000);
+  });
+
+  it('a small batch (one insert, not a COPY) counts each row\'s messages too', async () => {
+    const history = watchedHistory();
+    const ingest = new IngestBuffer(new BrokerRepo(gw.db.sql), createLogger('error', false), history.repo);
+    const [a, b] = [`small-${crypto.randomUUID()}`, `small-${crypto.randomUUID()}`];
+    for (let seq = 0; seq < 3; seq++) ingest.addTelemetry(a, ...telemetry({ seq }));
+    ingest.addTelemetry(b, ...telemetry({ seq: 3 }));
+    await ingest.flush();
+    expect(history.copies).toEqual([]);
+    const rows = await gw.db.sql<{ thing_id: string; messages: number; n: number }[]>`
+      select thing_id, messages, json_array_length(points) as n from telemetry_history where thing_id in ${gw.db.sql([a, b])}`;
+    expect(Object.fromEntries(rows.map((r) => [r.thing_id, [r.messages, r.n]]))).toEqual({ [a]: [3, 3], [b]: [1, 1] });
   });
 
   it('two nodes maintaining the partitions at once: no error, each partition once', async () => {

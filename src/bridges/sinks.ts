@@ -112,7 +112,8 @@ class NatsSink implements Sink {
       messages.forEach((m, i) => {
         const h = headers();
         h.set('Nats-Msg-Id', m.id);
-        nc.publish(m.subject, m.body, { headers: h, reply: `${inbox}.${id}.${i}` });
+        // (as bytes: Buffer.from encodes a string about twice as fast as the TextEncoder the client uses)
+        nc.publish(m.subject, Buffer.from(m.body), { headers: h, reply: `${inbox}.${id}.${i}` });
       });
       await acked;
     } catch (err) {

@@ -90,7 +90,7 @@ const COPY_SIGNATURE = Buffer.from('PGCOPY\n\xff\r\n\0', 'latin1');
 const ROW_ROOM = MAX_JSON_BYTES + 1024;
 
 /**
- * Rows of telemetry_history in COPY's binary format (header, per row 4 fields each with its
+ * Rows of telemetry_history in COPY's binary format (header, per row 5 fields each with its
  * length, trailer), encoded into one buffer kept from batch to batch and sent a chunk at a time.
  * A row's points field is written point by point (`beginRow` with the field's length, known from
  * the arena's index, then `point` for each and `endRow`), so a row larger than a chunk goes in

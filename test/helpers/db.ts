@@ -14,9 +14,9 @@ export function adminUrl(): string {
   return inject('pgAdminUrl');
 }
 
-/** The URL of database `name` on the run's server. */
-export function databaseUrl(name: string): string {
-  const u = new URL(adminUrl());
+/** The URL of database `name` on the server of `admin` (an admin URL). */
+export function databaseUrl(admin: string, name: string): string {
+  const u = new URL(admin);
   u.pathname = `/${name}`;
   return u.toString();
 }
@@ -30,7 +30,7 @@ export async function createTestDatabase(options: { migrated?: boolean } = {}): 
   const admin = postgres(adminUrl(), { max: 1, onnotice: () => {} });
   await admin.unsafe(options.migrated === false ? `create database ${name}` : `create database ${name} template ${inject('pgTemplate')}`);
   await admin.end();
-  const url = databaseUrl(name);
+  const url = databaseUrl(adminUrl(), name);
   const sql = createSql(url, 5);
   return {
     url,

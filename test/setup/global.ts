@@ -9,6 +9,7 @@ import { Jobs } from '../../src/jobs.js';
 import { createLogger } from '../../src/log.js';
 import { Pki } from '../../src/pki/pki.js';
 import { compileSources } from './compile.js';
+import { databaseUrl } from '../helpers/db.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {
@@ -57,12 +58,6 @@ export default async function setup(project: TestProject) {
     await embedded?.stop();
     fs.rmSync(tmp, { recursive: true, force: true });
   };
-}
-
-function databaseUrl(admin: string, name: string): string {
-  const u = new URL(admin);
-  u.pathname = `/${name}`;
-  return u.toString();
 }
 
 /** Migrations and pg-boss's schema (what every gateway's start would create), then no connections allowed: copies only. */

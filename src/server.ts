@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net';
 import type { Config } from './config.js';
 import { createLogger, type Logger } from './log.js';
 import { createSql } from './db/client.js';
+import { DatabaseProbe } from './db/readiness.js';
 import { ensureInternalSecret } from './pki/internalSecret.js';
 import { ensureDatabase, startEmbeddedPostgres, type EmbeddedDatabase } from './db/embedded.js';
 import { migrate } from './db/migrate.js';
@@ -91,6 +92,9 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     } else await waitForDatabase(databaseUrl, { timeoutMs: config.DATABASE_CONNECT_TIMEOUT_MS, log });
     const sql = createSql(databaseUrl, config.DATABASE_POOL_SIZE);
     cleanups.push(() => sql.end({ timeout: 5 }));
+    // /readyz's own connection: its check never queues behind the pool's statements
+    const databaseProbe = DatabaseProbe.connect(databaseUrl);
+    cleanups.push(() => databaseProbe.end());
     const { applied } = await migrate(sql);
     if (applied.length) log.info({ applied }, 'migrations applied');
 
@@ -114,7 +118,7 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
 
     const wired = await wireDomains(domains, gw);
     const { services } = wired;
-    const app = await buildHttp(gw, domains, wired);
+    const app = await buildHttp(gw, domains, wired, databaseProbe);
     // Shutdown, in this order: stop accepting and finish in-flight requests, then the domains
     // (broker) in reverse, then the jobs, then cluster, database and embedded Postgres.
     const started: DomainModule[] = [];

@@ -21,6 +21,7 @@ import { installEdge } from './edge.js';
 import { openapiDocument, openapiTransform, openapiTransformObject } from './openapi.js';
 import { allowedWebSocketOrigins, installWebSocketOriginCheck } from './wsOrigin.js';
 import { installStalledUploadCutoff } from './stalledUploads.js';
+import type { DatabaseProbe } from '../db/readiness.js';
 
 /**
  * Errors Node raises before a request reaches Fastify (request timeout, malformed HTTP): answered
@@ -51,8 +52,11 @@ function clientErrorResponder(baseUrl: string) {
   };
 }
 
-/** Builds the Fastify app: errors, tracing, auth hook, OpenAPI, health, metrics, domain routes. */
-export async function buildHttp(gw: Gateway, domains: DomainModule[], wired: WiredDomains): Promise<ZodApp> {
+/**
+ * Builds the Fastify app: errors, tracing, auth hook, OpenAPI, health, metrics, domain routes.
+ * `databaseProbe` is /readyz's database check, on a connection outside `gw.sql`'s pool.
+ */
+export async function buildHttp(gw: Gateway, domains: DomainModule[], wired: WiredDomains, databaseProbe: DatabaseProbe): Promise<ZodApp> {
   const { config } = gw;
   const app = Fastify({
     loggerInstance: gw.log as FastifyBaseLogger,
@@ -112,7 +116,9 @@ export async function buildHttp(gw: Gateway, domains: DomainModule[], wired: Wir
   app.get('/healthz', { config: { auth: 'public' }, schema: { tags: ['ops'], summary: 'Liveness', response: { 200: z.object({ status: z.literal('ok') }) } } }, async () => ({ status: 'ok' as const }));
   app.get('/readyz', { config: { auth: 'public' }, logLevel: 'error' /* probes poll it while starting: not-ready is expected */, schema: { tags: ['ops'], summary: 'Readiness: database and broker up', response: { 200: z.object({ status: z.literal('ready'), checks: z.record(z.string(), z.boolean()) }) } } }, async () => {
     const checks: Record<string, boolean> = {};
-    checks.database = await gw.sql`select 1`.then(() => true, () => false);
+    // not through gw.sql: a reconnect storm's bookkeeping fills that pool's queue (DatabaseProbe)
+    checks.database = await databaseProbe.check();
+    // the domains' hooks answer from memory (the broker: its listener is up), none waits on the pool
     for (const d of domains) {
       if (d.ready) checks[d.name] = await Promise.resolve(d.ready(gw, servicesOf(d, wired))).catch(() => false);
     }

@@ -31,6 +31,8 @@ export const DEFAULT_WORKER: WorkerSettings = {
 /** how long a rule's thing filter (where.thing) is kept before it is asked again */
 const THING_FILTER_MS = 5_000;
 const MAX_FILTERED_THINGS = 100_000;
+/** a position moved only past other accounts' telemetry is written at most this often (a crash re-reads those rows, harmlessly) */
+const SAVE_SKIPPED_MS = 5_000;
 
 interface Metrics {
   delivered: Counter<'rule'>;
@@ -154,6 +156,8 @@ class RuleRunner {
    * the in-flight budget would read their text from PostgreSQL again and again)
    */
   private rowsWanted = 64;
+  /** when the position was last written (see SAVE_SKIPPED_MS) */
+  private savedAt = 0;
 
   constructor(private readonly w: BridgeWorker, private row: RuleRow) {
     // (not parseFrom: a rule created under older validation keeps running)
@@ -292,11 +296,11 @@ class RuleRunner {
     };
     if (r.source === 'telemetry') {
       const limit = this.rowsWanted;
-      const rows = await this.w.d.telemetryLog.read(r.account_id, { tx: r.pos_xid, thingId: r.pos_thing }, limit);
-      if (rows.length === 0) return { sent: 0, more: false };
+      const read = await this.w.d.telemetryLog.read(r.account_id, { tx: r.pos_xid, thingId: r.pos_thing }, limit);
+      if (!read.last) return { sent: 0, more: false };
       let taken = 0;
       let count = 0;
-      for (const row of rows) {
+      for (const row of read.rows) {
         if (this.thingId && row.thingId !== this.thingId) {
           taken++;
           continue;
@@ -307,10 +311,18 @@ class RuleRunner {
         count += points.length;
         taken++;
       }
-      const last = rows[taken - 1];
-      next = { xid: last.tx, thing: last.thingId, seq: null };
-      more = taken < rows.length || rows.length === limit;
-      this.rowsWanted = taken < rows.length ? Math.max(taken + 1, 4) : rows.length === limit ? Math.min(limit * 2, this.w.d.settings.batchRows) : limit;
+      const whole = taken === read.rows.length;
+      // past every row scanned (other accounts' too), or up to the last row the budget held
+      const end = whole ? read.last : read.rows[taken - 1];
+      next = { xid: end.tx, thing: end.thingId, seq: null };
+      more = !whole || read.scanned === limit;
+      this.rowsWanted = !whole ? Math.max(taken + 1, 4) : read.scanned === limit ? Math.min(limit * 2, this.w.d.settings.batchRows) : limit;
+      if (messages.length === 0 && Date.now() - this.savedAt < SAVE_SKIPPED_MS) {
+        // nothing of this rule's among them: the position moves in memory, written with the next delivery
+        // (or within SAVE_SKIPPED_MS): a rule of a quiet account does not commit at every poll while others are busy
+        this.row = { ...this.row, pos_xid: next.xid, pos_thing: next.thing, pos_seq: null };
+        return { sent: 0, more };
+      }
     } else if (r.source === 'twin' || r.source === 'commandReply') {
       const kind: Kind = r.source;
       const limit = Math.min(this.w.d.settings.batchRows, this.w.d.settings.maxInFlight);
@@ -351,6 +363,7 @@ class RuleRunner {
       return { sent: 0, more: false };
     }
     this.row = { ...this.row, pos_xid: next.xid, pos_thing: next.thing, pos_seq: next.seq };
+    this.savedAt = Date.now();
     this.w.m.delivered.inc({ rule: r.id }, messages.length);
     return { sent: messages.length, more };
   }

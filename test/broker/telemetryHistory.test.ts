@@ -6,7 +6,7 @@ import { waitFor } from '../helpers/wait.js';
 import { enrollDevice, createClaimGroup } from '../helpers/devices.js';
 import { connectDevice, metric, type TestDevice } from './fixtures.js';
 import crypto from 'node:crypto';
-import { TelemetryHistoryRepo } from '../../src/broker/telemetryHistory.js';
+import { TelemetryHistoryRepo, TelemetryLog, type TelemetryLogRow, type TelemetryPosition } from '../../src/broker/telemetryHistory.js';
 import { IngestBuffer } from '../../src/broker/ingest.js';
 import { telemetry } from '../helpers/telemetry.js';
 import { BrokerRepo } from '../../src/broker/repo.js';
@@ -305,6 +305,41 @@ describe('batched history writes', () => {
       select count(*)::int as n from pg_inherits i join pg_class c on c.oid = i.inhrelid
       where i.inhparent = 'telemetry_history'::regclass and c.relname = ${`telemetry_history_p${future.toISOString().slice(0, 10).replaceAll('-', '')}`}`;
     expect(n).toBe(1);
+  });
+});
+
+describe('the history as a log (what data bridge rules read)', () => {
+  it('a read scans at most its limit, every account\'s rows, returns only the account\'s own and the position past the last scanned', async () => {
+    const otherSecret = (await createClaimGroup(gw, other)).sharedSecret;
+    const [mine1, mine2, theirs] = await Promise.all([
+      enrollDevice(gw, account, { claimSecret }), enrollDevice(gw, account, { claimSecret }), enrollDevice(gw, other, { claimSecret: otherSecret }),
+    ]);
+    const log = new TelemetryLog(gw.db.sql);
+    const start = await log.head();
+    // one transaction per row, so each has its own tx: a run of the other account's rows (and a row of no thing) between the account's
+    const order = [mine1.thingId, theirs.thingId, theirs.thingId, 'not-a-thing', theirs.thingId, mine2.thingId, theirs.thingId, mine1.thingId];
+    for (const [i, thing] of order.entries()) {
+      await gw.db.sql`insert into telemetry_history (thing_id, first_at, last_at, messages, points)
+        values (${thing}, now(), now(), 1, ${`[[${Date.now()},{"i":${i}}]]`}::text::json)`;
+    }
+    const own: TelemetryLogRow[] = [];
+    let at: TelemetryPosition = start;
+    let reads = 0;
+    for (;;) {
+      const read = await log.read(account.id, at, 2);
+      if (!read.last) break;
+      reads++;
+      expect(read.scanned).toBeLessThanOrEqual(2);
+      expect(read.rows.every((r) => r.thingId === mine1.thingId || r.thingId === mine2.thingId)).toBe(true);
+      own.push(...read.rows);
+      at = read.last;
+    }
+    expect(reads).toBe(4); // 8 rows, 2 per read: the other account's rows are passed, not returned
+    expect(own.map((r) => [r.thingId, JSON.parse(r.points)[0][1].i])).toEqual([[mine1.thingId, 0], [mine2.thingId, 5], [mine1.thingId, 7]]);
+    // the other account reads its own rows from the same log
+    const theirsRead = await log.read(other.id, start, 100);
+    expect(theirsRead.scanned).toBe(8);
+    expect(theirsRead.rows.map((r) => JSON.parse(r.points)[0][1].i)).toEqual([1, 2, 4, 6]);
   });
 });
 

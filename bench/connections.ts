@@ -10,7 +10,7 @@
  * first, so the clients' PEM parsing is not in the measured window). BASELINE_ROOT=<checkout>
  * also runs the gateway of another checkout (same certificates), measured in the same rounds, as
  * a before/after. Row "gateway + haproxy (TLS offload)" (issue 35): a second gateway process
- * behind Debian's HAProxy running docs/haproxy-mqtt-tls.cfg (nbthread = cores; more than one HAProxy
+ * behind Debian's HAProxy running docs/haproxy-mqtt-tls.cfg (nbthread = cores, or LB_THREADS; more than one HAProxy
  * process when the sessions need more descriptors than one may have: haproxyProcesses), which terminates
  * the clients' mutual TLS and hands each connection to the gateway's MQTT_PROXY_PORT with a PROXY
  * v2 header; its CPU and RSS growth are both processes' together, and each apart below the table
@@ -211,7 +211,7 @@ async function startHaproxy(gw: { httpUrl: string; certsDir: string }, proxyPort
       // connections come from 127.0.0.1, whose ~28,000 ephemeral ports towards one address must
       // also cover the previous round's connections still in TIME_WAIT
       GATEWAY_A_MQTT: `127.0.0.1:${proxyPort}`, GATEWAY_B_MQTT: `127.0.0.2:${proxyPort}`, LB_ADMIN_BIND: adminSocket,
-      LB_THREADS: String(os.cpus().length), LB_MAXCONN: String(maxconn),
+      LB_THREADS: process.env.LB_THREADS ?? String(os.cpus().length), LB_MAXCONN: String(maxconn),
       TLS_CERT: path.join(gw.certsDir, 'server.crt'), TLS_CA: path.join(gw.certsDir, 'ca-bundle.pem'), TLS_CRL: crlFile,
     },
     // BENCH_HAPROXY_LOG=file: HAProxy's log (`log stdout`) appended there

@@ -26,6 +26,12 @@ describe('patched dependencies', () => {
     expect(copyIn).not.toContain('raw(chunk)');
   });
 
+  it.each(['src/connection.js', 'cjs/src/connection.js'])('postgres.js %s sets TCP_NODELAY on its sockets (no delayed-ACK wait after a COPY)', (file) => {
+    const source = fs.readFileSync(path.join(postgresDir, file), 'utf8');
+    const connect = source.slice(source.indexOf('async function connect()'), source.indexOf('function reconnect()'));
+    expect(connect).toContain('socket.setNoDelay(true)');
+  });
+
   const aedesMain = require.resolve('aedes');
   const aedesDir = aedesMain.slice(0, aedesMain.lastIndexOf(`${path.sep}node_modules${path.sep}aedes${path.sep}`)) + `${path.sep}node_modules${path.sep}aedes`;
 

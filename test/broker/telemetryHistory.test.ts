@@ -317,7 +317,8 @@ describe('the history as a log (what data bridge rules read)', () => {
     const log = new TelemetryLog(gw.db.sql);
     const start = await log.head();
     // one transaction per row, so each has its own tx: a run of the other account's rows (and a row of no thing) between the account's
-    const order = [mine1.thingId, theirs.thingId, theirs.thingId, 'not-a-thing', theirs.thingId, mine2.thingId, theirs.thingId, mine1.thingId];
+    // (and a 36-character id with the dashes elsewhere: no uuid, so no cast error)
+    const order = [mine1.thingId, theirs.thingId, theirs.thingId, 'not-a-thing', '0123456789-abcdef-0123-4567-89abcdef', theirs.thingId, mine2.thingId, theirs.thingId, mine1.thingId];
     for (const [i, thing] of order.entries()) {
       await gw.db.sql`insert into telemetry_history (thing_id, first_at, last_at, messages, points)
         values (${thing}, now(), now(), 1, ${`[[${Date.now()},{"i":${i}}]]`}::text::json)`;
@@ -334,12 +335,12 @@ describe('the history as a log (what data bridge rules read)', () => {
       own.push(...read.rows);
       at = read.last;
     }
-    expect(reads).toBe(4); // 8 rows, 2 per read: the other account's rows are passed, not returned
-    expect(own.map((r) => [r.thingId, JSON.parse(r.points)[0][1].i])).toEqual([[mine1.thingId, 0], [mine2.thingId, 5], [mine1.thingId, 7]]);
+    expect(reads).toBe(5); // 9 rows, 2 per read: the other rows are passed, not returned
+    expect(own.map((r) => [r.thingId, JSON.parse(r.points)[0][1].i])).toEqual([[mine1.thingId, 0], [mine2.thingId, 6], [mine1.thingId, 8]]);
     // the other account reads its own rows from the same log
     const theirsRead = await log.read(other.id, start, 100);
-    expect(theirsRead.scanned).toBe(8);
-    expect(theirsRead.rows.map((r) => JSON.parse(r.points)[0][1].i)).toEqual([1, 2, 4, 6]);
+    expect(theirsRead.scanned).toBe(9);
+    expect(theirsRead.rows.map((r) => JSON.parse(r.points)[0][1].i)).toEqual([1, 2, 5, 7]);
   });
 });
 

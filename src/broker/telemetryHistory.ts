@@ -239,7 +239,7 @@ export class TelemetryHistoryRepo {
     return this.sql<{ at: Date; value: unknown }[]>`
       select at, value from (${this.messages(thingId, key, from, to)}) m
       where value is not null
-      order by at, first_at, ord limit ${limit + 1}`;
+      order by at, first_at, tx, ord limit ${limit + 1}`;
   }
 
   /** Non-empty buckets of the numeric values of `key` in [from, to). */
@@ -255,11 +255,14 @@ export class TelemetryHistoryRepo {
       group by 1 order by 1`;
   }
 
-  /** The messages of a thing in [from, to), each with its value of `key` (null when it has none). */
+  /**
+   * The messages of a thing in [from, to), each with its value of `key` (null when it has none); `tx`
+   * orders two rows that began in the same millisecond (consecutive batches can).
+   */
   private messages(thingId: string, key: string, from: Date, to: Date) {
     return this.sql`
-      select at, value, first_at, ord from (
-        select timestamptz 'epoch' + (e ->> 0)::bigint * interval '1 millisecond' as at, e -> 1 -> ${key} as value, h.first_at, x.ord
+      select at, value, first_at, tx, ord from (
+        select timestamptz 'epoch' + (e ->> 0)::bigint * interval '1 millisecond' as at, e -> 1 -> ${key} as value, h.first_at, h.tx, x.ord
         from telemetry_history h, json_array_elements(h.points) with ordinality as x(e, ord)
         where h.thing_id = ${thingId} and h.first_at < ${to} and h.last_at >= ${from}
       ) m0 where at >= ${from} and at < ${to}`;

@@ -270,8 +270,9 @@ describe('batched history writes', () => {
       }
       await ingest.flush();
     }
+    // in the order the batches were written (their transactions): two batches can begin in the same millisecond
     const rows = await gw.db.sql<{ thing_id: string; points: [number, { seq: number }][]; messages: number }[]>`
-      select thing_id, points, messages from telemetry_history where thing_id in ${gw.db.sql(things)} order by first_at, thing_id`;
+      select thing_id, points, messages from telemetry_history where thing_id in ${gw.db.sql(things)} order by tx, thing_id`;
     const stored = new Map<string, number[]>(things.map((t) => [t, []]));
     for (const r of rows) for (const [, v] of r.points) stored.get(r.thing_id)!.push(v.seq);
     // each row counts its messages (what a bridge rule's lag sums)
@@ -395,7 +396,7 @@ describe('backpressure when the database falls behind (TELEMETRY_BATCH_BYTES)', 
       // the database caught up: the rest is read, and every message is stored, in order
       const seqs = await waitFor(async () => {
         const rows = await small.db.sql<{ points: [number, { seq: number }][] }[]>`
-          select points from telemetry_history where thing_id = ${device.thingId} order by first_at`;
+          select points from telemetry_history where thing_id = ${device.thingId} order by tx`;
         const all = rows.flatMap((r) => r.points.map(([, p]) => p.seq));
         return all.length === total ? all : undefined;
       }, 30_000, 'every message stored');

@@ -342,6 +342,10 @@ describe('the history as a log (what data bridge rules read)', () => {
     const theirsRead = await log.read(other.id, start, 100);
     expect(theirsRead.scanned).toBe(9);
     expect(theirsRead.rows.map((r) => JSON.parse(r.points)[0][1].i)).toEqual([1, 2, 5, 7]);
+    // and the lag a rule shows counts only its account's messages (the ids that are no uuid skipped, no cast error)
+    expect((await log.behind(account.id, start)).messages).toBe(3);
+    expect((await log.behind(other.id, start)).messages).toBe(4);
+    expect((await log.behind(account.id, at)).messages).toBe(0);
   });
 });
 

@@ -2,7 +2,8 @@
  * bench:bridges: the gateway's telemetry throughput and CPU per message with one data bridge rule
  * forwarding all telemetry to NATS JetStream, against the same gateway, fleet and load with the rule
  * disabled, in alternating rounds of one run (bench:mqtt's shapes: 50 and 300 devices, 48-byte and
- * 1 KiB payloads, QoS 0 and QoS 1 with 20 in flight per device).
+ * 1 KiB payloads, QoS 0 and QoS 1 with 20 in flight per device), with the rule in each of its formats (FORMATS:
+ * `event`, one CloudEvent per NATS message; `batch`, a JSON array of one thing's consecutive events per message).
  *
  * The load generator is Debian's `mosquitto_pub -l` (one process per device, MQTT 5, mutual TLS),
  * as in bench:mqtt; the devices are real things of one account (enrolled over HTTP), so the rule
@@ -12,7 +13,7 @@
  * the round (messages received and not yet acknowledged by the sink, sampled every 500 ms).
  * The sink: NATS at 127.0.0.1:4222 (else a `nats-server -js` started here), a memory stream.
  *
- *   npm run bench:bridges                         (SHAPES=50,300 PAYLOADS=small,1k QOS=0,1 ROUNDS=2 MSGS_QOS0=300000 MSGS_QOS1=100000)
+ *   npm run bench:bridges                         (SHAPES=50,300 PAYLOADS=small,1k QOS=0,1 FORMATS=event,batch ROUNDS=2 MSGS_QOS0=300000 MSGS_QOS1=100000)
  *   SHAPES=50 QOS=1 ROUNDS=1 npm run bench:bridges -- --no-write
  */
 import crypto from 'node:crypto';
@@ -33,6 +34,7 @@ const list = (name: string, fallback: string) => (process.env[name] ?? fallback)
 const SHAPES = list('SHAPES', '50,300').map(Number);
 const PAYLOADS = list('PAYLOADS', 'small,1k') as ('small' | '1k')[];
 const QOS = list('QOS', '0,1').map(Number) as (0 | 1)[];
+const FORMATS = list('FORMATS', 'event,batch') as ('event' | 'batch')[];
 const ROUNDS = Number(process.env.ROUNDS ?? 2);
 // rounds of several seconds: 30,000 QoS 1 messages (1 to 3 s) let part of the rule's work fall after the round and
 // the rounds' fsync latency decide the ratio (docs/benchmarks.md, "bench:bridges in steady state")
@@ -69,7 +71,7 @@ async function main(): Promise<void> {
 
   const gw = await startGatewayProcess(path.join(dir, 'gw'));
   const loads = os.loadavg().map((l) => l.toFixed(1)).join(' ');
-  console.log(`bench:bridges  shapes ${SHAPES.join('/')}, payloads ${PAYLOADS.join('/')}, QoS ${QOS.join('/')}, ${ROUNDS} rounds, ${MSGS[0]}/${MSGS[1]} msgs per round (QoS 0/1), ${os.cpus().length} CPUs, load ${loads}, sink ${sink.url}`);
+  console.log(`bench:bridges  shapes ${SHAPES.join('/')}, payloads ${PAYLOADS.join('/')}, QoS ${QOS.join('/')}, rule formats ${FORMATS.join('/')}, ${ROUNDS} rounds, ${MSGS[0]}/${MSGS[1]} msgs per round (QoS 0/1), ${os.cpus().length} CPUs, load ${loads}, sink ${sink.url}`);
   // setup and rule calls through the typed client generated from the gateway's document (src/clients/api.ts); /metrics is not in the document: plain fetch
   const anon = gatewayClient(gw.httpUrl);
   const platform = gatewayClient(gw.httpUrl, { bearer: (await must(anon.POST('/dev/token', { body: { realm: 'platform', sub: 'bench', roles: ['platform-admin'] } }))).access_token });
@@ -114,7 +116,15 @@ async function main(): Promise<void> {
     } catch { return sum; }
   }, 0);
 
-  interface Row { shape: number; payload: string; qos: number; rule: boolean; msgsPerSecond: number; cpuUsPerMsg: number; pgUsPerMsg: number; catchUpS: number; maxLag: number }
+  // the whole machine's CPU (both cores: clients, NATS, PostgreSQL, the gateway) from /proc/stat: busy and all jiffies
+  const machine = () => {
+    const f = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0].trim().split(/\s+/).slice(1).map(Number);
+    const idle = f[3] + f[4];
+    const all = f.reduce((a, b) => a + b, 0);
+    return { busy: all - idle, all };
+  };
+  type Condition = 'none' | 'event' | 'batch';
+  interface Row { shape: number; payload: string; qos: number; rule: Condition; msgsPerSecond: number; cpuUsPerMsg: number; pgUsPerMsg: number; catchUpS: number; maxLag: number; machineBusy: number }
   const rows: Row[] = [];
   for (const shape of SHAPES) {
     for (const qos of QOS) {
@@ -128,8 +138,11 @@ async function main(): Promise<void> {
       while ((await metric('mqtt_connected_clients')) < shape) await sleep(200);
       for (const payload of PAYLOADS) {
         for (let round = 0; round < ROUNDS; round++) {
-          for (const withRule of round % 2 === 0 ? [false, true] : [true, false]) {
-            await must(op.PATCH('/api/v1/rules/{id}', { ...ruleId, body: { enabled: withRule } }));
+          // without the rule, then with it in each format; the order reversed every other round
+          const conditions: Condition[] = ['none', ...FORMATS];
+          for (const condition of round % 2 === 0 ? conditions : conditions.reverse()) {
+            const withRule = condition !== 'none';
+            await must(op.PATCH('/api/v1/rules/{id}', { ...ruleId, body: withRule ? { enabled: true, format: condition } : { enabled: false } }));
             // the rule starts where it stopped: let it catch up before the round
             if (withRule) while ((await must(op.GET('/api/v1/rules/{id}', ruleId))).lag.messages > 0) await sleep(200);
             await sleep(500);
@@ -140,7 +153,7 @@ async function main(): Promise<void> {
             const chunk = line.repeat(per);
             const recv0 = await metric('mqtt_messages_received_total');
             const del0 = await metric('bridge_rule_delivered_total', rule.id);
-            const [c0, p0, t0] = [gwCpu(), pgCpu(), performance.now()];
+            const [c0, p0, m0, t0] = [gwCpu(), pgCpu(), machine(), performance.now()];
             for (const p of procs) p.stdin!.write(chunk);
             let maxLag = 0;
             let lastSample = 0;
@@ -153,7 +166,7 @@ async function main(): Promise<void> {
               }
               await sleep(20);
             }
-            const t1 = performance.now();
+            const [t1, m1] = [performance.now(), machine()];
             const seconds = (t1 - t0) / 1000;
             let catchUp = 0;
             if (withRule) {
@@ -162,11 +175,12 @@ async function main(): Promise<void> {
             } else await sleep(300); // the last flush
             const [c1, p1] = [gwCpu(), pgCpu()];
             const r: Row = {
-              shape, payload, qos, rule: withRule, msgsPerSecond: total / seconds,
+              shape, payload, qos, rule: condition, msgsPerSecond: total / seconds,
               cpuUsPerMsg: ((c1 - c0) * 1e6) / total, pgUsPerMsg: ((p1 - p0) * 1e6) / total, catchUpS: catchUp, maxLag,
+              machineBusy: (m1.busy - m0.busy) / (m1.all - m0.all),
             };
             rows.push(r);
-            console.log(`${shape} devices ${payload} QoS ${qos} ${withRule ? 'rule   ' : 'no rule'}: ${Math.round(r.msgsPerSecond)} msg/s, gateway ${r.cpuUsPerMsg.toFixed(1)} µs/msg, postgres ${r.pgUsPerMsg.toFixed(1)} µs/msg${withRule ? `, catch-up ${catchUp.toFixed(2)} s after the round, max lag ${maxLag}` : ''}`);
+            console.log(`${shape} devices ${payload} QoS ${qos} ${withRule ? `rule, ${condition.padEnd(5)}` : 'no rule    '}: ${Math.round(r.msgsPerSecond)} msg/s, gateway ${r.cpuUsPerMsg.toFixed(1)} µs/msg, postgres ${r.pgUsPerMsg.toFixed(1)} µs/msg, machine busy ${(100 * r.machineBusy).toFixed(0)}%${withRule ? `, catch-up ${catchUp.toFixed(2)} s after the round, max lag ${maxLag}` : ''}`);
           }
         }
       }
@@ -180,25 +194,26 @@ async function main(): Promise<void> {
   await sink.stop();
 
   const median = (xs: number[]) => { const s = [...xs].sort((a, b) => a - b); return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2; };
-  const table = ['| devices | payload | QoS | msg/s without rule | msg/s with rule | ratio | gateway µs/msg without / with | PostgreSQL µs/msg without / with | catch-up after round (s) | max lag (msgs) |', '|---|---|---|---|---|---|---|---|---|---|'];
-  for (const shape of SHAPES) for (const payload of PAYLOADS) for (const qos of QOS) {
-    const of = (rule: boolean) => rows.filter((r) => r.shape === shape && r.payload === payload && r.qos === qos && r.rule === rule);
-    const [a, b] = [of(false), of(true)];
+  const table = ['| devices | payload | QoS | rule format | msg/s without rule | msg/s with rule | ratio | gateway µs/msg without / with | PostgreSQL µs/msg without / with | machine busy without / with | catch-up after round (s) | max lag (msgs) |', '|---|---|---|---|---|---|---|---|---|---|---|---|'];
+  for (const shape of SHAPES) for (const payload of PAYLOADS) for (const qos of QOS) for (const format of FORMATS) {
+    const of = (rule: Condition) => rows.filter((r) => r.shape === shape && r.payload === payload && r.qos === qos && r.rule === rule);
+    const [a, b] = [of('none'), of(format)];
     if (!a.length || !b.length) continue;
     const m = (rs: Row[], k: keyof Row) => median(rs.map((r) => r[k] as number));
-    table.push(`| ${shape} | ${payload === 'small' ? '48 B' : '1 KiB'} | ${qos} | ${Math.round(m(a, 'msgsPerSecond'))} | ${Math.round(m(b, 'msgsPerSecond'))} | ${(m(b, 'msgsPerSecond') / m(a, 'msgsPerSecond')).toFixed(2)} | ${m(a, 'cpuUsPerMsg').toFixed(1)} / ${m(b, 'cpuUsPerMsg').toFixed(1)} | ${m(a, 'pgUsPerMsg').toFixed(1)} / ${m(b, 'pgUsPerMsg').toFixed(1)} | ${m(b, 'catchUpS').toFixed(2)} | ${Math.max(...b.map((r) => r.maxLag))} |`);
+    table.push(`| ${shape} | ${payload === 'small' ? '48 B' : '1 KiB'} | ${qos} | ${format} | ${Math.round(m(a, 'msgsPerSecond'))} | ${Math.round(m(b, 'msgsPerSecond'))} | ${(m(b, 'msgsPerSecond') / m(a, 'msgsPerSecond')).toFixed(2)} | ${m(a, 'cpuUsPerMsg').toFixed(1)} / ${m(b, 'cpuUsPerMsg').toFixed(1)} | ${m(a, 'pgUsPerMsg').toFixed(1)} / ${m(b, 'pgUsPerMsg').toFixed(1)} | ${(100 * m(a, 'machineBusy')).toFixed(0)}% / ${(100 * m(b, 'machineBusy')).toFixed(0)}% | ${m(b, 'catchUpS').toFixed(2)} | ${Math.max(...b.map((r) => r.maxLag))} |`);
   }
   console.log(table.join('\n'));
   const section = `## bench:bridges (issue 34)
 
 \`npm run bench:bridges\`, ${new Date().toISOString().slice(0, 10)}, ${os.cpus().length} CPUs, node ${process.version}, load average at the start ${loads}
-(**measured while other helpers' tests and benchmarks ran on the same machine: the lead reruns it on a quiet one**).
 One gateway process, ${SHAPES.join(' and ')} devices (\`mosquitto_pub -l\`, MQTT 5, mutual TLS; QoS 1 with ${INFLIGHT} in flight), one rule forwarding all
-telemetry of the account to NATS JetStream (${sink.url === 'nats://127.0.0.1:4222' ? "the machine's server" : 'nats-server -js'}, memory stream), enabled in one round and disabled in the
-other, alternating, ${ROUNDS} rounds each, medians. msg/s: the gateway's intake (every message counted by \`mqtt_messages_received_total\`);
+telemetry of the account to NATS JetStream (${sink.url === 'nats://127.0.0.1:4222' ? "the machine's server" : 'nats-server -js'}, memory stream), disabled in one round and enabled in
+the others (format \`event\`: one CloudEvent per NATS message; \`batch\`: one JSON array of a thing's consecutive events per message), the order
+reversed every other round, ${ROUNDS} rounds each, medians. msg/s: the gateway's intake (every message counted by \`mqtt_messages_received_total\`);
 CPU per message: the gateway process (and its embedded PostgreSQL apart) from the round's start until, with the rule, the sink
 acknowledged the round's last message (so it includes the delivery). Catch-up: seconds from the round's end until then; max lag:
-received and not yet acknowledged by the sink, the largest seen during the round (sampled every 500 ms). Ratio: with / without (target >= 0.8).
+received and not yet acknowledged by the sink, the largest seen during the round (sampled every 500 ms). Machine busy: both cores'
+non-idle time during the round (/proc/stat; everything on the machine: the devices' clients, NATS, PostgreSQL, the gateway). Ratio: with / without (target >= 0.8).
 
 ${table.join('\n')}
 `;

@@ -7,14 +7,14 @@ export interface BridgeRow {
 
 export interface RuleRow {
   id: string; account_id: string; bridge_id: string; name: string; from_filter: string; source: 'telemetry' | 'connectivity' | 'state' | 'twin' | 'commandReply';
-  where_expr: unknown; select_fields: string[] | null; status: string; failing_since: Date | null; last_error: string | null; last_error_at: Date | null;
+  where_expr: unknown; select_fields: string[] | null; format: 'event' | 'batch'; status: string; failing_since: Date | null; last_error: string | null; last_error_at: Date | null;
   pos_xid: string; pos_thing: string | null; pos_seq: string | null; delivered: string; failed: string; last_delivered_at: Date | null;
   created_at: Date; updated_at: Date;
 }
 
 export interface EventRow { xid: string; seq: string; actor_id: string; type: string; payload: Record<string, unknown>; created_at: Date }
 
-const RULE_COLUMNS = 'id, account_id, bridge_id, name, from_filter, source, where_expr, select_fields, status, failing_since, last_error, last_error_at, pos_xid::text as pos_xid, pos_thing, pos_seq::text as pos_seq, delivered::text as delivered, failed::text as failed, last_delivered_at, created_at, updated_at';
+const RULE_COLUMNS = 'id, account_id, bridge_id, name, from_filter, source, where_expr, select_fields, format, status, failing_since, last_error, last_error_at, pos_xid::text as pos_xid, pos_thing, pos_seq::text as pos_seq, delivered::text as delivered, failed::text as failed, last_delivered_at, created_at, updated_at';
 
 /** Event types each event source reads (index domain_events_bridges, migration 1800). */
 export const SOURCE_EVENTS = {
@@ -63,11 +63,11 @@ export class BridgesRepo {
   }
 
   /** Inserted before its actor is created (the store projects the status onto it). */
-  async insertRule(sql: Db, r: { id: string; account_id: string; bridge_id: string; name: string; from_filter: string; source: string; where_expr: unknown; select_fields: string[] | null; pos_xid: string; pos_thing: string | null; pos_seq: string | null; created_by: string }, at: Date): Promise<void> {
+  async insertRule(sql: Db, r: { id: string; account_id: string; bridge_id: string; name: string; from_filter: string; source: string; where_expr: unknown; select_fields: string[] | null; format: string; pos_xid: string; pos_thing: string | null; pos_seq: string | null; created_by: string }, at: Date): Promise<void> {
     await sql`
-      insert into bridge_rules (id, account_id, bridge_id, name, from_filter, source, where_expr, select_fields, pos_xid, pos_thing, pos_seq, created_by, created_at, updated_at)
+      insert into bridge_rules (id, account_id, bridge_id, name, from_filter, source, where_expr, select_fields, format, pos_xid, pos_thing, pos_seq, created_by, created_at, updated_at)
       values (${r.id}, ${r.account_id}, ${r.bridge_id}, ${r.name}, ${r.from_filter}, ${r.source}, ${r.where_expr === null ? null : sql.json(r.where_expr as never)},
-        ${r.select_fields}, ${r.pos_xid}::xid8, ${r.pos_thing}, ${r.pos_seq}, ${r.created_by}, ${at}, ${at})`;
+        ${r.select_fields}, ${r.format}, ${r.pos_xid}::xid8, ${r.pos_thing}, ${r.pos_seq}, ${r.created_by}, ${at}, ${at})`;
   }
 
   async rule(accountId: string, id: string): Promise<RuleRow | undefined> {
@@ -84,10 +84,10 @@ export class BridgesRepo {
     return this.sql.unsafe<RuleRow[]>(`select ${RULE_COLUMNS} from bridge_rules where account_id = $1 order by created_at, id limit 1000`, [accountId]);
   }
 
-  async updateRule(sql: Db, id: string, r: { name: string; where_expr: unknown; select_fields: string[] | null }, at: Date): Promise<void> {
+  async updateRule(sql: Db, id: string, r: { name: string; where_expr: unknown; select_fields: string[] | null; format: string }, at: Date): Promise<void> {
     await sql`
       update bridge_rules set name = ${r.name}, where_expr = ${r.where_expr === null ? null : sql.json(r.where_expr as never)},
-        select_fields = ${r.select_fields}, updated_at = ${at}
+        select_fields = ${r.select_fields}, format = ${r.format}, updated_at = ${at}
       where id = ${id}`;
   }
 

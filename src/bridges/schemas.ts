@@ -55,6 +55,7 @@ export const ruleCreate = z.strictObject({
   bridge_id: z.uuid(),
   where: whereSchema.optional(),
   select: z.array(z.string().min(1).max(256)).min(1).max(64).optional().describe('top-level payload fields delivered (default: the payload as sent; a payload that is not a JSON object has no fields)'),
+  format: z.enum(['event', 'batch']).describe('event (default): one CloudEvent per sink message (application/cloudevents+json); batch: one message per run of one thing\'s events in a delivery, a JSON array of CloudEvents (application/cloudevents-batch+json, CloudEvents\' batched format), in order, at most 1,000 events and 256 KiB, its id (Nats-Msg-Id, AMQP message-id) `<rule id>:<first event id>:batch`').default('event'),
   enabled: z.boolean().default(true),
 });
 export type RuleCreate = z.infer<typeof ruleCreate>;
@@ -63,6 +64,7 @@ export const rulePatch = z.strictObject({
   name: z.string().trim().min(1).max(100).optional(),
   where: whereSchema.nullable().optional(),
   select: z.array(z.string().min(1).max(256)).min(1).max(64).nullable().optional(),
+  format: z.enum(['event', 'batch']).optional(),
   enabled: z.boolean().optional(),
 });
 export type RulePatch = z.infer<typeof rulePatch>;
@@ -75,6 +77,7 @@ export const ruleSchema = z.object({
   bridge_id: z.uuid(),
   where: whereSchema.nullable(),
   select: z.array(z.string()).nullable(),
+  format: z.enum(['event', 'batch']).describe('how events go to the sink: one per message, or batches (see the create body)'),
   status: z.enum(['ENABLED', 'DISABLED', 'FAILING']),
   failing_since: z.string().nullable().describe('start of the current run of refused deliveries'),
   last_error: z.string().nullable(),

@@ -126,7 +126,7 @@ export interface BridgeView {
 }
 
 export interface RuleView {
-  id: string; name: string; from: string; source: Source; bridge_id: string; where: Where | null; select: string[] | null;
+  id: string; name: string; from: string; source: Source; bridge_id: string; where: Where | null; select: string[] | null; format: 'event' | 'batch';
   status: 'ENABLED' | 'DISABLED' | 'FAILING'; failing_since: string | null; last_error: string | null; last_error_at: string | null;
   delivered: number; failed: number; last_delivered_at: string | null; lag: { messages: number; seconds: number }; created_at: string; updated_at: string;
 }
@@ -247,7 +247,7 @@ export class BridgesService {
       await this.d.actors.run(async (uow) => {
         await this.d.repo.insertRule(uow.sql, {
           id, account_id: caller.accountId, bridge_id: bridge.id, name: input.name, from_filter: input.from, source,
-          where_expr: input.where ?? null, select_fields: input.select ?? null, pos_xid: pos.xid, pos_thing: pos.thing, pos_seq: pos.seq, created_by: caller.sub,
+          where_expr: input.where ?? null, select_fields: input.select ?? null, format: input.format, pos_xid: pos.xid, pos_thing: pos.thing, pos_seq: pos.seq, created_by: caller.sub,
         }, at);
         await uow.create(bridgeRuleKind, id, { id, accountId: caller.accountId, name: input.name, failingAfterMs: this.d.failingAfterMs, createdAt: at.toISOString() });
         if (!input.enabled) await this.step(uow, id, { type: 'DISABLE', at: at.toISOString(), by: caller.sub });
@@ -277,12 +277,13 @@ export class BridgesService {
     const at = this.d.clock.now().toISOString();
     try {
       await this.d.actors.run(async (uow) => {
-        if (input.name !== undefined || input.where !== undefined || input.select !== undefined) {
+        if (input.name !== undefined || input.where !== undefined || input.select !== undefined || input.format !== undefined) {
           await this.step(uow, id, { type: 'UPDATE', at, by: caller.sub });
           await this.d.repo.updateRule(uow.sql, id, {
             name: input.name ?? row.name,
             where_expr: input.where === undefined ? row.where_expr ?? null : input.where,
             select_fields: input.select === undefined ? row.select_fields : input.select,
+            format: input.format ?? row.format,
           }, new Date(at));
         }
         if (input.enabled !== undefined) await this.step(uow, id, { type: input.enabled ? 'ENABLE' : 'DISABLE', at, by: caller.sub });
@@ -335,7 +336,7 @@ export class BridgesService {
 
   private async ruleView(r: RuleRow): Promise<RuleView> {
     return {
-      id: r.id, name: r.name, from: r.from_filter, source: r.source, bridge_id: r.bridge_id, where: (r.where_expr as Where | null) ?? null, select: r.select_fields,
+      id: r.id, name: r.name, from: r.from_filter, source: r.source, bridge_id: r.bridge_id, where: (r.where_expr as Where | null) ?? null, select: r.select_fields, format: r.format,
       status: r.status as RuleView['status'], failing_since: iso(r.failing_since), last_error: r.last_error, last_error_at: iso(r.last_error_at),
       delivered: Number(r.delivered), failed: Number(r.failed), last_delivered_at: iso(r.last_delivered_at), lag: await this.lag(r),
       created_at: r.created_at.toISOString(), updated_at: r.updated_at.toISOString(),

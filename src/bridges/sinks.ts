@@ -6,6 +6,8 @@ export interface SinkMessage {
   subject: string;
   id: string;
   body: string;
+  /** AMQP's content type (default application/cloudevents+json: one event) */
+  contentType?: string;
 }
 
 /**
@@ -166,7 +168,7 @@ class AmqpSink implements Sink {
     const exchange = this.s.exchange ?? 'amq.topic';
     const confirms = messages.map((m) => new Promise<void>((resolve, reject) => {
       channel.publish(exchange, m.subject, Buffer.from(m.body), {
-        persistent: true, messageId: m.id, contentType: 'application/cloudevents+json',
+        persistent: true, messageId: m.id, contentType: m.contentType ?? 'application/cloudevents+json',
       }, (err) => (err ? reject(err instanceof Error ? err : new Error('nacked')) : resolve()));
     }));
     let timer: NodeJS.Timeout | undefined;

@@ -4,7 +4,7 @@ import type { TelemetryLog } from '../broker/telemetryHistory.js';
 import type { ThingSearch } from '../gateway.js';
 import type { Clock } from '../lib/clock.js';
 import type { Logger } from '../log.js';
-import { envelope, EVENT_TYPES, fieldsOf, passes, pick, splitPoints, type Kind, type Where } from './envelope.js';
+import { Envelopes, EVENT_TYPES, fieldsOf, passes, pick, splitPoints, toBatches, type Kind, type Where } from './envelope.js';
 import { SOURCE_EVENTS, type BridgesRepo, type RuleRow } from './repo.js';
 import { thingOfFilter, type BridgesService } from './service.js';
 import { openSink, type Sink, type SinkMessage } from './sinks.js';
@@ -158,10 +158,12 @@ class RuleRunner {
   private rowsWanted = 64;
   /** when the position was last written (see SAVE_SKIPPED_MS) */
   private savedAt = 0;
+  private readonly envelopes: Envelopes;
 
   constructor(private readonly w: BridgeWorker, private row: RuleRow) {
     // (not parseFrom: a rule created under older validation keeps running)
     this.thingId = row.source === 'telemetry' || row.source === 'twin' || row.source === 'commandReply' ? thingOfFilter(row.from_filter) : undefined;
+    this.envelopes = new Envelopes(row.account_id, row.id);
   }
 
   start(): void {
@@ -291,7 +293,7 @@ class RuleRunner {
       }
       messages.push({
         subject: `${this.prefix}.${thingId}.${kind}`, id: `${r.id}:${id}`,
-        body: envelope({ id, type, accountId: r.account_id, thingId, kind, ruleId: r.id, time, data, commandId }),
+        body: this.envelopes.of(kind, type, thingId, id, time, data, commandId),
       });
     };
     if (r.source === 'telemetry') {
@@ -307,7 +309,7 @@ class RuleRunner {
         }
         const points = splitPoints(row.points);
         if (count > 0 && count + points.length > this.w.d.settings.maxInFlight) break;
-        points.forEach((p, i) => add('telemetry', row.thingId, `${row.tx}-${row.thingId}-${i}`, EVENT_TYPES.telemetry, new Date(p.at).toISOString(), p.json));
+        points.forEach((p, i) => add('telemetry', row.thingId, `${row.tx}-${row.thingId}-${i}`, EVENT_TYPES.telemetry, this.envelopes.time(p.at), p.json));
         count += points.length;
         taken++;
       }
@@ -347,16 +349,17 @@ class RuleRunner {
       next = { xid: last.xid, thing: null, seq: last.seq };
       more = events.length === Math.min(this.w.d.settings.batchRows, this.w.d.settings.maxInFlight);
     }
-    if (messages.length > 0) {
+    const events = messages.length;
+    if (events > 0) {
       try {
-        await sink.publish(messages);
+        await sink.publish(r.format === 'batch' ? toBatches(messages) : messages);
       } catch (err) {
-        this.w.m.failed.inc({ rule: r.id }, messages.length);
-        await this.w.d.repo.countFailed(r.id, messages.length).catch(() => {});
+        this.w.m.failed.inc({ rule: r.id }, events);
+        await this.w.d.repo.countFailed(r.id, events).catch(() => {});
         throw err;
       }
     }
-    const held = await this.w.d.repo.advance(r.id, this.w.d.node, next, messages.length);
+    const held = await this.w.d.repo.advance(r.id, this.w.d.node, next, events);
     if (!held) {
       // another node took the rule (this one paused past its lease): it resends from the position
       this.stopped = true;
@@ -364,7 +367,7 @@ class RuleRunner {
     }
     this.row = { ...this.row, pos_xid: next.xid, pos_thing: next.thing, pos_seq: next.seq };
     this.savedAt = Date.now();
-    this.w.m.delivered.inc({ rule: r.id }, messages.length);
-    return { sent: messages.length, more };
+    this.w.m.delivered.inc({ rule: r.id }, events);
+    return { sent: events, more };
   }
 }

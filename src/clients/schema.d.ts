@@ -18099,6 +18099,11 @@ export interface operations {
                                 };
                             } | null;
                             select: string[] | null;
+                            /**
+                             * @description how events go to the sink: one per message, or batches (see the create body)
+                             * @enum {string}
+                             */
+                            format: "event" | "batch";
                             /** @enum {string} */
                             status: "ENABLED" | "DISABLED" | "FAILING";
                             /** @description start of the current run of refused deliveries */
@@ -18172,6 +18177,12 @@ export interface operations {
                     };
                     /** @description top-level payload fields delivered (default: the payload as sent; a payload that is not a JSON object has no fields) */
                     select?: string[];
+                    /**
+                     * @description event (default): one CloudEvent per sink message (application/cloudevents+json); batch: one message per run of one thing's events in a delivery, a JSON array of CloudEvents (application/cloudevents-batch+json, CloudEvents' batched format), in order, at most 1,000 events and 256 KiB, its id (Nats-Msg-Id, AMQP message-id) `<rule id>:<first event id>:batch`
+                     * @default event
+                     * @enum {string}
+                     */
+                    format?: "event" | "batch";
                     /** @default true */
                     enabled?: boolean;
                 };
@@ -18220,6 +18231,11 @@ export interface operations {
                             };
                         } | null;
                         select: string[] | null;
+                        /**
+                         * @description how events go to the sink: one per message, or batches (see the create body)
+                         * @enum {string}
+                         */
+                        format: "event" | "batch";
                         /** @enum {string} */
                         status: "ENABLED" | "DISABLED" | "FAILING";
                         /** @description start of the current run of refused deliveries */
@@ -18307,6 +18323,11 @@ export interface operations {
                             };
                         } | null;
                         select: string[] | null;
+                        /**
+                         * @description how events go to the sink: one per message, or batches (see the create body)
+                         * @enum {string}
+                         */
+                        format: "event" | "batch";
                         /** @enum {string} */
                         status: "ENABLED" | "DISABLED" | "FAILING";
                         /** @description start of the current run of refused deliveries */
@@ -18407,6 +18428,8 @@ export interface operations {
                         };
                     } | null;
                     select?: string[] | null;
+                    /** @enum {string} */
+                    format?: "event" | "batch";
                     enabled?: boolean;
                 };
             };
@@ -18454,6 +18477,11 @@ export interface operations {
                             };
                         } | null;
                         select: string[] | null;
+                        /**
+                         * @description how events go to the sink: one per message, or batches (see the create body)
+                         * @enum {string}
+                         */
+                        format: "event" | "batch";
                         /** @enum {string} */
                         status: "ENABLED" | "DISABLED" | "FAILING";
                         /** @description start of the current run of refused deliveries */

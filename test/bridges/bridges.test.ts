@@ -78,6 +78,7 @@ describe('validation', () => {
     await bad('/api/v1/rules', { ...rb, from: 'devices/#' }, /from: .*several/);
     await bad('/api/v1/rules', { ...rb, from: 'devices/a#' }, /from:/);
     await bad('/api/v1/rules', { ...rb, from: 'things/+/telemetry' }, /from:/);
+    await bad('/api/v1/rules', { ...rb, format: 'csv' }, /format/);
     await bad('/api/v1/rules', { ...rb, from: '$events/nothing' }, /from:/);
     await bad('/api/v1/rules', { ...rb, bridge_id: crypto.randomUUID() }, /bridge_id/);
     await bad('/api/v1/rules', { ...rb, select: [] }, /select/);
@@ -172,6 +173,64 @@ describe.skipIf(!mosquittoAvailable || !nats)('delivery', () => {
     const events = await s.events();
     expect(events.map((e) => e.type)).toEqual(['io.gateway.device.connected', 'io.gateway.device.disconnected']);
     expect(events.every((e) => e.subject === d.thingId && e.kind === 'connectivity')).toBe(true);
+  }, 120_000);
+
+  it('format batch: a backlog goes as JSON arrays of the same CloudEvents, in order, one thing per message, with the first event\'s id', async () => {
+    const [sEvent, sBatch] = [await stream(), await stream()];
+    const d = await enrollDevice(gw, A);
+    const only = `devices/${d.thingId}/telemetry`;
+    const eventRule = await createRule(gw, A, { from: only, bridge_id: await createBridge(gw, A, { type: 'nats', url: NATS_URL, subject_prefix: sEvent.prefix }) });
+    const batchRule = await createRule(gw, A, { from: only, format: 'batch', enabled: false, bridge_id: await createBridge(gw, A, { type: 'nats', url: NATS_URL, subject_prefix: sBatch.prefix }) });
+    expect((await rule(gw, A, batchRule)).format).toBe('batch');
+    const ch = rabbitUp ? await amqpConn.createChannel() : undefined;
+    const fromRabbit: amqp.ConsumeMessage[] = [];
+    if (ch) {
+      const { queue } = await ch.assertQueue('', { exclusive: true });
+      const rabbitPrefix = `rb${crypto.randomBytes(4).toString('hex')}`;
+      await ch.bindQueue(queue, 'amq.topic', `${rabbitPrefix}.#`);
+      await ch.consume(queue, (m) => { if (m) fromRabbit.push(m); }, { noAck: true });
+      await createRule(gw, A, {
+        from: only, format: 'batch', bridge_id: await createBridge(gw, A, { type: 'amqp', url: AMQP_URL, subject_prefix: rabbitPrefix }),
+      });
+    }
+    const N = 30;
+    const r = await mosquittoPub(gw.mqttPort!, d, only, lines(d.thingId, N));
+    expect(r.code, r.out).toBe(0);
+    // every message stored and waiting for the disabled batch rule: enabled, it reads them as one backlog
+    await waitFor(async () => (await rule(gw, A, batchRule)).lag.messages === N, 30_000, 'backlog');
+    expect((await gw.http.patch(`/api/v1/rules/${batchRule}`, { enabled: true }, { token: A.operator })).body.status).toBe('ENABLED');
+    await waitFor(async () => (await sEvent.count()) === N && (await rule(gw, A, batchRule)).delivered === N, 30_000, 'both rules');
+
+    const single = await sEvent.events();
+    const batches = await sBatch.raw();
+    // one device's backlog in one read: fewer messages than events (a read of 64 rows holds all 30)
+    expect(batches.length).toBeLessThan(N);
+    const flat: CloudEvent[] = [];
+    for (const b of batches) {
+      const events = JSON.parse(b.text) as CloudEvent[];
+      expect(Array.isArray(events) && events.length > 0).toBe(true);
+      expect(b.subject).toBe(`${sBatch.prefix}.${d.thingId}.telemetry`);
+      expect(b.msgId).toBe(`${batchRule}:${events[0].id}:batch`);
+      flat.push(...events);
+    }
+    // the same events as the one-per-message rule's (ids, times, data as sent), in order; only `rule` differs
+    const strip = ({ rule: ruleId, ...e }: CloudEvent & { _subject?: string }) => { void ruleId; const { _subject, ...rest } = e; void _subject; return rest; };
+    expect(flat.map(strip)).toEqual(single.map(strip));
+    expect(flat.every((e) => e.rule === batchRule) && single.every((e) => e.rule === eventRule)).toBe(true);
+    expect(flat.map((e) => e.data.seq)).toEqual(range(N));
+    expect(batches.map((b) => b.text).join('')).toMatch(/"temp":20\.50\}/);
+    if (ch) {
+      await waitFor(async () => fromRabbit.reduce((n, m) => n + (JSON.parse(m.content.toString()) as unknown[]).length, 0) >= N, 30_000, 'RabbitMQ batches');
+      for (const m of fromRabbit) expect(m.properties.contentType).toBe('application/cloudevents-batch+json');
+      expect(fromRabbit.flatMap((m) => (JSON.parse(m.content.toString()) as CloudEvent[]).map((e) => e.data.seq))).toEqual(range(N));
+      await ch.close();
+    }
+    // back to one event per message: the next messages go one by one
+    expect((await gw.http.patch(`/api/v1/rules/${batchRule}`, { format: 'event' }, { token: A.operator })).body.format).toBe('event');
+    expect((await mosquittoPub(gw.mqttPort!, d, only, ['{"seq":99}'])).code).toBe(0);
+    await waitFor(async () => (await sBatch.count()) === batches.length + 1, 30_000, 'one more message');
+    const last = (await sBatch.raw()).at(-1)!;
+    expect(JSON.parse(last.text)).toMatchObject({ specversion: '1.0', rule: batchRule, data: { seq: 99 } });
   }, 120_000);
 
   it("a sink refusing one account's messages does not delay another account's rule; the refused rule is FAILING, its owner told, and nothing is lost", async () => {

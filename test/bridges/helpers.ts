@@ -115,6 +115,17 @@ export class TestStream {
     return out;
   }
 
+  /** Every message of the stream as stored: subject, Nats-Msg-Id and body text. */
+  async raw(): Promise<{ subject: string; msgId: string | undefined; text: string }[]> {
+    const n = await this.count();
+    const out: { subject: string; msgId: string | undefined; text: string }[] = [];
+    for (let seq = 1; seq <= n; seq++) {
+      const m = await this.jsm.streams.getMessage(this.name, { seq });
+      if (m) out.push({ subject: m.subject, msgId: m.header?.get('Nats-Msg-Id'), text: m.string() });
+    }
+    return out;
+  }
+
   async close(): Promise<void> {
     await this.jsm.streams.delete(this.name).catch(() => {});
     await this.nc.close().catch(() => {});

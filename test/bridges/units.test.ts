@@ -1,7 +1,7 @@
 import { createActor } from 'xstate';
 import { describe, expect, it } from 'vitest';
 import { bridgeRuleMachine } from '../../machines/bridgeRule.js';
-import { envelope, passes, pick, splitPoints } from '../../src/bridges/envelope.js';
+import { Envelopes, envelope, passes, pick, splitPoints, toBatches } from '../../src/bridges/envelope.js';
 import { parseFrom } from '../../src/bridges/service.js';
 
 describe('bridgeRule machine', () => {
@@ -65,6 +65,30 @@ describe('envelope', () => {
       specversion: '1.0', id: 'i', source: '/accounts/acc/things/t', type: 'io.gateway.device.telemetry', time: '2026-01-01T00:00:00.000Z',
       subject: 't', datacontenttype: 'application/json', account: 'acc', kind: 'telemetry', rule: 'r', data: { t: 1 },
     });
+  });
+
+  it('a rule\'s envelopes keep their fixed parts per thing and type: the same text as one built whole', () => {
+    const envs = new Envelopes('acc', 'r');
+    for (const [thing, type, kind] of [['t1', 'io.gateway.device.connected', 'connectivity'], ['t2', 'io.gateway.device.connected', 'connectivity'], ['t1', 'io.gateway.device.disconnected', 'connectivity'], ['t1', 'io.gateway.device.connected', 'connectivity']] as const) {
+      const f = { id: `${thing}-${type}`, type, accountId: 'acc', thingId: thing, kind, ruleId: 'r', time: envs.time(1767225600000), data: '{"t":"\\"q"}', commandId: 'c"1' };
+      const text = envs.of(kind, type, thing, f.id, f.time, f.data, f.commandId);
+      expect(text).toBe(envelope(f));
+      expect(JSON.parse(text)).toMatchObject({ source: `/accounts/acc/things/${thing}`, type, subject: thing, time: '2026-01-01T00:00:00.000Z', commandid: 'c"1', data: { t: '"q' } });
+    }
+    expect(envs.time(1767225600001)).toBe('2026-01-01T00:00:00.001Z');
+  });
+
+  it('batches: consecutive events of one subject, in order, within the count and size limits', () => {
+    const ev = (subject: string, n: number, size = 10) => ({ subject, id: `r:${subject}-${n}`, body: JSON.stringify({ n, pad: 'x'.repeat(size) }) });
+    const events = [ev('a', 1), ev('a', 2), ev('a', 3), ev('b', 1), ev('a', 4), ev('a', 5, 100), ev('a', 6)];
+    const out = toBatches(events, 2, 120);
+    expect(out.map((m) => [m.subject, m.id])).toEqual([['a', 'r:a-1:batch'], ['a', 'r:a-3:batch'], ['b', 'r:b-1:batch'], ['a', 'r:a-4:batch'], ['a', 'r:a-5:batch'], ['a', 'r:a-6:batch']]);
+    expect(out.flatMap((m) => (JSON.parse(m.body) as { n: number }[]).map((e) => e.n))).toEqual([1, 2, 3, 1, 4, 5, 6]);
+    expect(out.every((m) => m.contentType === 'application/cloudevents-batch+json')).toBe(true);
+    // an event larger than the limit goes alone, never dropped
+    expect(toBatches([ev('a', 1, 500)], 10, 100).map((m) => JSON.parse(m.body).length)).toEqual([1]);
+    // the same read splits the same way (a redelivery keeps its ids for the sink's deduplication)
+    expect(toBatches(events, 2, 120)).toEqual(out);
   });
 
   it('where and select', () => {

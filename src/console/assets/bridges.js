@@ -15,7 +15,7 @@ function ruleRow(r, bridges) {
     ? el('button', { type: 'button', className: 'toggle', onclick: () => setEnabled(r, r.status === 'DISABLED') }, r.status === 'DISABLED' ? 'Enable' : 'Disable')
     : null;
   return el('tr', { dataset: { ruleId: r.id, status: r.status } },
-    el('td', {}, r.name), el('td', {}, el('code', {}, r.from)), el('td', {}, bridges.get(r.bridge_id)?.name ?? r.bridge_id),
+    el('td', {}, r.name), el('td', {}, el('code', {}, r.from)), el('td', { className: 'bridge' }, bridges.get(r.bridge_id)?.name ?? r.bridge_id, r.format === 'batch' ? ' (batches)' : ''),
     el('td', { className: `rule-status ${r.status.toLowerCase()}`, title: r.failing_since ? `failing since ${fmtTime(r.failing_since)}` : '' }, r.status),
     el('td', { className: 'delivered' }, String(r.delivered)), el('td', { className: 'failed' }, String(r.failed)),
     el('td', { className: 'lag-messages' }, String(r.lag.messages)), el('td', { className: 'lag-seconds' }, r.lag.seconds.toFixed(1)),

@@ -57,6 +57,10 @@ describe('envelope', () => {
       { at: 1700000000000, json: '{"a":"x]}[{\\"","t":20.50}' },
       { at: 1700000000001, json: '{"b":{"c":[1,2]}}' },
     ]);
+    // long strings, quotes after runs of backslashes (escaped or not), brackets inside them
+    const values = [{ s: `${'x'.repeat(2000)}"]}` }, { s: 'a\\', t: '\\"]}[{', u: '\\\\' }, { s: '' }, { n: [1, { m: '}' }] }];
+    const stored = `[${values.map((v, i) => `[${1700000000000 + i},${JSON.stringify(v)}]`).join(',')}]`;
+    expect(splitPoints(stored).map((p) => [p.at, JSON.parse(p.json)])).toEqual(values.map((v, i) => [1700000000000 + i, v]));
   });
 
   it('is a CloudEvents 1.0 JSON object with the data spliced in', () => {

@@ -1,5 +1,5 @@
 import { connect, type NatsConnection } from '@nats-io/transport-node';
-import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
+import { jetstream, jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import { gatewayClient } from '../clients/api.js';
 
 /**
@@ -17,6 +17,8 @@ export interface SimBridgeOptions {
   natsUrl: string;
   /** subject prefix and stream name (default sim<random>) */
   prefix?: string;
+  /** the rule's format: one CloudEvent per message (`event`, the default) or batches of a device's events (`batch`) */
+  format?: 'event' | 'batch';
   /** delete the rule, bridge and stream at close (default true) */
   cleanup?: boolean;
 }
@@ -26,8 +28,11 @@ export interface SimBridgeReport {
   stream: string;
   /** messages the devices sent (as the simulator counted them), when given */
   sent?: number;
-  /** messages in the stream */
+  format: 'event' | 'batch';
+  /** events in the stream (with batches: the events of its arrays) */
   received: number;
+  /** messages in the stream (as many as events, or fewer with batches) */
+  messages: number;
   /** distinct devices seen in the stream */
   devices: number;
   rule: { status: string; delivered: number; failed: number; lag: { messages: number; seconds: number }; last_error: string | null };
@@ -52,6 +57,7 @@ async function ok<T>(what: string, call: Promise<{ data?: T; error?: unknown; re
 
 export async function startSimBridge(o: SimBridgeOptions): Promise<SimBridge> {
   const prefix = o.prefix ?? `sim${Math.random().toString(36).slice(2, 10)}`;
+  const format = o.format ?? 'event';
   const stream = prefix.toUpperCase().replace(/[^A-Z0-9_-]/g, '_');
   const u = new URL(o.natsUrl);
   const nc: NatsConnection = await connect({
@@ -62,8 +68,27 @@ export async function startSimBridge(o: SimBridgeOptions): Promise<SimBridge> {
   await jsm.streams.add({ name: stream, subjects: [`${prefix}.>`] });
   const api = gatewayClient(o.gatewayUrl, { bearer: o.token });
   const bridge = await ok('POST /api/v1/bridges', api.POST('/api/v1/bridges', { body: { name: `simulator ${prefix}`, type: 'nats', url: o.natsUrl, subject_prefix: prefix } }));
-  const rule = await ok('POST /api/v1/rules', api.POST('/api/v1/rules', { body: { name: `simulator ${prefix}`, from: 'devices/+/telemetry', bridge_id: bridge.id } }));
+  const rule = await ok('POST /api/v1/rules', api.POST('/api/v1/rules', { body: { name: `simulator ${prefix}`, from: 'devices/+/telemetry', bridge_id: bridge.id, format } }));
   const ruleView = () => ok(`GET /api/v1/rules/${rule.id}`, api.GET('/api/v1/rules/{id}', { params: { path: { id: rule.id } } }));
+
+  /** The events of the stream's batches: every message read once by an ordered consumer. */
+  const eventsIn = async (name: string, messages: number): Promise<number> => {
+    const consumer = await jetstream(nc).consumers.get(name);
+    let read = 0;
+    let events = 0;
+    while (read < messages) {
+      const batch = await consumer.fetch({ max_messages: Math.min(messages - read, 1_000), expires: 5_000 });
+      let got = 0;
+      for await (const m of batch) {
+        got++;
+        const body = m.json<unknown>();
+        events += Array.isArray(body) ? body.length : 1;
+      }
+      if (got === 0) break;
+      read += got;
+    }
+    return events;
+  };
 
   return {
     ruleId: rule.id,
@@ -77,8 +102,9 @@ export async function startSimBridge(o: SimBridgeOptions): Promise<SimBridge> {
         view = await ruleView();
       }
       const info = await jsm.streams.info(stream, { subjects_filter: `${prefix}.>` });
+      const messages = info.state.messages;
       return {
-        ruleId: rule.id, stream, sent, received: info.state.messages, devices: Object.keys(info.state.subjects ?? {}).length,
+        ruleId: rule.id, stream, sent, format, messages, received: format === 'batch' ? await eventsIn(stream, messages) : messages, devices: Object.keys(info.state.subjects ?? {}).length,
         rule: { status: view.status, delivered: view.delivered, failed: view.failed, lag: view.lag, last_error: view.last_error },
       };
     },
@@ -95,7 +121,7 @@ export async function startSimBridge(o: SimBridgeOptions): Promise<SimBridge> {
 
 export function formatBridgeReport(r: SimBridgeReport): string {
   return [
-    `bridge (rule ${r.ruleId}, stream ${r.stream}): ${r.received} messages reached the sink from ${r.devices} devices${r.sent !== undefined ? ` (the devices sent ${r.sent} telemetry messages)` : ''}`,
+    `bridge (rule ${r.ruleId}, format ${r.format}, stream ${r.stream}): ${r.received} events reached the sink${r.format === 'batch' ? ` in ${r.messages} messages` : ''} from ${r.devices} devices${r.sent !== undefined ? ` (the devices sent ${r.sent} telemetry messages)` : ''}`,
     `  rule ${r.rule.status}: delivered ${r.rule.delivered}, failed ${r.rule.failed}, lag ${r.rule.lag.messages} messages / ${r.rule.lag.seconds} s${r.rule.last_error ? `, last error: ${r.rule.last_error}` : ''}`,
   ].join('\n');
 }

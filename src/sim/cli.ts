@@ -36,6 +36,8 @@ run are skipped and new serials enroll in their place; devices the platform disc
   --bridge URL         also forward the fleet's telemetry to NATS JetStream (nats://host:port): a
                        stream, a bridge and a rule of the fleet's account, removed at the end; the
                        summary says what reached the stream against what the devices sent
+  --bridge-format F    the rule's format with --bridge: event (one CloudEvent per message, default)
+                       or batch (a JSON array of a device's consecutive events per message)
   --json FILE          also write the summary as JSON to FILE ("-" for stdout only)
   --no-progress        no progress bars
   -h, --help           this text
@@ -53,7 +55,7 @@ function parse(argv: string[]) {
       revoke: { type: 'string' }, protocol: { type: 'string', default: '5' },
       model: { type: 'string', default: 'SIM-1' }, manufacturer: { type: 'string', default: 'Simulated Devices' },
       prefix: { type: 'string', default: 'SIM' }, 'mqtt-host': { type: 'string' }, 'mqtt-port': { type: 'string' },
-      json: { type: 'string' }, bridge: { type: 'string' }, 'ota-fail-rate': { type: 'string', default: '0' }, 'ota-step-ms': { type: 'string', default: '200' }, 'no-progress': { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h', default: false },
+      json: { type: 'string' }, bridge: { type: 'string' }, 'bridge-format': { type: 'string', default: 'event' }, 'ota-fail-rate': { type: 'string', default: '0' }, 'ota-step-ms': { type: 'string', default: '200' }, 'no-progress': { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h', default: false },
     },
     strict: true,
   });
@@ -73,10 +75,13 @@ function parse(argv: string[]) {
   const failRate = Number(values['ota-fail-rate']);
   if (!(failRate >= 0 && failRate <= 1)) throw new Error(`--ota-fail-rate must be a number from 0 to 1 (got ${values['ota-fail-rate']})`);
   if (values.bridge !== undefined && !/^nats:\/\/[^/\s]+\/?$/.test(values.bridge)) throw new Error(`--bridge must be a NATS URL, nats://host:port (got ${values.bridge})`);
+  const bridgeFormat = values['bridge-format'];
+  if (bridgeFormat !== 'event' && bridgeFormat !== 'batch') throw new Error(`--bridge-format must be event or batch (got ${bridgeFormat})`);
   return {
     help: values.help!,
     json: values.json,
     bridge: values.bridge,
+    bridgeFormat: bridgeFormat as 'event' | 'batch',
     progress: !values['no-progress'] && process.stderr.isTTY,
     options: {
       baseUrl: gatewayUrl(values.url),
@@ -142,7 +147,7 @@ async function main() {
   }
   const natsUrl = parsed.bridge;
   let bridge: SimBridge | undefined;
-  const beforeTraffic = natsUrl ? async (t: { baseUrl: string; token: string }) => { bridge = await startSimBridge({ gatewayUrl: t.baseUrl, token: t.token, natsUrl }); } : undefined;
+  const beforeTraffic = natsUrl ? async (t: { baseUrl: string; token: string }) => { bridge = await startSimBridge({ gatewayUrl: t.baseUrl, token: t.token, natsUrl, format: parsed.bridgeFormat }); } : undefined;
   const fleet = await runSimulation({ ...parsed.options, beforeTraffic }, parsed.progress ? bars() : undefined);
   let summary: SimSummary & { bridge?: SimBridgeReport } = fleet;
   if (bridge) {

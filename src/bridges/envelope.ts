@@ -92,8 +92,11 @@ export const BATCH_MAX_BYTES = 256 * 1024;
 /**
  * A rule's `batch` format: consecutive events of one subject (one thing and kind) become one message,
  * a JSON array of their envelopes (CloudEvents' batched format), in order, within the limits above.
- * The batch's id is its first event's: a redelivery of the same read splits it the same way, so the
- * sink's deduplication (JetStream's Nats-Msg-Id) still drops a repeat.
+ * The batch's id is its first event's and its count (`<first id>:batch:<n>`): a redelivery that splits
+ * the same way repeats the id, and the sink's deduplication (JetStream's Nats-Msg-Id) drops it; one
+ * that reads more or fewer rows (its read size adapts) makes other batches with other ids, delivered
+ * again rather than dropped. (The first id alone would let a longer batch be dropped as a repeat of a
+ * shorter one sent before a failure: its further events lost.)
  */
 export function toBatches(events: SinkMessage[], maxEvents = BATCH_MAX_EVENTS, maxBytes = BATCH_MAX_BYTES): SinkMessage[] {
   const out: SinkMessage[] = [];
@@ -106,7 +109,7 @@ export function toBatches(events: SinkMessage[], maxEvents = BATCH_MAX_EVENTS, m
       bytes += events[j].body.length + 1;
       j++;
     }
-    out.push({ subject: first.subject, id: `${first.id}:batch`, contentType: BATCH_CONTENT_TYPE, body: `[${events.slice(i, j).map((e) => e.body).join(',')}]` });
+    out.push({ subject: first.subject, id: `${first.id}:batch:${j - i}`, contentType: BATCH_CONTENT_TYPE, body: `[${events.slice(i, j).map((e) => e.body).join(',')}]` });
     i = j;
   }
   return out;

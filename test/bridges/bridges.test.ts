@@ -210,7 +210,7 @@ describe.skipIf(!mosquittoAvailable || !nats)('delivery', () => {
       const events = JSON.parse(b.text) as CloudEvent[];
       expect(Array.isArray(events) && events.length > 0).toBe(true);
       expect(b.subject).toBe(`${sBatch.prefix}.${d.thingId}.telemetry`);
-      expect(b.msgId).toBe(`${batchRule}:${events[0].id}:batch`);
+      expect(b.msgId).toBe(`${batchRule}:${events[0].id}:batch:${events.length}`);
       flat.push(...events);
     }
     // the same events as the one-per-message rule's (ids, times, data as sent), in order; only `rule` differs

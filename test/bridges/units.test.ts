@@ -86,13 +86,18 @@ describe('envelope', () => {
     const ev = (subject: string, n: number, size = 10) => ({ subject, id: `r:${subject}-${n}`, body: JSON.stringify({ n, pad: 'x'.repeat(size) }) });
     const events = [ev('a', 1), ev('a', 2), ev('a', 3), ev('b', 1), ev('a', 4), ev('a', 5, 100), ev('a', 6)];
     const out = toBatches(events, 2, 120);
-    expect(out.map((m) => [m.subject, m.id])).toEqual([['a', 'r:a-1:batch'], ['a', 'r:a-3:batch'], ['b', 'r:b-1:batch'], ['a', 'r:a-4:batch'], ['a', 'r:a-5:batch'], ['a', 'r:a-6:batch']]);
+    expect(out.map((m) => [m.subject, m.id])).toEqual([['a', 'r:a-1:batch:2'], ['a', 'r:a-3:batch:1'], ['b', 'r:b-1:batch:1'], ['a', 'r:a-4:batch:1'], ['a', 'r:a-5:batch:1'], ['a', 'r:a-6:batch:1']]);
     expect(out.flatMap((m) => (JSON.parse(m.body) as { n: number }[]).map((e) => e.n))).toEqual([1, 2, 3, 1, 4, 5, 6]);
     expect(out.every((m) => m.contentType === 'application/cloudevents-batch+json')).toBe(true);
     // an event larger than the limit goes alone, never dropped
     expect(toBatches([ev('a', 1, 500)], 10, 100).map((m) => JSON.parse(m.body).length)).toEqual([1]);
     // the same read splits the same way (a redelivery keeps its ids for the sink's deduplication)
     expect(toBatches(events, 2, 120)).toEqual(out);
+    // a longer read after a failure: the longer batch has an id of its own (not dropped as a repeat of the shorter one)
+    const shorter = toBatches(events.slice(0, 2), 10, 10_000);
+    const longer = toBatches(events.slice(0, 3), 10, 10_000);
+    expect(shorter[0].id).toBe('r:a-1:batch:2');
+    expect(longer[0].id).toBe('r:a-1:batch:3');
   });
 
   it('where and select', () => {

@@ -1,3 +1,4 @@
+import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { DeviceMessageLog } from '../broker/deviceLog.js';
 import type { TelemetryLog } from '../broker/telemetryHistory.js';
@@ -31,6 +32,11 @@ export const DEFAULT_WORKER: WorkerSettings = {
 /** how long a rule's thing filter (where.thing) is kept before it is asked again */
 const THING_FILTER_MS = 5_000;
 const MAX_FILTERED_THINGS = 100_000;
+/**
+ * events a rule builds before it lets the event loop run (the broker's reads and PUBACKs): a read of
+ * 1,000 rows builds up to maxInFlight events, tens of milliseconds in one piece otherwise
+ */
+const SLICE_EVENTS = 256;
 /** a position moved only past other accounts' telemetry is written at most this often (a crash re-reads those rows, harmlessly) */
 const SAVE_SKIPPED_MS = 5_000;
 
@@ -302,6 +308,7 @@ class RuleRunner {
       if (!read.last) return { sent: 0, more: false };
       let taken = 0;
       let count = 0;
+      let sliceStart = 0;
       for (const row of read.rows) {
         if (this.thingId && row.thingId !== this.thingId) {
           taken++;
@@ -312,6 +319,10 @@ class RuleRunner {
         points.forEach((p, i) => add('telemetry', row.thingId, `${row.tx}-${row.thingId}-${i}`, EVENT_TYPES.telemetry, this.envelopes.time(p.at), p.json));
         count += points.length;
         taken++;
+        if (messages.length - sliceStart >= SLICE_EVENTS) {
+          sliceStart = messages.length;
+          await nextTurn();
+        }
       }
       const whole = taken === read.rows.length;
       // past every row scanned (other accounts' too), or up to the last row the budget held

@@ -69,6 +69,8 @@ export class IngestBuffer {
   private flushQueued = false;
   /** rows not written (read by /metrics) */
   readonly dropped: Record<IngestTable, number> = { telemetry: 0, last_seen: 0, history: 0 };
+  /** batches taken for writing and the telemetry messages in them (/metrics: their ratio is the mean batch, the group commit's reach) */
+  readonly written = { batches: 0, messages: 0 };
   private messages = 0;
   private bytes = 0;
   /** readers stopped by `hold`, resumed when a flush takes the batch */
@@ -286,6 +288,8 @@ export class IngestBuffer {
     this.pending = new Map();
     this.writing = batch;
     this.taken += 1;
+    this.written.batches += 1;
+    this.written.messages += this.messages;
     this.waitingThings = 0;
     [this.arena, this.spare] = [this.spare, arena];
     this.messages = 0;

@@ -41,6 +41,20 @@ export function registerBrokerMetrics(registry: Registry, broker: () => Broker |
     },
   });
   new Counter({
+    name: 'broker_ingest_batches_total', help: 'Ingest batches written on this node: one transaction each (history rows, or latest values with the history off); a QoS 1 PUBACK waits for its batch', registers: [registry],
+    collect() {
+      this.reset();
+      this.inc(ingest.written.batches);
+    },
+  });
+  new Counter({
+    name: 'broker_ingest_batch_messages_total', help: 'Telemetry messages in the ingest batches of broker_ingest_batches_total (rate over rate: the mean batch)', registers: [registry],
+    collect() {
+      this.reset();
+      this.inc(ingest.written.messages);
+    },
+  });
+  new Counter({
     name: 'broker_ingest_rows_dropped_total', help: 'Batched device rows the database refused (or a failed batch), dropped, by table',
     labelNames: ['table'], registers: [registry],
     collect() {

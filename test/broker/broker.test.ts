@@ -210,6 +210,9 @@ describe('device topics and tenant endpoints', () => {
     expect(metric('mqtt_messages_received_total')).toBeGreaterThanOrEqual(2);
     expect(metric('mqtt_connected_clients')).toBeGreaterThanOrEqual(1);
     expect(metric('mqtt_connects_total')).toBeGreaterThanOrEqual(1);
+    // each QoS 1 publish waited for a batch of its own (the second was sent after the first's PUBACK)
+    expect(metric('broker_ingest_batches_total')).toBeGreaterThanOrEqual(2);
+    expect(metric('broker_ingest_batch_messages_total')).toBeGreaterThanOrEqual(2);
     const latest = await gw.http.get(`/api/v1/things/${device.thingId}/telemetry`, { token: account.viewer });
     expect(latest.status).toBe(200);
     expect(latest.body.telemetry).toEqual({ temp: 22, hum: 40 });

@@ -7,6 +7,7 @@ import { enrollDevice, type EnrolledDevice } from '../helpers/devices.js';
 import { waitFor } from '../helpers/wait.js';
 import { AMQP_URL, createBridge, createRule, listening, natsSink, rule, TestStream, type CloudEvent } from './helpers.js';
 import { mosquittoAvailable, mosquittoPub } from './mosquitto.js';
+import { connectDevice } from '../broker/fixtures.js';
 
 // Against the machine's NATS JetStream (127.0.0.1:4222, else a nats-server -js of this file) and
 // RabbitMQ (127.0.0.1:5672; its part is skipped where it does not run).
@@ -232,6 +233,28 @@ describe.skipIf(!mosquittoAvailable || !nats)('delivery', () => {
     await waitFor(async () => (await sBatch.count()) === batches.length + 1, 30_000, 'one more message');
     const last = (await sBatch.raw()).at(-1)!;
     expect(JSON.parse(last.text)).toMatchObject({ specversion: '1.0', rule: batchRule, data: { seq: 99 } });
+  }, 120_000);
+
+  it('a backlog longer than one read (150 history rows) arrives whole and in order, in both formats', async () => {
+    const [sEvent, sBatch] = [await stream(), await stream()];
+    const d = await enrollDevice(gw, A);
+    const only = `devices/${d.thingId}/telemetry`;
+    const rules = [
+      await createRule(gw, A, { from: only, enabled: false, bridge_id: await createBridge(gw, A, { type: 'nats', url: NATS_URL, subject_prefix: sEvent.prefix }) }),
+      await createRule(gw, A, { from: only, format: 'batch', enabled: false, bridge_id: await createBridge(gw, A, { type: 'nats', url: NATS_URL, subject_prefix: sBatch.prefix }) }),
+    ];
+    // one message at a time: each waits for its PUBACK, so each is an ingest batch and a history row of its own
+    const N = 150;
+    const client = await connectDevice(gw.mqttPort!, d);
+    for (let i = 0; i < N; i++) await client.publishAsync(only, `{"seq":${i}}`, { qos: 1 });
+    await client.endAsync();
+    await waitFor(async () => (await Promise.all(rules.map((id) => rule(gw, A, id)))).every((r) => r.lag.messages === N), 30_000, 'backlog');
+    const [rows] = await gw.db.sql<{ n: number }[]>`select count(*)::int as n from telemetry_history where thing_id = ${d.thingId}`;
+    expect(rows.n).toBeGreaterThan(64); // more than a rule's first read
+    for (const id of rules) expect((await gw.http.patch(`/api/v1/rules/${id}`, { enabled: true }, { token: A.operator })).status).toBe(200);
+    await waitFor(async () => (await Promise.all(rules.map((id) => rule(gw, A, id)))).every((r) => r.delivered === N && r.lag.messages === 0), 30_000, 'both delivered');
+    expect((await sEvent.events()).map((e) => e.data.seq)).toEqual(range(N));
+    expect((await sBatch.raw()).flatMap((m) => (JSON.parse(m.text) as CloudEvent[]).map((e) => e.data.seq))).toEqual(range(N));
   }, 120_000);
 
   it("a sink refusing one account's messages does not delay another account's rule; the refused rule is FAILING, its owner told, and nothing is lost", async () => {

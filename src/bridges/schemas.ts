@@ -49,13 +49,16 @@ export const whereSchema = z.strictObject({
   }).optional(),
 }).describe('filters; a message must pass all of them');
 
+/** how a rule's events go to its sink (docs/decisions.md, "A rule's `format`") */
+const ruleFormat = z.enum(['event', 'batch']);
+
 export const ruleCreate = z.strictObject({
   name: z.string().trim().min(1).max(100),
   from: z.string().min(1).max(300).describe('what the rule reads, one source: an MQTT topic filter matching exactly one of devices/{thingId}/telemetry, devices/{thingId}/twin/reported (twin reports) and devices/{thingId}/commands/response (command replies), with + or a thing id as the second level (e.g. devices/+/telemetry, devices/{id}/twin/reported, devices/+/commands/#); or an event kind, $events/connectivity or $events/state. Heartbeats are not a source (use $events/connectivity); a filter over several topics (devices/#) is refused: one rule per topic. 400 naming `from` otherwise'),
   bridge_id: z.uuid(),
   where: whereSchema.optional(),
   select: z.array(z.string().min(1).max(256)).min(1).max(64).optional().describe('top-level payload fields delivered (default: the payload as sent; a payload that is not a JSON object has no fields)'),
-  format: z.enum(['event', 'batch']).describe('event (default): one CloudEvent per sink message (application/cloudevents+json); batch: one message per run of one thing\'s events in a delivery, a JSON array of CloudEvents (application/cloudevents-batch+json, CloudEvents\' batched format), in order, at most 1,000 events and 256 KiB, its id (Nats-Msg-Id, AMQP message-id) `<rule id>:<first event id>:batch:<number of events>`').default('event'),
+  format: ruleFormat.describe('event (default): one CloudEvent per sink message (application/cloudevents+json); batch: one message per run of one thing\'s events in a delivery, a JSON array of CloudEvents (application/cloudevents-batch+json, CloudEvents\' batched format), in order, at most 1,000 events and 256 KiB, its id (Nats-Msg-Id, AMQP message-id) `<rule id>:<first event id>:batch:<number of events>`').default('event'),
   enabled: z.boolean().default(true),
 });
 export type RuleCreate = z.infer<typeof ruleCreate>;
@@ -64,7 +67,7 @@ export const rulePatch = z.strictObject({
   name: z.string().trim().min(1).max(100).optional(),
   where: whereSchema.nullable().optional(),
   select: z.array(z.string().min(1).max(256)).min(1).max(64).nullable().optional(),
-  format: z.enum(['event', 'batch']).optional(),
+  format: ruleFormat.optional(),
   enabled: z.boolean().optional(),
 });
 export type RulePatch = z.infer<typeof rulePatch>;
@@ -77,7 +80,7 @@ export const ruleSchema = z.object({
   bridge_id: z.uuid(),
   where: whereSchema.nullable(),
   select: z.array(z.string()).nullable(),
-  format: z.enum(['event', 'batch']).describe('how events go to the sink: one per message, or batches (see the create body)'),
+  format: ruleFormat.describe('how events go to the sink: one per message, or batches (see the create body)'),
   status: z.enum(['ENABLED', 'DISABLED', 'FAILING']),
   failing_since: z.string().nullable().describe('start of the current run of refused deliveries'),
   last_error: z.string().nullable(),

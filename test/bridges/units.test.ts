@@ -1,7 +1,7 @@
 import { createActor } from 'xstate';
 import { describe, expect, it } from 'vitest';
 import { bridgeRuleMachine } from '../../machines/bridgeRule.js';
-import { Envelopes, envelope, passes, pick, splitPoints, toBatches } from '../../src/bridges/envelope.js';
+import { Envelopes, passes, pick, splitPoints, toBatches } from '../../src/bridges/envelope.js';
 import { parseFrom } from '../../src/bridges/service.js';
 
 describe('bridgeRule machine', () => {
@@ -64,19 +64,20 @@ describe('envelope', () => {
   });
 
   it('is a CloudEvents 1.0 JSON object with the data spliced in', () => {
-    const e = JSON.parse(envelope({ id: 'i', type: 'io.gateway.device.telemetry', accountId: 'acc', thingId: 't', kind: 'telemetry', ruleId: 'r', time: '2026-01-01T00:00:00.000Z', data: '{"t":1}' }));
+    const e = JSON.parse(new Envelopes('acc', 'r').of('telemetry', 'io.gateway.device.telemetry', 't', 'i', '2026-01-01T00:00:00.000Z', '{"t":1}'));
     expect(e).toEqual({
       specversion: '1.0', id: 'i', source: '/accounts/acc/things/t', type: 'io.gateway.device.telemetry', time: '2026-01-01T00:00:00.000Z',
       subject: 't', datacontenttype: 'application/json', account: 'acc', kind: 'telemetry', rule: 'r', data: { t: 1 },
     });
   });
 
-  it('a rule\'s envelopes keep their fixed parts per thing and type: the same text as one built whole', () => {
+  it('a rule\'s envelopes keep their fixed parts per thing and type: the same text as a fresh builder\'s', () => {
     const envs = new Envelopes('acc', 'r');
     for (const [thing, type, kind] of [['t1', 'io.gateway.device.connected', 'connectivity'], ['t2', 'io.gateway.device.connected', 'connectivity'], ['t1', 'io.gateway.device.disconnected', 'connectivity'], ['t1', 'io.gateway.device.connected', 'connectivity']] as const) {
-      const f = { id: `${thing}-${type}`, type, accountId: 'acc', thingId: thing, kind, ruleId: 'r', time: envs.time(1767225600000), data: '{"t":"\\"q"}', commandId: 'c"1' };
-      const text = envs.of(kind, type, thing, f.id, f.time, f.data, f.commandId);
-      expect(text).toBe(envelope(f));
+      const args = [kind, type, thing, `${thing}-${type}`, envs.time(1767225600000), '{"t":"\\"q"}', 'c"1'] as const;
+      const text = envs.of(...args);
+      // a thing's or a type's parts never leak into another's
+      expect(text).toBe(new Envelopes('acc', 'r').of(...args));
       expect(JSON.parse(text)).toMatchObject({ source: `/accounts/acc/things/${thing}`, type, subject: thing, time: '2026-01-01T00:00:00.000Z', commandid: 'c"1', data: { t: '"q' } });
     }
     expect(envs.time(1767225600001)).toBe('2026-01-01T00:00:00.001Z');

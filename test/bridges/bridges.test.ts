@@ -93,6 +93,9 @@ describe('validation', () => {
     // a bridge with rules is not deleted
     const r = await gw.http.post('/api/v1/rules', rb, { token: A.operator });
     expect(r.status).toBe(201);
+    expect(r.body.format).toBe('event');
+    const badFormat = expectProblem(await gw.http.patch(`/api/v1/rules/${r.body.id}`, { format: 'csv' }, { token: A.operator }), 400);
+    expect(badFormat.detail).toMatch(/format/);
     expect((await gw.http.delete(`/api/v1/bridges/${bridge}`, { token: A.operator })).status).toBe(409);
     expect((await gw.http.delete(`/api/v1/rules/${r.body.id}`, { token: A.operator })).status).toBe(204);
     expect((await gw.http.delete(`/api/v1/bridges/${bridge}`, { token: A.operator })).status).toBe(204);

@@ -112,10 +112,14 @@ export class BridgesRepo {
 
   /** Moves a rule's position (only while this node holds it) and counts what the sink took. */
   async advance(id: string, node: string, p: { xid: string; thing: string | null; seq: string | null }, delivered: number): Promise<boolean> {
+    // committed without waiting for its WAL flush (synchronous_commit off for this statement's own
+    // transaction): a position lost in a crash only sends its batch again, which at least once allows
+    // and the sink's deduplication drops by id; a flush per delivery would take turns with the
+    // ingest's commits, which the devices' PUBACKs wait for
     const r = await this.sql`
       update bridge_rules set pos_xid = ${p.xid}::xid8, pos_thing = ${p.thing}, pos_seq = ${p.seq},
         delivered = delivered + ${delivered}, last_delivered_at = case when ${delivered}::int > 0 then now() else last_delivered_at end
-      where id = ${id} and lease_node = ${node}`;
+      where id = ${id} and lease_node = ${node} and (select set_config('synchronous_commit', 'off', true)) is not null`;
     return r.count === 1;
   }
 

@@ -163,4 +163,15 @@ describe('operations endpoints', () => {
     expect(Object.keys(doc.body.paths)).toContain('/platform/v1/accounts');
     expect((await gw.http.get('/docs')).status).toBeLessThan(400);
   });
+
+  it('/metrics?name= serves only the families named; a malformed name is 400', async () => {
+    const some = await gw.http.get('/metrics?name=mqtt_messages_received_total&name=http_requests_total&name=no_such_metric');
+    expect(some.status).toBe(200);
+    const families = [...some.text.matchAll(/^# TYPE (\S+)/gm)].map((m) => m[1]).sort();
+    expect(families).toEqual(['http_requests_total', 'mqtt_messages_received_total']);
+    expect(some.text).toMatch(/^mqtt_messages_received_total \d+$/m);
+    expect(some.text).not.toContain('process_cpu');
+    const b = expectProblem(await gw.http.get('/metrics?name=bad%20name'), 400);
+    expect(b.detail).toContain('"bad name"');
+  });
 });

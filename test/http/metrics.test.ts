@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { EVENT_LOOP_SAMPLE_MS, createMetrics } from '../../src/http/metrics.js';
+import { EVENT_LOOP_SAMPLE_MS, createMetrics, familiesOf } from '../../src/http/metrics.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const figure = (text: string, name: string) => Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1]);
@@ -27,5 +27,17 @@ describe('event-loop lag metrics', () => {
     await sleep(EVENT_LOOP_SAMPLE_MS * 2);
     const stalled = await registry.metrics();
     expect(figure(stalled, 'nodejs_eventloop_lag_max_seconds')).toBeGreaterThanOrEqual(0.3 - EVENT_LOOP_SAMPLE_MS / 1000);
+  });
+});
+
+describe('familiesOf (a multi-core node\'s merged text, filtered by ?name=)', () => {
+  it('keeps the named families whole, HELP, TYPE and every series, and nothing else', async () => {
+    const registry = createMetrics();
+    const text = await registry.metrics();
+    const only = familiesOf(text, ['process_cpu_user_seconds_total', 'nodejs_eventloop_lag_p99_seconds']);
+    expect([...only.matchAll(/^# HELP (\S+)/gm)].map((m) => m[1])).toEqual(['process_cpu_user_seconds_total', 'nodejs_eventloop_lag_p99_seconds']);
+    expect(only).toMatch(/^process_cpu_user_seconds_total \S+$/m);
+    expect(only).not.toContain('nodejs_heap');
+    expect(familiesOf(text, ['no_such_metric'])).toBe('');
   });
 });

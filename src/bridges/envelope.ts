@@ -38,6 +38,11 @@ export class Envelopes {
   constructor(private readonly accountId: string, private readonly ruleId: string) {}
 
   of(kind: Kind, type: string, thingId: string, id: string, time: string, data: string, commandId?: string | null): string {
+    return `${this.head(kind, type, thingId, id, time, commandId)}${data}}`;
+  }
+
+  /** The envelope up to its data: `{"specversion":"1.0",...,"data":` (the data and a closing `}` follow). */
+  head(kind: Kind, type: string, thingId: string, id: string, time: string, commandId?: string | null): string {
     let ofThing = this.fixed.get(thingId);
     if (!ofThing) {
       if (this.fixed.size >= MAX_CACHED_THINGS) this.fixed.clear();
@@ -52,7 +57,7 @@ export class Envelopes {
       ofThing.set(type, parts);
     }
     return `{"specversion":"1.0","id":${JSON.stringify(id)}${parts.head}${JSON.stringify(time)}${parts.tail}`
-      + `${commandId ? `"commandid":${JSON.stringify(commandId)},` : ''}"data":${data}}`;
+      + `${commandId ? `"commandid":${JSON.stringify(commandId)},` : ''}"data":`;
   }
 
   /** An epoch-millisecond time as ISO 8601 (points of one ingest batch share their milliseconds). */
@@ -79,18 +84,28 @@ export const BATCH_MAX_BYTES = 256 * 1024;
  * again rather than dropped. (The first id alone would let a longer batch be dropped as a repeat of a
  * shorter one sent before a failure: its further events lost.)
  */
-export function toBatches(events: SinkMessage[], maxEvents = BATCH_MAX_EVENTS, maxBytes = BATCH_MAX_BYTES): SinkMessage[] {
-  const out: SinkMessage[] = [];
+export function toBatches(events: (SinkMessage & { body: string })[], maxEvents = BATCH_MAX_EVENTS, maxBytes = BATCH_MAX_BYTES): (SinkMessage & { body: string })[] {
+  return batchRanges(events, (i) => events[i].body.length, maxEvents, maxBytes).map(([i, j]) => ({
+    subject: events[i].subject, id: batchId(events[i].id, j - i), contentType: BATCH_CONTENT_TYPE, body: `[${events.slice(i, j).map((e) => e.body).join(',')}]`,
+  }));
+}
+
+/** A batch's id: its first event's and its count (see toBatches). */
+export const batchId = (firstId: string, events: number) => `${firstId}:batch:${events}`;
+
+/** The batches of `toBatches` as index ranges [first, end) of the events (`size`: an event's bytes). */
+export function batchRanges(events: { subject: string }[], size: (i: number) => number, maxEvents = BATCH_MAX_EVENTS, maxBytes = BATCH_MAX_BYTES): [number, number][] {
+  const out: [number, number][] = [];
   let i = 0;
   while (i < events.length) {
-    const first = events[i];
+    const subject = events[i].subject;
     let j = i + 1;
-    let bytes = first.body.length; // (UTF-16 units: at most 3 bytes each, so a batch stays well under 1 MiB)
-    while (j < events.length && j - i < maxEvents && events[j].subject === first.subject && bytes + events[j].body.length + 1 <= maxBytes) {
-      bytes += events[j].body.length + 1;
+    let bytes = size(i);
+    while (j < events.length && j - i < maxEvents && events[j].subject === subject && bytes + size(j) + 1 <= maxBytes) {
+      bytes += size(j) + 1;
       j++;
     }
-    out.push({ subject: first.subject, id: `${first.id}:batch:${j - i}`, contentType: BATCH_CONTENT_TYPE, body: `[${events.slice(i, j).map((e) => e.body).join(',')}]` });
+    out.push([i, j]);
     i = j;
   }
   return out;
@@ -102,7 +117,16 @@ export function toBatches(events: SinkMessage[], maxEvents = BATCH_MAX_EVENTS, m
  * backslashes), not character by character: a 1 KiB payload's strings cost 0.2 µs instead of 2.9.
  */
 export function splitPoints(text: string): { at: number; json: string }[] {
-  const out: { at: number; json: string }[] = [];
+  return pointRanges(text).map((p) => ({ at: p.at, json: text.slice(p.start, p.end) }));
+}
+
+/**
+ * splitPoints as positions: each point's time and where its payload's text starts and ends. On the
+ * bytes of the UTF-8 text decoded as latin1 (one character per byte) the positions are byte offsets:
+ * the characters it looks for are ASCII, and no byte of a multi-byte character is ASCII.
+ */
+export function pointRanges(text: string): { at: number; start: number; end: number }[] {
+  const out: { at: number; start: number; end: number }[] = [];
   let depth = 0;
   let pointStart = -1;
   let objectStart = -1;
@@ -123,7 +147,7 @@ export function splitPoints(text: string): { at: number; json: string }[] {
     } else if (c === 93 /* ] */ || c === 125 /* } */) {
       if (depth === 3 && c === 125 && objectStart >= 0) {
         const at = Number(text.slice(pointStart, text.indexOf(',', pointStart)));
-        out.push({ at, json: text.slice(objectStart, i + 1) });
+        out.push({ at, start: objectStart, end: i + 1 });
         objectStart = -1;
       }
       depth--;

@@ -1,14 +1,14 @@
-import { setImmediate as nextTurn } from 'node:timers/promises';
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { DeviceMessageLog } from '../broker/deviceLog.js';
-import type { TelemetryLog, TelemetryLogRead } from '../broker/telemetryHistory.js';
+import type { TelemetryLog, TelemetryLogPackedRead } from '../broker/telemetryHistory.js';
 import type { ThingSearch } from '../gateway.js';
 import type { Clock } from '../lib/clock.js';
 import type { Logger } from '../log.js';
-import { Envelopes, EVENT_TYPES, fieldsOf, passes, pick, splitPoints, toBatches, type Kind, type Where } from './envelope.js';
+import { DeliveryError, InlineDelivery, type Delivery, type DeliveryInput, type DeliveryRule, type RawEvent, type RawTelemetryRow } from './delivery.js';
+import { ThreadDelivery } from './deliveryThread.js';
+import { EVENT_TYPES, type Kind, type Where } from './envelope.js';
 import { SOURCE_EVENTS, type BridgesRepo, type RuleRow } from './repo.js';
 import { thingOfFilter, type BridgesService } from './service.js';
-import { openSink, type Sink, type SinkMessage } from './sinks.js';
 
 export interface WorkerSettings {
   /** how often the node takes and renews its leases of rules */
@@ -23,20 +23,17 @@ export interface WorkerSettings {
   retryBaseMs: number;
   retryMaxMs: number;
   sinkTimeoutMs: number;
+  /** build and publish on a thread of the process's own (deliveryThread.ts), not on the main thread */
+  deliveryThread: boolean;
 }
 
 export const DEFAULT_WORKER: WorkerSettings = {
-  leaseEveryMs: 2_000, leaseSeconds: 15, pollMs: 250, batchRows: 1_000, maxInFlight: 5_000, retryBaseMs: 500, retryMaxMs: 30_000, sinkTimeoutMs: 5_000,
+  leaseEveryMs: 2_000, leaseSeconds: 15, pollMs: 250, batchRows: 1_000, maxInFlight: 5_000, retryBaseMs: 500, retryMaxMs: 30_000, sinkTimeoutMs: 5_000, deliveryThread: true,
 };
 
 /** how long a rule's thing filter (where.thing) is kept before it is asked again */
 const THING_FILTER_MS = 5_000;
 const MAX_FILTERED_THINGS = 100_000;
-/**
- * events a rule builds before it lets the event loop run (the broker's reads and PUBACKs): a read of
- * 1,000 rows builds up to maxInFlight events, tens of milliseconds in one piece otherwise
- */
-const SLICE_EVENTS = 256;
 /** a position moved only past other accounts' telemetry is written at most this often (a crash re-reads those rows, harmlessly) */
 const SAVE_SKIPPED_MS = 5_000;
 
@@ -71,12 +68,15 @@ export class BridgeWorker {
   private stopped = true;
   private ticking?: Promise<void>;
   readonly m: Metrics;
+  /** where the rules' messages are built and published */
+  readonly delivery: Delivery;
 
   constructor(readonly d: {
     repo: BridgesRepo; service: BridgesService; telemetryLog: TelemetryLog; deviceLog: DeviceMessageLog; thingSearch: ThingSearch; clock: Clock; log: Logger;
     node: string; registry: Registry; settings: WorkerSettings;
   }) {
     this.m = metrics(d.registry);
+    this.delivery = d.settings.deliveryThread ? new ThreadDelivery(d.log) : new InlineDelivery();
   }
 
   start(): void {
@@ -119,6 +119,7 @@ export class BridgeWorker {
           const runner = this.runners.get(row.id);
           if (runner && !runner.done) runner.update(row);
           else {
+            this.delivery.warm();
             const r = new RuleRunner(this, row);
             this.runners.set(row.id, r);
             r.start();
@@ -144,6 +145,7 @@ export class BridgeWorker {
     await this.ticking;
     await Promise.all([...this.runners.values()].map((r) => r.stop()));
     this.runners.clear();
+    await this.delivery.stop();
     await this.d.repo.releaseLeases(this.d.node).catch(() => {});
   }
 }
@@ -151,7 +153,6 @@ export class BridgeWorker {
 class RuleRunner {
   private stopped = false;
   private loop?: Promise<void>;
-  private sink?: { sink: Sink; bridgeKey: string };
   private wakeUp?: () => void;
   private thingFilter?: { at: number; ids: Set<string> };
   private readonly thingId?: string;
@@ -164,18 +165,16 @@ class RuleRunner {
   private rowsWanted = 64;
   /** when the position was last written (see SAVE_SKIPPED_MS) */
   private savedAt = 0;
-  private readonly envelopes: Envelopes;
   /**
    * The next telemetry read, asked while the sink acknowledges the current batch (the read is a
    * query, so one not used is only work lost): a rule catching up waits for PostgreSQL and its sink
    * at once instead of one after the other. Used only when the next read starts where it was asked.
    */
-  private prefetch?: { tx: string; thingId: string | null; limit: number; read: Promise<TelemetryLogRead | undefined> };
+  private prefetch?: { tx: string; thingId: string | null; limit: number; read: Promise<TelemetryLogPackedRead | undefined> };
 
   constructor(private readonly w: BridgeWorker, private row: RuleRow) {
     // (not parseFrom: a rule created under older validation keeps running)
     this.thingId = row.source === 'telemetry' || row.source === 'twin' || row.source === 'commandReply' ? thingOfFilter(row.from_filter) : undefined;
-    this.envelopes = new Envelopes(row.account_id, row.id);
   }
 
   start(): void {
@@ -198,8 +197,7 @@ class RuleRunner {
     this.stopped = true;
     this.wakeUp?.();
     await this.loop;
-    await this.sink?.sink.close();
-    this.sink = undefined;
+    await this.w.delivery.close(this.row.id);
     for (const g of [this.w.m.lagMessages, this.w.m.lagSeconds]) g.remove({ rule: this.row.id });
   }
 
@@ -259,20 +257,22 @@ class RuleRunner {
     } catch { /* next time */ }
   }
 
-  private async openSink(): Promise<Sink> {
-    const bridge = await this.w.d.repo.bridgeById(this.row.bridge_id);
-    if (!bridge) throw new Error(`bridge ${this.row.bridge_id} no longer exists`);
+  /** The rule as a delivery needs it: its bridge's sink (opened again where the bridge changed) and prefix. */
+  private async deliveryRule(): Promise<DeliveryRule> {
+    const r = this.row;
+    const bridge = await this.w.d.repo.bridgeById(r.bridge_id);
+    if (!bridge) throw new Error(`bridge ${r.bridge_id} no longer exists`);
     const key = bridge.updated_at.toISOString();
-    if (this.sink && this.sink.bridgeKey === key) return this.sink.sink;
-    await this.sink?.sink.close();
-    const secret = this.w.d.service.secretOf(bridge);
-    const sink = openSink({ type: bridge.type, ...secret, exchange: bridge.exchange, timeoutMs: this.w.d.settings.sinkTimeoutMs });
-    this.sink = { sink, bridgeKey: key };
-    this.prefix = bridge.subject_prefix;
-    return sink;
+    if (this.sink?.key !== key) {
+      this.sink = { key, settings: { type: bridge.type, ...this.w.d.service.secretOf(bridge), exchange: bridge.exchange, timeoutMs: this.w.d.settings.sinkTimeoutMs } };
+    }
+    return {
+      id: r.id, accountId: r.account_id, format: r.format === 'batch' ? 'batch' : 'event', where: r.where_expr as Where | null, select: r.select_fields,
+      prefix: bridge.subject_prefix, sink: this.sink,
+    };
   }
 
-  private prefix = '';
+  private sink?: DeliveryRule['sink'];
 
   /** Things passing where.thing (undefined: no thing filter). */
   private async things(): Promise<Set<string> | undefined> {
@@ -286,60 +286,42 @@ class RuleRunner {
   }
 
   /** The rule's telemetry after a position: the read asked ahead when it starts there, else a new one. */
-  private async readTelemetry(tx: string, thingId: string | null, limit: number): Promise<TelemetryLogRead> {
+  private async readTelemetry(tx: string, thingId: string | null, limit: number): Promise<TelemetryLogPackedRead> {
     const ahead = this.prefetch;
     this.prefetch = undefined;
     if (ahead && ahead.tx === tx && ahead.thingId === thingId && ahead.limit === limit) {
       const read = await ahead.read;
       if (read) return read;
     }
-    return this.w.d.telemetryLog.read(this.row.account_id, { tx, thingId }, limit);
+    return this.w.d.telemetryLog.readPacked(this.row.account_id, { tx, thingId }, limit);
   }
 
   /** One batch: read, filter, send, move the position. */
   private async once(): Promise<{ sent: number; more: boolean }> {
-    const sink = await this.openSink();
+    const rule = await this.deliveryRule();
     const r = this.row;
-    const where = r.where_expr as Where | null;
-    const select = r.select_fields;
     const things = await this.things();
-    const messages: SinkMessage[] = [];
+    const wanted = (thingId: string) => (!this.thingId || thingId === this.thingId) && (!things || things.has(thingId));
+    let input: DeliveryInput;
     let next: { xid: string; thing: string | null; seq: string | null };
     let more: boolean;
-    const add = (kind: Kind, thingId: string, id: string, type: string, time: string, payload: string, parsed?: Record<string, unknown>, commandId?: string | null) => {
-      if (things && !things.has(thingId)) return;
-      let data = payload;
-      if (where?.payload || select) {
-        const value = parsed ?? fieldsOf(JSON.parse(payload));
-        if (!passes(where?.payload, value)) return;
-        if (select) data = pick(select, value);
-      }
-      messages.push({
-        subject: `${this.prefix}.${thingId}.${kind}`, id: `${r.id}:${id}`,
-        body: this.envelopes.of(kind, type, thingId, id, time, data, commandId),
-      });
-    };
     if (r.source === 'telemetry') {
       const limit = this.rowsWanted;
       const read = await this.readTelemetry(r.pos_xid, r.pos_thing, limit);
       if (!read.last) return { sent: 0, more: false };
+      // rows up to the in-flight budget, by their message counts (the points are split where they are built)
+      const rows: RawTelemetryRow[] = [];
       let taken = 0;
       let count = 0;
-      let sliceStart = 0;
       for (const row of read.rows) {
-        if (this.thingId && row.thingId !== this.thingId) {
+        if (!wanted(row.thingId)) {
           taken++;
           continue;
         }
-        const points = splitPoints(row.points);
-        if (count > 0 && count + points.length > this.w.d.settings.maxInFlight) break;
-        points.forEach((p, i) => add('telemetry', row.thingId, `${row.tx}-${row.thingId}-${i}`, EVENT_TYPES.telemetry, this.envelopes.time(p.at), p.json));
-        count += points.length;
+        if (count > 0 && count + row.messages > this.w.d.settings.maxInFlight) break;
+        rows.push(row);
+        count += row.messages;
         taken++;
-        if (messages.length - sliceStart >= SLICE_EVENTS) {
-          sliceStart = messages.length;
-          await nextTurn();
-        }
       }
       const whole = taken === read.rows.length;
       // past every row scanned (other accounts' too), or up to the last row the budget held
@@ -347,50 +329,56 @@ class RuleRunner {
       next = { xid: end.tx, thing: end.thingId, seq: null };
       more = !whole || read.scanned === limit;
       this.rowsWanted = !whole ? Math.max(taken + 1, 4) : read.scanned === limit ? Math.min(limit * 2, this.w.d.settings.batchRows) : limit;
-      if (messages.length === 0 && Date.now() - this.savedAt < SAVE_SKIPPED_MS) {
+      if (rows.length === 0 && Date.now() - this.savedAt < SAVE_SKIPPED_MS) {
         // nothing of this rule's among them: the position moves in memory, written with the next delivery
         // (or within SAVE_SKIPPED_MS): a rule of a quiet account does not commit at every poll while others are busy
         this.row = { ...this.row, pos_xid: next.xid, pos_thing: next.thing, pos_seq: null };
         return { sent: 0, more };
       }
+      input = { telemetry: { rows, points: read.points } };
     } else if (r.source === 'twin' || r.source === 'commandReply') {
       const kind: Kind = r.source;
       const limit = Math.min(this.w.d.settings.batchRows, this.w.d.settings.maxInFlight);
       const rows = await this.w.d.deviceLog.read(r.account_id, kind, { tx: r.pos_xid, seq: r.pos_seq ?? '0' }, limit);
       if (rows.length === 0) return { sent: 0, more: false };
+      const events: RawEvent[] = [];
       for (const m of rows) {
-        if (this.thingId && m.thingId !== this.thingId) continue;
-        add(kind, m.thingId, `${kind === 'twin' ? 'tw' : 'cr'}-${m.seq}`, EVENT_TYPES[kind], m.at.toISOString(), m.payload, undefined, m.correlation);
+        if (!wanted(m.thingId)) continue;
+        events.push({ kind, thingId: m.thingId, id: `${kind === 'twin' ? 'tw' : 'cr'}-${m.seq}`, type: EVENT_TYPES[kind], time: m.at.toISOString(), payload: m.payload, commandId: m.correlation });
       }
       const last = rows[rows.length - 1];
       next = { xid: last.tx, thing: null, seq: last.seq };
       more = rows.length === limit;
+      input = { events };
     } else {
       const kind: Kind = r.source;
-      const events = await this.w.d.repo.events(r.account_id, SOURCE_EVENTS[r.source], r.pos_xid, r.pos_seq ?? '0', Math.min(this.w.d.settings.batchRows, this.w.d.settings.maxInFlight));
-      if (events.length === 0) return { sent: 0, more: false };
-      for (const e of events) {
+      const limit = Math.min(this.w.d.settings.batchRows, this.w.d.settings.maxInFlight);
+      const rows = await this.w.d.repo.events(r.account_id, SOURCE_EVENTS[r.source], r.pos_xid, r.pos_seq ?? '0', limit);
+      if (rows.length === 0) return { sent: 0, more: false };
+      const events: RawEvent[] = [];
+      for (const e of rows) {
+        if (things && !things.has(e.actor_id)) continue;
         const at = typeof e.payload.at === 'string' ? e.payload.at : e.created_at.toISOString();
-        add(kind, e.actor_id, `ev-${e.seq}`, EVENT_TYPES[e.type] ?? `io.gateway.${e.type}`, at, JSON.stringify(e.payload), e.payload);
+        events.push({ kind, thingId: e.actor_id, id: `ev-${e.seq}`, type: EVENT_TYPES[e.type] ?? `io.gateway.${e.type}`, time: at, payload: JSON.stringify(e.payload), parsed: e.payload });
       }
-      const last = events[events.length - 1];
+      const last = rows[rows.length - 1];
       next = { xid: last.xid, thing: null, seq: last.seq };
-      more = events.length === Math.min(this.w.d.settings.batchRows, this.w.d.settings.maxInFlight);
+      more = rows.length === limit;
+      input = { events };
     }
-    const events = messages.length;
     if (r.source === 'telemetry' && more) {
       const [tx, thingId, limit] = [next.xid, next.thing, this.rowsWanted];
-      this.prefetch = { tx, thingId, limit, read: this.w.d.telemetryLog.read(r.account_id, { tx, thingId }, limit).catch(() => undefined) };
+      this.prefetch = { tx, thingId, limit, read: this.w.d.telemetryLog.readPacked(r.account_id, { tx, thingId }, limit).catch(() => undefined) };
     }
-    if (events > 0) {
-      try {
-        await sink.publish(r.format === 'batch' ? toBatches(messages) : messages);
-      } catch (err) {
-        this.prefetch = undefined;
-        this.w.m.failed.inc({ rule: r.id }, events);
-        await this.w.d.repo.countFailed(r.id, events).catch(() => {});
-        throw err;
-      }
+    let events: number;
+    try {
+      events = await this.w.delivery.deliver(rule, input);
+    } catch (err) {
+      this.prefetch = undefined;
+      const failed = err instanceof DeliveryError ? err.events : 0;
+      this.w.m.failed.inc({ rule: r.id }, failed);
+      await this.w.d.repo.countFailed(r.id, failed).catch(() => {});
+      throw err;
     }
     const held = await this.w.d.repo.advance(r.id, this.w.d.node, next, events);
     if (!held) {

@@ -355,6 +355,8 @@ export interface TelemetryLogRow {
   tx: string;
   thingId: string;
   firstAt: Date;
+  /** how many messages (points) the row holds */
+  messages: number;
   /** JSON text `[[epoch ms, {values as sent}], ...]`, oldest first */
   points: string;
 }
@@ -366,6 +368,23 @@ export interface TelemetryLogRead {
   /** rows scanned, every account's: fewer than the limit means the reader is at the head */
   scanned: number;
   /** the position of the last row scanned (undefined: none) */
+  last?: TelemetryPosition;
+}
+
+/** A row of TelemetryLog.readPacked: its points are `points.subarray(start, end)` of the read (UTF-8 JSON text). */
+export interface TelemetryLogPackedRow {
+  tx: string;
+  thingId: string;
+  messages: number;
+  start: number;
+  end: number;
+}
+
+/** TelemetryLog.readPacked: `read` with the account's rows' points in one buffer. */
+export interface TelemetryLogPackedRead {
+  rows: TelemetryLogPackedRow[];
+  points: Buffer;
+  scanned: number;
   last?: TelemetryPosition;
 }
 
@@ -404,26 +423,56 @@ export class TelemetryLog {
    * of 1,200 rows (docs/benchmarks.md, "The rule's read").
    */
   async read(accountId: string, after: TelemetryPosition, limit: number): Promise<TelemetryLogRead> {
-    const scanned = await this.sql<{ tx: string; thing_id: string; first_at: Date; points: string | null }[]>`
+    const scanned = await this.scan(accountId, after, limit);
+    const rows: TelemetryLogRow[] = [];
+    for (const r of scanned) if (r.points !== null) rows.push({ tx: r.tx, thingId: r.thing_id, firstAt: r.first_at, messages: r.messages, points: r.points });
+    const last = scanned.at(-1);
+    return { rows, scanned: scanned.length, last: last && { tx: last.tx, thingId: last.thing_id } };
+  }
+
+  /**
+   * `read`, with the rows' points as bytes in one buffer of its own: for a reader that hands them
+   * to another thread (a transfer, not a copy; the data bridges' delivery thread). The bytes are
+   * never decoded on this thread (postgres.js's raw rows).
+   */
+  async readPacked(accountId: string, after: TelemetryPosition, limit: number): Promise<TelemetryLogPackedRead> {
+    const scanned = (await this.scan(accountId, after, limit).raw()) as unknown as (Buffer | null)[][];
+    let bytes = 0;
+    for (const r of scanned) if (r[4] !== null) bytes += r[4].length;
+    // allocUnsafeSlow: a buffer that owns its memory (a pooled one shares it, and a transfer would take the pool along)
+    const points = Buffer.allocUnsafeSlow(bytes);
+    const rows: TelemetryLogPackedRow[] = [];
+    let at = 0;
+    for (const [tx, thing, , messages, p] of scanned) {
+      if (p === null) continue;
+      p.copy(points, at);
+      rows.push({ tx: tx!.toString('latin1'), thingId: thing!.toString('utf8'), messages: Number(messages!.toString('latin1')), start: at, end: at + p.length });
+      at += p.length;
+    }
+    const last = scanned.at(-1);
+    return { rows, points, scanned: scanned.length, last: last && { tx: last[0]!.toString('latin1'), thingId: last[1]!.toString('utf8') } };
+  }
+
+  /** The scan behind `read` and `readPacked`: tx, thing_id, first_at, messages, points (null: another account's row). */
+  private scan(accountId: string, after: TelemetryPosition, limit: number) {
+    return this.sql<{ tx: string; thing_id: string; first_at: Date; messages: number; points: string | null }[]>`
       with h as materialized (select pg_snapshot_xmin(pg_current_snapshot()) as xmin),
       scan as materialized (
-        select t.tx, t.thing_id, t.first_at, t.points, ${this.sql.unsafe(UUID_OF_THING_ID)} as thing_uuid
+        select t.tx, t.thing_id, t.first_at, t.messages, t.points, ${this.sql.unsafe(UUID_OF_THING_ID)} as thing_uuid
         from h, telemetry_history t
         where t.tx >= ${after.tx}::xid8 and t.tx < h.xmin
           and (t.tx > ${after.tx}::xid8 or (${after.thingId}::text is not null and t.thing_id > ${after.thingId}::text))
         order by t.tx, t.thing_id
         limit ${limit})
-      select s.tx::text as tx, s.thing_id, s.first_at, case when d.account_id = ${accountId} then s.points::text end as points
+      select s.tx::text as tx, s.thing_id, s.first_at,
+        case when d.account_id = ${accountId} then coalesce(s.messages, json_array_length(s.points)) end as messages,
+        case when d.account_id = ${accountId} then s.points::text end as points
       from scan s
       -- one primary-key lookup per row scanned, whatever the number of things (as a join the planner
       -- compared every row with every thing of the account, or hashed every thing; the limit keeps
       -- the subquery from being flattened into such a join)
       left join lateral (select d.account_id from thing_directory d where d.id = s.thing_uuid limit 1) d on true
       order by s.tx, s.thing_id`;
-    const rows: TelemetryLogRow[] = [];
-    for (const r of scanned) if (r.points !== null) rows.push({ tx: r.tx, thingId: r.thing_id, firstAt: r.first_at, points: r.points });
-    const last = scanned.at(-1);
-    return { rows, scanned: scanned.length, last: last && { tx: last.tx, thingId: last.thing_id } };
   }
 
   /** What the account's log holds after `after` (at most `bound` rows counted: a lower bound beyond): messages and the oldest row's time. */

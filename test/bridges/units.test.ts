@@ -1,7 +1,8 @@
 import { createActor } from 'xstate';
 import { describe, expect, it } from 'vitest';
 import { bridgeRuleMachine } from '../../machines/bridgeRule.js';
-import { Envelopes, passes, pick, splitPoints, toBatches } from '../../src/bridges/envelope.js';
+import { encode } from '../../src/bridges/delivery.js';
+import { Envelopes, passes, pick, pointRanges, splitPoints, toBatches } from '../../src/bridges/envelope.js';
 import { parseFrom } from '../../src/bridges/service.js';
 
 describe('bridgeRule machine', () => {
@@ -99,6 +100,29 @@ describe('envelope', () => {
     const longer = toBatches(events.slice(0, 3), 10, 10_000);
     expect(shorter[0].id).toBe('r:a-1:batch:2');
     expect(longer[0].id).toBe('r:a-1:batch:3');
+  });
+
+  it('bodies written as bytes: the payload\'s UTF-8 bytes as sent, the same envelopes and batches as the string builders', () => {
+    // a stored row with multi-byte text, escapes and brackets inside strings; positions taken on its latin1 decoding
+    const payloads = ['{"t":20.50,"note":"größe ✓ [x]"}', '{"q":"a\\"b}","e":"😀"}', '{"n":1}'];
+    const row = Buffer.from(`[${payloads.map((p, i) => `[${1767225600000 + i},${p}]`).join(',')}]`);
+    const ranges = pointRanges(row.toString('latin1'));
+    expect(ranges.map((r) => row.toString('utf8', r.start, r.end))).toEqual(payloads);
+    const envs = new Envelopes('acc', 'r');
+    const parts = ranges.map((r, i) => ({
+      subject: `p.t${i < 2 ? 1 : 2}.telemetry`, id: `r:${i}`, data: row.subarray(r.start, r.end),
+      head: envs.head('telemetry', 'io.gateway.device.telemetry', `t${i < 2 ? 1 : 2}`, `${i}`, envs.time(r.at)),
+    }));
+    const strings = parts.map((p) => ({ subject: p.subject, id: p.id, body: `${p.head}${Buffer.from(p.data).toString('utf8')}}` }));
+    const text = (b: string | Uint8Array) => Buffer.from(b as Uint8Array).toString('utf8');
+    // one event per message: byte for byte what the string builder gives
+    expect(encode(parts, 'event').map((m) => [m.subject, m.id, text(m.body)])).toEqual(strings.map((m) => [m.subject, m.id, m.body]));
+    expect(JSON.parse(text(encode(parts, 'event')[0].body)).data).toEqual({ t: 20.5, note: 'größe ✓ [x]' });
+    expect(text(encode(parts, 'event')[0].body)).toContain('"data":{"t":20.50,');
+    // batches: the same subjects, ids and arrays as toBatches
+    expect(encode(parts, 'batch').map((m) => [m.subject, m.id, m.contentType, text(m.body)])).toEqual(toBatches(strings).map((m) => [m.subject, m.id, m.contentType, m.body]));
+    // text data (a select's fields) is written as UTF-8 too
+    expect(text(encode([{ ...parts[0], data: '{"note":"größe"}' }], 'event')[0].body)).toBe(`${parts[0].head}{"note":"größe"}}`);
   });
 
   it('where and select', () => {

@@ -1,0 +1,20 @@
+/**
+ * Inside the delivery thread: deliveries asked by the main thread (deliveryThread.ts), each rule's
+ * sink connection held here. Deliveries of different rules run side by side; each answers once.
+ */
+import { parentPort } from 'node:worker_threads';
+import { DeliveryError, InlineDelivery } from './delivery.js';
+import type { ThreadReply, ThreadRequest } from './deliveryThread.js';
+
+const delivery = new InlineDelivery();
+const port = parentPort!;
+
+port.on('message', (m: ThreadRequest) => {
+  const work = m.op === 'deliver' ? delivery.deliver(m.rule, m.input) : m.op === 'close' ? delivery.close(m.ruleId).then(() => 0) : delivery.stop().then(() => 0);
+  work.then(
+    (value) => port.postMessage({ id: m.id, ok: true, value } satisfies ThreadReply),
+    (err: unknown) => port.postMessage({
+      id: m.id, ok: false, error: err instanceof Error ? err.message : String(err), events: err instanceof DeliveryError ? err.events : undefined,
+    } satisfies ThreadReply),
+  );
+});

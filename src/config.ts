@@ -101,6 +101,7 @@ export const configSchema = z.object({
   WEBHOOK_SUSPEND_AFTER: positiveInt.default(5).describe('dropped deliveries in a row that suspend a subscription (its account is notified); with the defaults a receiver that never answers is suspended 6.6 to 13 minutes after its first undelivered changes'),
   BRIDGE_FAILING_AFTER_SECONDS: positiveInt.default(300).describe('a data bridge rule whose sink refused every delivery for this long is marked FAILING and its account notified (deliveries keep being retried)'),
   BRIDGE_LEASE_SECONDS: positiveInt.default(10).describe('a node delivers a data bridge rule under a lease renewed every quarter of this; a node that died (kill -9) holds its rules this long before another node, or its own restart, takes them over'),
+  BRIDGE_DELIVERY_THREAD: bool.default(true).describe('data bridge rules build and publish their messages on a thread of the process\'s own (off: on the main thread, beside the broker\'s reads and PUBACKs)'),
   BRIDGE_RETRY_MAX_MS: positiveInt.default(30_000).describe('longest wait between retries of a data bridge rule whose sink refuses (doubled from 500 ms)'),
   WEBHOOK_CONCURRENCY: positiveInt.default(64).describe('webhook deliveries in flight per node, in fair shares: an account at most max(1, floor(N / (busy accounts + 1))), a subscription at most max(1, floor(its account\'s share / (its busy subscriptions + 1)))'),
 });

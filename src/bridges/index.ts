@@ -25,7 +25,7 @@ export const bridgesDomain = defineDomain({
     });
     const worker = new BridgeWorker({
       repo, service, telemetryLog, deviceLog, thingSearch, clock, log: log.child({ component: 'bridge-delivery' }), node: gw.cluster.nodeId, registry: gw.metrics,
-      settings: { ...DEFAULT_WORKER, retryMaxMs: config.BRIDGE_RETRY_MAX_MS, leaseSeconds: config.BRIDGE_LEASE_SECONDS, leaseEveryMs: config.BRIDGE_LEASE_SECONDS * 250 },
+      settings: { ...DEFAULT_WORKER, retryMaxMs: config.BRIDGE_RETRY_MAX_MS, leaseSeconds: config.BRIDGE_LEASE_SECONDS, leaseEveryMs: config.BRIDGE_LEASE_SECONDS * 250, deliveryThread: config.BRIDGE_DELIVERY_THREAD },
     });
     return { sealer, service, worker };
   },

@@ -42,6 +42,8 @@ export class Dispatcher {
   private stopped = false;
   private retry?: NodeJS.Timeout;
   private gathering?: NodeJS.Timeout;
+  /** the last round left changes behind the horizon (see repo.changesHeldBack): the poll stays fast */
+  heldBack = false;
 
   constructor(private readonly d: { sql: Sql; log: Logger; clock: Clock; onDeliveries(): void }) {}
 
@@ -74,6 +76,7 @@ export class Dispatcher {
         this.again = false;
         let r: { more: boolean; elsewhere: boolean };
         do r = await this.once(); while (r.more && !this.stopped);
+        this.heldBack = !this.stopped && (await repo.changesHeldBack(this.d.sql));
         if (r.elsewhere && !this.stopped) {
           // another node dispatches an account; look again shortly in case it read before our change was final
           clearTimeout(this.retry);

@@ -22,9 +22,10 @@ const IDLE_DISPATCH_POLL_MS = 30_000;
 
 /**
  * What wakes the dispatcher while the domain runs: the log's changes from any node (the cluster's
- * LISTEN/NOTIFY), and a poll: every second for ACTIVE_WINDOW_MS after a change, then every
- * IDLE_DISPATCH_POLL_MS. A change held back past the window by a longer transaction waits for the
- * slow poll (or the next change).
+ * LISTEN/NOTIFY), and a poll: every second for ACTIVE_WINDOW_MS after a change, and for as long as
+ * the last round saw changes held back by a transaction still running (the horizon moving on wakes
+ * nothing else; they waited for the slow poll before: a webhook 30 s late behind a 10 s transaction
+ * anywhere on the server); otherwise every IDLE_DISPATCH_POLL_MS.
  */
 function dispatchWakeups(bus: DomainBus, dispatcher: Dispatcher) {
   let poll: NodeJS.Timeout | undefined;
@@ -39,7 +40,7 @@ function dispatchWakeups(bus: DomainBus, dispatcher: Dispatcher) {
   };
   const tick = () => {
     dispatcher.wake();
-    if (running) plan(Date.now() < activeUntil ? DISPATCH_POLL_MS : IDLE_DISPATCH_POLL_MS);
+    if (running) plan(Date.now() < activeUntil || dispatcher.heldBack ? DISPATCH_POLL_MS : IDLE_DISPATCH_POLL_MS);
   };
   const onChange = () => {
     activeUntil = Date.now() + ACTIVE_WINDOW_MS;

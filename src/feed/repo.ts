@@ -197,6 +197,23 @@ export async function accountsToDispatch(db: Db, limit: number): Promise<string[
   return rows.map((r) => r.account_id);
 }
 
+/**
+ * Are changes waiting past an account's dispatch cursor but not yet below the horizon (held back by
+ * a transaction still running, in any database of the server)? The dispatcher then keeps looking
+ * often: nothing else wakes it when the horizon moves on.
+ */
+export async function changesHeldBack(db: Db): Promise<boolean> {
+  const [row] = await db<{ held: boolean }[]>`
+    select exists (
+      select 1 from feed_dispatch_cursors c
+      where exists (select 1 from state_change_subscriptions s where s.account_id = c.account_id and s.status = 'ACTIVE')
+        and exists (
+          select 1 from domain_events e
+          where e.account_id = c.account_id and ${thingChange(db)}
+            and (e.xid, e.seq) > (c.xid, c.seq) and e.xid >= pg_snapshot_xmin(pg_current_snapshot()))) as held`;
+  return row.held;
+}
+
 /** Locks an account's dispatch cursor, or undefined when another node holds it. */
 export async function lockDispatchCursor(tx: Tx, accountId: string): Promise<Position | undefined> {
   const [row] = await tx<{ xid: string; seq: string }[]>`

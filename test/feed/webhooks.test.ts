@@ -156,6 +156,26 @@ describe('webhook deliveries', () => {
     expect(receiver.at('/gone')).toHaveLength(1);
   });
 
+  it('a change held back by a transaction still running past the active window goes out when that transaction ends, not at the next idle poll', async () => {
+    const account = await createAccount(gw);
+    await subscribe('/held', {}, account);
+    // a transaction of another connection, begun before the change: the horizon stays below the change
+    const holder = await gw.db.sql.reserve();
+    try {
+      await holder`begin`;
+      await holder`select pg_current_xact_id()`;
+      await bornThings(gw, account.id, 1);
+      // past the 10 s of fast polls after a change: before, the next look was the 30 s idle poll
+      await new Promise((r) => setTimeout(r, 12_000));
+      expect(receiver.at('/held')).toHaveLength(0);
+      await holder`commit`;
+    } finally {
+      holder.release();
+    }
+    // looked for every second while held back: here within a second or two (the idle poll would be about 28 s away)
+    await waitFor(() => receiver.at('/held').length === 1, 20_000, 'the held-back delivery');
+  }, 60_000);
+
   it('a delivery never holds up the transaction of a change: changes commit while a receiver does not answer', async () => {
     receiver.on('/stuck', 'hang');
     await subscribe('/stuck', { event_filter: { new_states: ['PROVISIONED'] } });

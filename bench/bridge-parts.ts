@@ -5,6 +5,8 @@
  *   runs on this machine: /proc).
  * - An envelope from a rule's `Envelopes` (parts kept per thing) against one encoded whole, field by field (the builder
  *   it replaced), each with its `Buffer.from`.
+ * - An event's time when every point has its own millisecond: `Envelopes.time` (a second's text formatted once, the
+ *   milliseconds appended) against `toISOString` per millisecond (what it did before).
  * - `splitPoints` (strings passed with indexOf) against the character-by-character scan it replaced, on 48-byte, 1 KiB
  *   and mixed payloads (short strings, escapes, brackets inside strings).
  * The sink: NATS at 127.0.0.1:4222 (else a `nats-server -js` started here), a memory stream.
@@ -153,6 +155,15 @@ function envelopeRow(): string[] {
   return [`| an envelope with its \`Buffer.from\` (\`Envelopes\`, ${LOOPS} in a loop) | ${kept.toFixed(2)} µs | encoded whole: ${whole.toFixed(2)} µs | ${(kept / whole).toFixed(2)} |`];
 }
 
+/** An event's time when every point has its own millisecond: `Envelopes.time` (a second formatted once) against toISOString per millisecond (the code it replaced). */
+function timeRow(): string[] {
+  const start = 1764300000000;
+  const kept = best(() => { const envs = new Envelopes('a', 'r'); let n = 0; for (let i = 0; i < LOOPS; i++) n += envs.time(start + i * 3).length; return n > 0 ? LOOPS : 0; });
+  const before = best(() => { let n = 0; for (let i = 0; i < LOOPS; i++) n += new Date(start + i * 3).toISOString().length; return n > 0 ? LOOPS : 0; });
+  console.log(`time µs: Envelopes.time ${kept.toFixed(3)}, toISOString ${before.toFixed(3)}`);
+  return [`| an event's time, each point its own millisecond (\`Envelopes.time\`, ${LOOPS} in a loop) | ${kept.toFixed(3)} µs | toISOString each: ${before.toFixed(3)} µs | ${(kept / before).toFixed(2)} |`];
+}
+
 function splitRows(): string[] {
   const payloads = {
     '48 B': JSON.stringify({ temperature: 21.5, humidity: 40, voltage: 3.3, seq: 1 }),
@@ -186,7 +197,7 @@ async function main(): Promise<void> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-bridge-parts-'));
   const loads = os.loadavg().map((l) => l.toFixed(1)).join(' ');
   const sink = await natsSink(dir);
-  const rows = [...(await natsRow(sink.url, sink.pid)), ...envelopeRow(), ...splitRows()];
+  const rows = [...(await natsRow(sink.url, sink.pid)), ...envelopeRow(), ...timeRow(), ...splitRows()];
   await sink.stop();
   fs.rmSync(dir, { recursive: true, force: true });
   const section = `## Bridge delivery parts (\`npm run bench:bridge-parts\`, issue 34)
@@ -194,7 +205,7 @@ async function main(): Promise<void> {
 \`npm run bench:bridge-parts\`, ${new Date().toISOString().slice(0, 10)}, ${os.cpus().length} CPUs, node ${process.version}, load average at the start ${loads}.
 Each piece of a rule's delivery against a baseline in the same run. NATS: ${NATS_MSGS} acknowledged publishes to a memory stream
 (${sink.url === 'nats://127.0.0.1:4222' ? "the machine's nats-server" : 'nats-server -js'}), ${BATCH} pipelined at a time, CPU of this process and of
-nats-server per message. Envelopes and splitPoints: best of 5 loops; the baselines are the code they replaced (kept in the bench).
+nats-server per message. Envelopes, times and splitPoints: best of 5 loops; the baselines are the code they replaced (kept in the bench).
 
 | piece | now | baseline | ratio |
 |---|---|---|---|

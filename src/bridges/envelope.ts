@@ -34,6 +34,9 @@ export class Envelopes {
   private readonly fixed = new Map<string, Map<string, { head: string; tail: string }>>();
   private lastAt = NaN;
   private lastTime = '';
+  /** the second of the last time formatted, and its text up to the milliseconds (`2026-01-01T00:00:00.`) */
+  private lastSecond = NaN;
+  private secondText = '';
 
   constructor(private readonly accountId: string, private readonly ruleId: string) {}
 
@@ -64,7 +67,18 @@ export class Envelopes {
   time(at: number): string {
     if (at !== this.lastAt) {
       this.lastAt = at;
-      this.lastTime = new Date(at).toISOString();
+      // the milliseconds of one second appended to its text, formatted once (toISOString was 5% of a
+      // delivery's CPU when every point had its own millisecond)
+      const second = Math.floor(at / 1000);
+      if (second !== this.lastSecond || !Number.isSafeInteger(at)) {
+        const text = new Date(at).toISOString();
+        this.lastSecond = Number.isSafeInteger(at) ? second : NaN;
+        this.secondText = text.slice(0, -4);
+        this.lastTime = text;
+      } else {
+        const ms = at - second * 1000;
+        this.lastTime = `${this.secondText}${ms < 10 ? '00' : ms < 100 ? '0' : ''}${ms}Z`;
+      }
     }
     return this.lastTime;
   }

@@ -82,6 +82,10 @@ describe('envelope', () => {
       expect(JSON.parse(text)).toMatchObject({ source: `/accounts/acc/things/${thing}`, type, subject: thing, time: '2026-01-01T00:00:00.000Z', commandid: 'c"1', data: { t: '"q' } });
     }
     expect(envs.time(1767225600001)).toBe('2026-01-01T00:00:00.001Z');
+    // the milliseconds appended to a second formatted once: the same text as toISOString, across seconds
+    const times = [1767225600000, 1767225600005, 1767225600050, 1767225600999, 1767225601000, 1767225601042, 1767225600999, -1, -1001, 0, 253402300799999];
+    const fresh = new Envelopes('acc', 'r');
+    expect(times.map((t) => fresh.time(t))).toEqual(times.map((t) => new Date(t).toISOString()));
   });
 
   it('batches: consecutive events of one subject, in order, within the count and size limits', () => {

@@ -11,6 +11,11 @@ import { openSink, type Sink, type SinkMessage, type SinkSettings } from './sink
 /** What a delivery needs of its rule (plain data: it crosses to the delivery thread). */
 export interface DeliveryRule {
   id: string;
+  /**
+   * the delivering loop's own key (its sink connection and envelopes are kept under it): a rule
+   * leased again gets a new loop while the old one may still be closing
+   */
+  runner: string;
   accountId: string;
   format: 'event' | 'batch';
   where: Where | null;
@@ -67,8 +72,8 @@ export interface Delivery {
   warm(): void;
   /** Builds the rule's messages and publishes them: how many events went (after `where`); rejects with DeliveryError. */
   deliver(rule: DeliveryRule, input: DeliveryInput): Promise<number>;
-  /** Closes the rule's sink (the rule stopped on this node). */
-  close(ruleId: string): Promise<void>;
+  /** Closes a rule's loop's sink (`runner`: DeliveryRule.runner; the loop stopped on this node). */
+  close(runner: string): Promise<void>;
   /** Closes every sink. */
   stop(): Promise<void>;
 }
@@ -103,9 +108,9 @@ export class InlineDelivery implements Delivery {
     return events;
   }
 
-  async close(ruleId: string): Promise<void> {
-    const state = this.rules.get(ruleId);
-    this.rules.delete(ruleId);
+  async close(runner: string): Promise<void> {
+    const state = this.rules.get(runner);
+    this.rules.delete(runner);
     await state?.sink?.sink.close().catch(() => {});
   }
 
@@ -114,10 +119,10 @@ export class InlineDelivery implements Delivery {
   }
 
   private stateOf(rule: DeliveryRule) {
-    let state = this.rules.get(rule.id);
+    let state = this.rules.get(rule.runner);
     if (!state || state.accountId !== rule.accountId) {
       state = { envelopes: new Envelopes(rule.accountId, rule.id), accountId: rule.accountId, sink: state?.sink };
-      this.rules.set(rule.id, state);
+      this.rules.set(rule.runner, state);
     }
     return state;
   }

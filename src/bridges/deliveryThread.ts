@@ -4,7 +4,7 @@ import { DeliveryError, type Delivery, type DeliveryInput, type DeliveryRule } f
 
 export type ThreadRequest =
   | { op: 'deliver'; id: number; rule: DeliveryRule; input: DeliveryInput }
-  | { op: 'close'; id: number; ruleId: string }
+  | { op: 'close'; id: number; runner: string }
   | { op: 'stop'; id: number };
 export type ThreadReply = { id: number; ok: true; value: number } | { id: number; ok: false; error: string; events?: number };
 
@@ -36,8 +36,8 @@ export class ThreadDelivery implements Delivery {
     return this.ask({ op: 'deliver', id: this.nextId++, rule, input }, events, 'telemetry' in input ? [input.telemetry.points.buffer as ArrayBuffer] : []);
   }
 
-  async close(ruleId: string): Promise<void> {
-    if (this.worker) await this.ask({ op: 'close', id: this.nextId++, ruleId }, 0).catch(() => {});
+  async close(runner: string): Promise<void> {
+    if (this.worker) await this.ask({ op: 'close', id: this.nextId++, runner }, 0).catch(() => {});
   }
 
   async stop(): Promise<void> {

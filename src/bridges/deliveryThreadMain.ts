@@ -10,7 +10,7 @@ const delivery = new InlineDelivery();
 const port = parentPort!;
 
 port.on('message', (m: ThreadRequest) => {
-  const work = m.op === 'deliver' ? delivery.deliver(m.rule, m.input) : m.op === 'close' ? delivery.close(m.ruleId).then(() => 0) : delivery.stop().then(() => 0);
+  const work = m.op === 'deliver' ? delivery.deliver(m.rule, m.input) : m.op === 'close' ? delivery.close(m.runner).then(() => 0) : delivery.stop().then(() => 0);
   work.then(
     (value) => port.postMessage({ id: m.id, ok: true, value } satisfies ThreadReply),
     (err: unknown) => port.postMessage({

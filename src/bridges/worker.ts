@@ -150,6 +150,8 @@ export class BridgeWorker {
   }
 }
 
+let runnerCount = 0;
+
 class RuleRunner {
   private stopped = false;
   private loop?: Promise<void>;
@@ -172,7 +174,11 @@ class RuleRunner {
    */
   private prefetch?: { tx: string; thingId: string | null; limit: number; read: Promise<TelemetryLogPackedRead | undefined> };
 
+  /** this loop's key in the delivery (a rule leased again gets a new loop, with a sink of its own) */
+  private readonly runnerKey: string;
+
   constructor(private readonly w: BridgeWorker, private row: RuleRow) {
+    this.runnerKey = `${row.id}#${++runnerCount}`;
     // (not parseFrom: a rule created under older validation keeps running)
     this.thingId = row.source === 'telemetry' || row.source === 'twin' || row.source === 'commandReply' ? thingOfFilter(row.from_filter) : undefined;
   }
@@ -197,7 +203,7 @@ class RuleRunner {
     this.stopped = true;
     this.wakeUp?.();
     await this.loop;
-    await this.w.delivery.close(this.row.id);
+    await this.w.delivery.close(this.runnerKey);
     for (const g of [this.w.m.lagMessages, this.w.m.lagSeconds]) g.remove({ rule: this.row.id });
   }
 
@@ -267,7 +273,7 @@ class RuleRunner {
       this.sink = { key, settings: { type: bridge.type, ...this.w.d.service.secretOf(bridge), exchange: bridge.exchange, timeoutMs: this.w.d.settings.sinkTimeoutMs } };
     }
     return {
-      id: r.id, accountId: r.account_id, format: r.format === 'batch' ? 'batch' : 'event', where: r.where_expr as Where | null, select: r.select_fields,
+      id: r.id, runner: this.runnerKey, accountId: r.account_id, format: r.format === 'batch' ? 'batch' : 'event', where: r.where_expr as Where | null, select: r.select_fields,
       prefix: bridge.subject_prefix, sink: this.sink,
     };
   }

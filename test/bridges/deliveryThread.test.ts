@@ -1,6 +1,6 @@
 import net from 'node:net';
 import { afterAll, describe, expect, it } from 'vitest';
-import { DeliveryError, type DeliveryRule } from '../../src/bridges/delivery.js';
+import { DeliveryError, InlineDelivery, type DeliveryRule } from '../../src/bridges/delivery.js';
 import { ThreadDelivery } from '../../src/bridges/deliveryThread.js';
 import { createLogger } from '../../src/log.js';
 
@@ -9,7 +9,7 @@ const delivery = new ThreadDelivery(silent);
 afterAll(() => delivery.stop());
 
 const rule = (url: string, timeoutMs = 2_000): DeliveryRule => ({
-  id: 'r1', accountId: 'a1', format: 'batch', where: null, select: null, prefix: 'p',
+  id: 'r1', runner: 'r1#1', accountId: 'a1', format: 'batch', where: null, select: null, prefix: 'p',
   sink: { key: url, settings: { type: 'nats', url, timeoutMs } },
 });
 const telemetry = () => {
@@ -38,6 +38,22 @@ describe('ThreadDelivery', () => {
     const err = await done.then(() => undefined, (e: unknown) => e);
     expect(err).toBeInstanceOf(DeliveryError);
     expect((err as DeliveryError).events).toBe(2);
+  });
+
+  it('a rule leased again delivers through a sink of its own: closing the old loop leaves the new one', async () => {
+    const inline = new InlineDelivery();
+    const state = () => (inline as unknown as { rules: Map<string, { sink?: unknown }> }).rules;
+    const url = 'nats://127.0.0.1:9'; // nothing listens: refused, but each loop's sink is opened
+    const events = { events: [{ kind: 'state' as const, thingId: 'th', id: 'ev-1', type: 't', time: '2026-01-01T00:00:00.000Z', payload: '{}' }] };
+    await inline.deliver({ ...rule(url), runner: 'r1#1' }, events).catch(() => {});
+    await inline.deliver({ ...rule(url), runner: 'r1#2' }, events).catch(() => {});
+    const second = state().get('r1#2')?.sink;
+    expect(second).toBeDefined();
+    expect(state().get('r1#1')?.sink).not.toBe(second);
+    await inline.close('r1#1');
+    expect([...state().keys()]).toEqual(['r1#2']);
+    expect(state().get('r1#2')?.sink).toBe(second);
+    await inline.stop();
   });
 
   it('a thread that ends fails the deliveries it held; the next delivery gets a new thread', async () => {

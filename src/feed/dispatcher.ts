@@ -9,6 +9,8 @@ const BATCH = 500;
 const RETRY_ELSEWHERE_MS = 200;
 /** Changes arriving together are dispatched together: a round starts this long after a wake. */
 const GATHER_MS = 25;
+/** How often a round asks whether changes are held back by the horizon (the fast poll's period). */
+const HELD_BACK_EVERY_MS = 1000;
 /** Accounts dispatched per round (more follow in the next round at once). */
 const ACCOUNTS_PER_ROUND = 50;
 
@@ -44,6 +46,7 @@ export class Dispatcher {
   private gathering?: NodeJS.Timeout;
   /** the last round left changes behind the horizon (see repo.changesHeldBack): the poll stays fast */
   heldBack = false;
+  private heldBackAt = 0;
 
   constructor(private readonly d: { sql: Sql; log: Logger; clock: Clock; onDeliveries(): void }) {}
 
@@ -76,7 +79,12 @@ export class Dispatcher {
         this.again = false;
         let r: { more: boolean; elsewhere: boolean };
         do r = await this.once(); while (r.more && !this.stopped);
-        this.heldBack = !this.stopped && (await repo.changesHeldBack(this.d.sql));
+        // asked at most once a second (the poll it decides is a one-second one; a round runs at every
+        // change, and the query visits every account with an active subscription)
+        if (!this.stopped && Date.now() - this.heldBackAt >= HELD_BACK_EVERY_MS) {
+          this.heldBackAt = Date.now();
+          this.heldBack = await repo.changesHeldBack(this.d.sql);
+        }
         if (r.elsewhere && !this.stopped) {
           // another node dispatches an account; look again shortly in case it read before our change was final
           clearTimeout(this.retry);

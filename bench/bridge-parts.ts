@@ -7,7 +7,7 @@
  *   it replaced), each with its `Buffer.from`.
  * - An event's time when every point has its own millisecond: `Envelopes.time` (a second's text formatted once, the
  *   milliseconds appended) against `toISOString` per millisecond (what it did before).
- * - `splitPoints` (strings passed with indexOf) against the character-by-character scan it replaced, on 48-byte, 1 KiB
+ * - `pointRanges` (a history row's points; strings passed with indexOf) against the character-by-character scan it replaced, on 48-byte, 1 KiB
  *   and mixed payloads (short strings, escapes, brackets inside strings).
  * The sink: NATS at 127.0.0.1:4222 (else a `nats-server -js` started here), a memory stream.
  *
@@ -23,7 +23,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { connect, createInbox } from '@nats-io/transport-node';
 import { jetstreamManager, StorageType } from '@nats-io/jetstream';
-import { Envelopes, EVENT_TYPES, splitPoints } from '../src/bridges/envelope.js';
+import { Envelopes, EVENT_TYPES, pointRanges } from '../src/bridges/envelope.js';
 import { openSink, type SinkMessage } from '../src/bridges/sinks.js';
 import { cpuSeconds, freePort } from './lib/brokers.js';
 import { writeBenchmarkSection } from './lib/report.js';
@@ -46,9 +46,9 @@ function envelopeWhole(f: { id: string; type: string; accountId: string; thingId
     + `"datacontenttype":"application/json","account":${JSON.stringify(f.accountId)},"kind":"${f.kind}","rule":${JSON.stringify(f.ruleId)},"data":${f.data}}`;
 }
 
-/** The scan `splitPoints` replaced: character by character, strings included. */
-function splitPointsByChar(text: string): { at: number; json: string }[] {
-  const out: { at: number; json: string }[] = [];
+/** The scan `pointRanges` replaced: character by character, strings included. */
+function pointRangesByChar(text: string): { at: number; start: number; end: number }[] {
+  const out: { at: number; start: number; end: number }[] = [];
   let depth = 0;
   let inString = false;
   let pointStart = -1;
@@ -67,7 +67,7 @@ function splitPointsByChar(text: string): { at: number; json: string }[] {
       else if (depth === 3 && c === 123) objectStart = i;
     } else if (c === 93 || c === 125) {
       if (depth === 3 && c === 125 && objectStart >= 0) {
-        out.push({ at: Number(text.slice(pointStart, text.indexOf(',', pointStart))), json: text.slice(objectStart, i + 1) });
+        out.push({ at: Number(text.slice(pointStart, text.indexOf(',', pointStart))), start: objectStart, end: i + 1 });
         objectStart = -1;
       }
       depth--;
@@ -172,12 +172,12 @@ function splitRows(): string[] {
   };
   return Object.entries(payloads).map(([name, p]) => {
     const text = `[${Array.from({ length: 20 }, (_, i) => `[${1764300000000 + i},${p}]`).join(',')}]`;
-    if (JSON.stringify(splitPoints(text)) !== JSON.stringify(splitPointsByChar(text))) throw new Error(`splitPoints differs from the scan on ${name}`);
+    if (JSON.stringify(pointRanges(text)) !== JSON.stringify(pointRangesByChar(text))) throw new Error(`pointRanges differs from the scan on ${name}`);
     const rows = Math.max(1, Math.round(LOOPS / 25));
-    const now = best(() => { let k = 0; for (let r = 0; r < rows; r++) k += splitPoints(text).length; return k; });
-    const before = best(() => { let k = 0; for (let r = 0; r < rows; r++) k += splitPointsByChar(text).length; return k; });
-    console.log(`splitPoints ${name} µs/point: ${now.toFixed(3)}, by character ${before.toFixed(3)}`);
-    return `| splitPoints, ${name} payloads (rows of 20 points) | ${now.toFixed(3)} µs a point | by character: ${before.toFixed(3)} µs | ${(now / before).toFixed(2)} |`;
+    const now = best(() => { let k = 0; for (let r = 0; r < rows; r++) k += pointRanges(text).length; return k; });
+    const before = best(() => { let k = 0; for (let r = 0; r < rows; r++) k += pointRangesByChar(text).length; return k; });
+    console.log(`pointRanges ${name} µs/point: ${now.toFixed(3)}, by character ${before.toFixed(3)}`);
+    return `| pointRanges (a row's points), ${name} payloads (rows of 20 points) | ${now.toFixed(3)} µs a point | by character: ${before.toFixed(3)} µs | ${(now / before).toFixed(2)} |`;
   });
 }
 
@@ -205,7 +205,7 @@ async function main(): Promise<void> {
 \`npm run bench:bridge-parts\`, ${new Date().toISOString().slice(0, 10)}, ${os.cpus().length} CPUs, node ${process.version}, load average at the start ${loads}.
 Each piece of a rule's delivery against a baseline in the same run. NATS: ${NATS_MSGS} acknowledged publishes to a memory stream
 (${sink.url === 'nats://127.0.0.1:4222' ? "the machine's nats-server" : 'nats-server -js'}), ${BATCH} pipelined at a time, CPU of this process and of
-nats-server per message. Envelopes, times and splitPoints: best of 5 loops; the baselines are the code they replaced (kept in the bench).
+nats-server per message. Envelopes, times and pointRanges: best of 5 loops; the baselines are the code they replaced (kept in the bench).
 
 | piece | now | baseline | ratio |
 |---|---|---|---|

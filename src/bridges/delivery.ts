@@ -5,7 +5,7 @@
  * runs in the delivery thread (deliveryThread.ts) as well as inline.
  */
 import { setImmediate as nextTurn } from 'node:timers/promises';
-import { BATCH_CONTENT_TYPE, batchId, batchRanges, Envelopes, EVENT_TYPES, fieldsOf, passes, pick, pointRanges, type Kind, type Where } from './envelope.js';
+import { BATCH_CONTENT_TYPE, BATCH_MAX_BYTES, BATCH_MAX_EVENTS, batchId, batchRanges, Envelopes, EVENT_TYPES, fieldsOf, passes, pick, pointRanges, type Kind, type Where } from './envelope.js';
 import { openSink, type Sink, type SinkMessage, type SinkSettings } from './sinks.js';
 
 /** What a delivery needs of its rule (plain data: it crosses to the delivery thread). */
@@ -88,7 +88,8 @@ const errorText = (err: unknown) => (err instanceof Error ? err.message : String
 
 /** Deliveries made in the calling thread, each rule with its envelopes and its sink connection. */
 export class InlineDelivery implements Delivery {
-  private readonly rules = new Map<string, { envelopes: Envelopes; accountId: string; sink?: { key: string; sink: Sink } }>();
+  /** by DeliveryRule.runner */
+  private readonly rules = new Map<string, { envelopes: Envelopes; sink?: { key: string; sink: Sink } }>();
 
   warm(): void {}
 
@@ -120,10 +121,7 @@ export class InlineDelivery implements Delivery {
 
   private stateOf(rule: DeliveryRule) {
     let state = this.rules.get(rule.runner);
-    if (!state || state.accountId !== rule.accountId) {
-      state = { envelopes: new Envelopes(rule.accountId, rule.id), accountId: rule.accountId, sink: state?.sink };
-      this.rules.set(rule.runner, state);
-    }
+    if (!state) this.rules.set(rule.runner, (state = { envelopes: new Envelopes(rule.accountId, rule.id) }));
     return state;
   }
 
@@ -163,7 +161,7 @@ export class InlineDelivery implements Delivery {
 }
 
 /** An event before encoding: its envelope's text up to the data, and the data. */
-interface EventPart {
+export interface EventPart {
   subject: string;
   id: string;
   head: string;
@@ -173,11 +171,10 @@ interface EventPart {
 /**
  * The sink messages of a delivery's events, their bodies written into one buffer: each event's
  * envelope head, its data's bytes copied as they are, `}`; in `batch` format runs of one subject as
- * JSON arrays (toBatches's limits and ids). One copy of each payload, no string per message (the
- * strings of a delivery of 1 KiB payloads were a fifth of the delivery thread's time in garbage
- * collection).
+ * JSON arrays (batchRanges, batchId). One copy of each payload, no string per message (the strings
+ * of a delivery of 1 KiB payloads were a fifth of the delivery thread's time in garbage collection).
  */
-export function encode(events: EventPart[], format: DeliveryRule['format']): SinkMessage[] {
+export function encode(events: EventPart[], format: DeliveryRule['format'], maxEvents = BATCH_MAX_EVENTS, maxBytes = BATCH_MAX_BYTES): SinkMessage[] {
   const sizes = new Array<number>(events.length);
   let total = 0;
   for (let i = 0; i < events.length; i++) {
@@ -203,7 +200,7 @@ export function encode(events: EventPart[], format: DeliveryRule['format']): Sin
       return { subject: e.subject, id: e.id, body: out.subarray(from, at) };
     });
   }
-  return batchRanges(events, (i) => sizes[i]).map(([i, j]) => {
+  return batchRanges(events, (i) => sizes[i], maxEvents, maxBytes).map(([i, j]) => {
     const from = at;
     out[at++] = 0x5b; // [
     for (let k = i; k < j; k++) {

@@ -90,24 +90,19 @@ export const BATCH_MAX_EVENTS = 1_000;
 export const BATCH_MAX_BYTES = 256 * 1024;
 
 /**
- * A rule's `batch` format: consecutive events of one subject (one thing and kind) become one message,
- * a JSON array of their envelopes (CloudEvents' batched format), in order, within the limits above.
- * The batch's id is its first event's and its count (`<first id>:batch:<n>`): a redelivery that splits
- * the same way repeats the id, and the sink's deduplication (JetStream's Nats-Msg-Id) drops it; one
- * that reads more or fewer rows (its read size adapts) makes other batches with other ids, delivered
- * again rather than dropped. (The first id alone would let a longer batch be dropped as a repeat of a
- * shorter one sent before a failure: its further events lost.)
+ * A batch's id: its first event's and its count. A redelivery that splits the same way repeats the
+ * id, and the sink's deduplication (JetStream's Nats-Msg-Id) drops it; one that reads more or fewer
+ * rows (its read size adapts) makes other batches with other ids, delivered again rather than
+ * dropped. (The first id alone would let a longer batch be dropped as a repeat of a shorter one sent
+ * before a failure: its further events lost.)
  */
-export function toBatches(events: (SinkMessage & { body: string })[], maxEvents = BATCH_MAX_EVENTS, maxBytes = BATCH_MAX_BYTES): (SinkMessage & { body: string })[] {
-  return batchRanges(events, (i) => events[i].body.length, maxEvents, maxBytes).map(([i, j]) => ({
-    subject: events[i].subject, id: batchId(events[i].id, j - i), contentType: BATCH_CONTENT_TYPE, body: `[${events.slice(i, j).map((e) => e.body).join(',')}]`,
-  }));
-}
-
-/** A batch's id: its first event's and its count (see toBatches). */
 export const batchId = (firstId: string, events: number) => `${firstId}:batch:${events}`;
 
-/** The batches of `toBatches` as index ranges [first, end) of the events (`size`: an event's bytes). */
+/**
+ * A rule's `batch` format: consecutive events of one subject (one thing and kind) make one message,
+ * a JSON array of their envelopes (CloudEvents' batched format), in order, within the limits above.
+ * The batches as index ranges [first, end) of the events (`size`: an event's bytes).
+ */
 export function batchRanges(events: { subject: string }[], size: (i: number) => number, maxEvents = BATCH_MAX_EVENTS, maxBytes = BATCH_MAX_BYTES): [number, number][] {
   const out: [number, number][] = [];
   let i = 0;
@@ -126,18 +121,12 @@ export function batchRanges(events: { subject: string }[], size: (i: number) => 
 }
 
 /**
- * `[[epoch ms, {values}], ...]` as stored: each point's time and its payload's text, as written.
- * A string is passed with `indexOf` to its closing quote (the next one after an even run of
- * backslashes), not character by character: a 1 KiB payload's strings cost 0.2 µs instead of 2.9.
- */
-export function splitPoints(text: string): { at: number; json: string }[] {
-  return pointRanges(text).map((p) => ({ at: p.at, json: text.slice(p.start, p.end) }));
-}
-
-/**
- * splitPoints as positions: each point's time and where its payload's text starts and ends. On the
- * bytes of the UTF-8 text decoded as latin1 (one character per byte) the positions are byte offsets:
- * the characters it looks for are ASCII, and no byte of a multi-byte character is ASCII.
+ * The points of a history row, `[[epoch ms, {values}], ...]` as stored: each point's time and where
+ * its payload's text starts and ends. A string is passed with `indexOf` to its closing quote (the
+ * next one after an even run of backslashes), not character by character: a 1 KiB payload's strings
+ * cost 0.2 µs instead of 2.9. On the bytes of the UTF-8 text decoded as latin1 (one character per
+ * byte) the positions are byte offsets: the characters it looks for are ASCII, and no byte of a
+ * multi-byte character is ASCII.
  */
 export function pointRanges(text: string): { at: number; start: number; end: number }[] {
   const out: { at: number; start: number; end: number }[] = [];

@@ -197,6 +197,7 @@ class RuleRunner {
     const where = JSON.stringify(row.where_expr);
     if (where !== JSON.stringify(this.row.where_expr)) this.thingFilter = undefined;
     this.row = { ...row, pos_xid: this.row.pos_xid, pos_thing: this.row.pos_thing, pos_seq: this.row.pos_seq };
+    this.asDelivered = undefined; // the bridge is read again at the next delivery
   }
 
   async stop(): Promise<void> {
@@ -263,8 +264,19 @@ class RuleRunner {
     } catch { /* next time */ }
   }
 
-  /** The rule as a delivery needs it: its bridge's sink (opened again where the bridge changed) and prefix. */
+  /**
+   * The rule as a delivery needs it: its bridge's sink (opened again where the bridge changed) and
+   * prefix. Kept until the rule is leased again (every lease renewal, and at once after a change on
+   * this node: BridgesService wakes the worker) or a delivery fails, not read at every delivery.
+   */
   private async deliveryRule(): Promise<DeliveryRule> {
+    this.asDelivered ??= await this.readDeliveryRule();
+    return this.asDelivered;
+  }
+
+  private asDelivered?: DeliveryRule;
+
+  private async readDeliveryRule(): Promise<DeliveryRule> {
     const r = this.row;
     const bridge = await this.w.d.repo.bridgeById(r.bridge_id);
     if (!bridge) throw new Error(`bridge ${r.bridge_id} no longer exists`);
@@ -381,6 +393,7 @@ class RuleRunner {
       events = await this.w.delivery.deliver(rule, input);
     } catch (err) {
       this.prefetch = undefined;
+      this.asDelivered = undefined; // the bridge may have been fixed meanwhile
       const failed = err instanceof DeliveryError ? err.events : 0;
       this.w.m.failed.inc({ rule: r.id }, failed);
       await this.w.d.repo.countFailed(r.id, failed).catch(() => {});

@@ -186,14 +186,7 @@ export async function startDispatchIfIdle(tx: Tx, accountId: string, subscriptio
 
 /** Accounts with an ACTIVE subscription and a change after their cursor below the horizon (no lock). */
 export async function accountsToDispatch(db: Db, limit: number): Promise<string[]> {
-  const rows = await db<{ account_id: string }[]>`
-    select c.account_id from feed_dispatch_cursors c
-    where exists (select 1 from state_change_subscriptions s where s.account_id = c.account_id and s.status = 'ACTIVE')
-      and exists (
-        select 1 from domain_events e
-        where e.account_id = c.account_id and ${thingChange(db)}
-          and (e.xid, e.seq) > (c.xid, c.seq) and e.xid < pg_snapshot_xmin(pg_current_snapshot()))
-    limit ${limit}`;
+  const rows = await db<{ account_id: string }[]>`select c.account_id ${cursorsWithChanges(db, 'below')} limit ${limit}`;
   return rows.map((r) => r.account_id);
 }
 
@@ -203,16 +196,18 @@ export async function accountsToDispatch(db: Db, limit: number): Promise<string[
  * often: nothing else wakes it when the horizon moves on.
  */
 export async function changesHeldBack(db: Db): Promise<boolean> {
-  const [row] = await db<{ held: boolean }[]>`
-    select exists (
-      select 1 from feed_dispatch_cursors c
-      where exists (select 1 from state_change_subscriptions s where s.account_id = c.account_id and s.status = 'ACTIVE')
-        and exists (
-          select 1 from domain_events e
-          where e.account_id = c.account_id and ${thingChange(db)}
-            and (e.xid, e.seq) > (c.xid, c.seq) and e.xid >= pg_snapshot_xmin(pg_current_snapshot()))) as held`;
+  const [row] = await db<{ held: boolean }[]>`select exists (select 1 ${cursorsWithChanges(db, 'held back')}) as held`;
   return row.held;
 }
+
+/** The dispatch cursors (`c`) of accounts with an ACTIVE subscription and thing changes past the cursor, below the horizon or held back. */
+const cursorsWithChanges = (db: Db, horizon: 'below' | 'held back') => db`
+  from feed_dispatch_cursors c
+  where exists (select 1 from state_change_subscriptions s where s.account_id = c.account_id and s.status = 'ACTIVE')
+    and exists (
+      select 1 from domain_events e
+      where e.account_id = c.account_id and ${thingChange(db)} and (e.xid, e.seq) > (c.xid, c.seq)
+        and ${horizon === 'below' ? db`e.xid < pg_snapshot_xmin(pg_current_snapshot())` : db`e.xid >= pg_snapshot_xmin(pg_current_snapshot())`})`;
 
 /** Locks an account's dispatch cursor, or undefined when another node holds it. */
 export async function lockDispatchCursor(tx: Tx, accountId: string): Promise<Position | undefined> {

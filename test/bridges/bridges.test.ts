@@ -260,6 +260,24 @@ describe.skipIf(!mosquittoAvailable || !nats)('delivery', () => {
     expect((await sBatch.raw()).flatMap((m) => (JSON.parse(m.text) as CloudEvent[]).map((e) => e.data.seq))).toEqual(range(N));
   }, 120_000);
 
+  it('a bridge changed while its rule runs: the next deliveries go where it now says', async () => {
+    const [before, after] = [await stream(), await stream()];
+    const d = await enrollDevice(gw, A);
+    const only = `devices/${d.thingId}/telemetry`;
+    const bridge = await createBridge(gw, A, { type: 'nats', url: NATS_URL, subject_prefix: before.prefix });
+    const id = await createRule(gw, A, { from: only, bridge_id: bridge });
+    const client = await connectDevice(gw.mqttPort!, d);
+    for (let i = 0; i < 5; i++) await client.publishAsync(only, `{"seq":${i}}`, { qos: 1 });
+    await waitFor(async () => (await before.count()) === 5, 30_000, 'the first five under the old prefix');
+    // the rule keeps its bridge between deliveries: the change must reach it
+    expect((await gw.http.patch(`/api/v1/bridges/${bridge}`, { subject_prefix: after.prefix }, { token: A.operator })).status).toBe(200);
+    for (let i = 5; i < 10; i++) await client.publishAsync(only, `{"seq":${i}}`, { qos: 1 });
+    await client.endAsync();
+    await waitFor(async () => (await rule(gw, A, id)).delivered === 10, 30_000, 'ten delivered');
+    expect((await after.events()).map((e) => e.data.seq)).toEqual([5, 6, 7, 8, 9]);
+    expect((await before.events()).map((e) => e.data.seq)).toEqual([0, 1, 2, 3, 4]);
+  });
+
   it("a sink refusing one account's messages does not delay another account's rule; the refused rule is FAILING, its owner told, and nothing is lost", async () => {
     // C's prefix is captured by no stream yet: JetStream refuses every publish (no responders)
     const refusedPrefix = `refused${crypto.randomBytes(4).toString('hex')}`;

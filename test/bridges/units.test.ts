@@ -2,7 +2,7 @@ import { createActor } from 'xstate';
 import { describe, expect, it } from 'vitest';
 import { bridgeRuleMachine } from '../../machines/bridgeRule.js';
 import { encode } from '../../src/bridges/delivery.js';
-import { Envelopes, passes, pick, pointRanges, splitPoints, toBatches } from '../../src/bridges/envelope.js';
+import { Envelopes, passes, pick, pointRanges } from '../../src/bridges/envelope.js';
 import { parseFrom } from '../../src/bridges/service.js';
 
 describe('bridgeRule machine', () => {
@@ -51,6 +51,10 @@ describe('bridgeRule machine', () => {
   });
 });
 
+/** pointRanges as time and payload text */
+const splitPoints = (text: string) => pointRanges(text).map((p) => ({ at: p.at, json: text.slice(p.start, p.end) }));
+const text = (b: string | Uint8Array) => Buffer.from(b as Uint8Array).toString('utf8');
+
 describe('envelope', () => {
   it('splits stored points without re-encoding, strings with brackets and escapes included', () => {
     const text = '[[1700000000000,{"a":"x]}[{\\"","t":20.50}],[1700000000001,{"b":{"c":[1,2]}}]]';
@@ -89,24 +93,25 @@ describe('envelope', () => {
   });
 
   it('batches: consecutive events of one subject, in order, within the count and size limits', () => {
-    const ev = (subject: string, n: number, size = 10) => ({ subject, id: `r:${subject}-${n}`, body: JSON.stringify({ n, pad: 'x'.repeat(size) }) });
+    // each event's body: `{"n":..,"pad":"..","data":null}` (head, data, the closing brace encode adds)
+    const ev = (subject: string, n: number, size = 10) => ({ subject, id: `r:${subject}-${n}`, head: `{"n":${n},"pad":"${'x'.repeat(size)}","data":`, data: 'null' });
     const events = [ev('a', 1), ev('a', 2), ev('a', 3), ev('b', 1), ev('a', 4), ev('a', 5, 100), ev('a', 6)];
-    const out = toBatches(events, 2, 120);
+    const out = encode(events, 'batch', 2, 120);
     expect(out.map((m) => [m.subject, m.id])).toEqual([['a', 'r:a-1:batch:2'], ['a', 'r:a-3:batch:1'], ['b', 'r:b-1:batch:1'], ['a', 'r:a-4:batch:1'], ['a', 'r:a-5:batch:1'], ['a', 'r:a-6:batch:1']]);
-    expect(out.flatMap((m) => (JSON.parse(m.body) as { n: number }[]).map((e) => e.n))).toEqual([1, 2, 3, 1, 4, 5, 6]);
+    expect(out.flatMap((m) => (JSON.parse(text(m.body)) as { n: number }[]).map((e) => e.n))).toEqual([1, 2, 3, 1, 4, 5, 6]);
     expect(out.every((m) => m.contentType === 'application/cloudevents-batch+json')).toBe(true);
     // an event larger than the limit goes alone, never dropped
-    expect(toBatches([ev('a', 1, 500)], 10, 100).map((m) => JSON.parse(m.body).length)).toEqual([1]);
+    expect(encode([ev('a', 1, 500)], 'batch', 10, 100).map((m) => JSON.parse(text(m.body)).length)).toEqual([1]);
     // the same read splits the same way (a redelivery keeps its ids for the sink's deduplication)
-    expect(toBatches(events, 2, 120)).toEqual(out);
+    expect(encode(events, 'batch', 2, 120).map((m) => [m.id, text(m.body)])).toEqual(out.map((m) => [m.id, text(m.body)]));
     // a longer read after a failure: the longer batch has an id of its own (not dropped as a repeat of the shorter one)
-    const shorter = toBatches(events.slice(0, 2), 10, 10_000);
-    const longer = toBatches(events.slice(0, 3), 10, 10_000);
-    expect(shorter[0].id).toBe('r:a-1:batch:2');
-    expect(longer[0].id).toBe('r:a-1:batch:3');
+    expect(encode(events.slice(0, 2), 'batch', 10, 10_000)[0].id).toBe('r:a-1:batch:2');
+    expect(encode(events.slice(0, 3), 'batch', 10, 10_000)[0].id).toBe('r:a-1:batch:3');
+    // one event per message: each its own id, no array
+    expect(encode(events.slice(0, 2), 'event').map((m) => [m.id, m.contentType, JSON.parse(text(m.body)).n])).toEqual([['r:a-1', undefined, 1], ['r:a-2', undefined, 2]]);
   });
 
-  it('bodies written as bytes: the payload\'s UTF-8 bytes as sent, the same envelopes and batches as the string builders', () => {
+  it('bodies written as bytes: the payload\'s UTF-8 bytes as sent, the same envelopes as the string builder', () => {
     // a stored row with multi-byte text, escapes and brackets inside strings; positions taken on its latin1 decoding
     const payloads = ['{"t":20.50,"note":"größe ✓ [x]"}', '{"q":"a\\"b}","e":"😀"}', '{"n":1}'];
     const row = Buffer.from(`[${payloads.map((p, i) => `[${1767225600000 + i},${p}]`).join(',')}]`);
@@ -118,13 +123,15 @@ describe('envelope', () => {
       head: envs.head('telemetry', 'io.gateway.device.telemetry', `t${i < 2 ? 1 : 2}`, `${i}`, envs.time(r.at)),
     }));
     const strings = parts.map((p) => ({ subject: p.subject, id: p.id, body: `${p.head}${Buffer.from(p.data).toString('utf8')}}` }));
-    const text = (b: string | Uint8Array) => Buffer.from(b as Uint8Array).toString('utf8');
     // one event per message: byte for byte what the string builder gives
     expect(encode(parts, 'event').map((m) => [m.subject, m.id, text(m.body)])).toEqual(strings.map((m) => [m.subject, m.id, m.body]));
     expect(JSON.parse(text(encode(parts, 'event')[0].body)).data).toEqual({ t: 20.5, note: 'größe ✓ [x]' });
     expect(text(encode(parts, 'event')[0].body)).toContain('"data":{"t":20.50,');
-    // batches: the same subjects, ids and arrays as toBatches
-    expect(encode(parts, 'batch').map((m) => [m.subject, m.id, m.contentType, text(m.body)])).toEqual(toBatches(strings).map((m) => [m.subject, m.id, m.contentType, m.body]));
+    // batches: the same envelopes as JSON arrays, one per thing
+    expect(encode(parts, 'batch').map((m) => [m.subject, m.id, m.contentType, text(m.body)])).toEqual([
+      [strings[0].subject, `${strings[0].id}:batch:2`, 'application/cloudevents-batch+json', `[${strings[0].body},${strings[1].body}]`],
+      [strings[2].subject, `${strings[2].id}:batch:1`, 'application/cloudevents-batch+json', `[${strings[2].body}]`],
+    ]);
     // text data (a select's fields) is written as UTF-8 too
     expect(text(encode([{ ...parts[0], data: '{"note":"größe"}' }], 'event')[0].body)).toBe(`${parts[0].head}{"note":"größe"}}`);
   });

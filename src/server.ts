@@ -5,6 +5,7 @@ import { createLogger, type Logger } from './log.js';
 import { createSql } from './db/client.js';
 import { DatabaseProbe } from './db/readiness.js';
 import { ensureInternalSecret } from './pki/internalSecret.js';
+import { GrowingTables } from './db/growingTables.js';
 import { ensureDatabase, startEmbeddedPostgres, type EmbeddedDatabase } from './db/embedded.js';
 import { migrate } from './db/migrate.js';
 import { waitForDatabase } from './db/connect.js';
@@ -97,6 +98,9 @@ export async function startGateway(config: Config, options: StartOptions = {}): 
     cleanups.push(() => databaseProbe.end());
     const { applied } = await migrate(sql);
     if (applied.length) log.info({ applied }, 'migrations applied');
+    const growingTables = new GrowingTables(sql, log.child({ component: 'statistics' }));
+    growingTables.start();
+    cleanups.push(() => growingTables.stop());
 
     const cluster = new Cluster(sql, config.NODE_ID, log.child({ component: 'cluster' }));
     await cluster.start();

@@ -1,3 +1,5 @@
+import crypto from 'node:crypto';
+
 /**
  * The few DER encodings a device certificate's TBSCertificate needs (X.690). Kept tiny on
  * purpose: the constant parts (issuer, extensions, algorithm) come pre-encoded from
@@ -49,4 +51,23 @@ export function time(d: Date): Buffer {
   const iso = d.toISOString();
   const compact = iso.slice(0, 19).replace(/[-:T]/g, '') + 'Z';
   return d.getUTCFullYear() < 2050 ? tlv(0x17, Buffer.from(compact.slice(2), 'ascii')) : tlv(0x18, Buffer.from(compact, 'ascii'));
+}
+
+const P256_SPKI_PREFIX = Buffer.from('3059301306072a8648ce3d020106082a8648ce3d030107034200', 'hex');
+// PKCS#8 { version 0, id-ecPublicKey P-256, ECPrivateKey { version 1, d, [1] public key } }, as OpenSSL writes it
+const P256_PKCS8_PREFIX = Buffer.from('308187020100301306072a8648ce3d020106082a8648ce3d030107046d306b0201010420', 'hex');
+const P256_PKCS8_PUBLIC = Buffer.from('a144034200', 'hex');
+
+/** A new EC P-256 key pair from OpenSSL, encoded here: SPKI DER and PKCS#8 PEM (RFC 5480, 5915, 5958). */
+export function p256KeyPair(): { spki: Buffer; privateKeyPem: string } {
+  const ecdh = crypto.createECDH('prime256v1');
+  return p256Encodings(ecdh.generateKeys(), ecdh.getPrivateKey());
+}
+
+/** The encodings of a P-256 key from its uncompressed point (65 bytes) and its scalar (OpenSSL drops leading zero bytes). */
+export function p256Encodings(point: Buffer, d: Buffer): { spki: Buffer; privateKeyPem: string } {
+  const scalar = d.length === 32 ? d : Buffer.concat([Buffer.alloc(32 - d.length), d]);
+  const pkcs8 = Buffer.concat([P256_PKCS8_PREFIX, scalar, P256_PKCS8_PUBLIC, point]);
+  const lines = pkcs8.toString('base64').match(/.{1,64}/g)!.join('\n');
+  return { spki: Buffer.concat([P256_SPKI_PREFIX, point]), privateKeyPem: `-----BEGIN PRIVATE KEY-----\n${lines}\n-----END PRIVATE KEY-----\n` };
 }

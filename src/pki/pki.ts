@@ -5,6 +5,7 @@ import nodeCrypto from 'node:crypto';
 import * as x509 from '@peculiar/x509';
 import type { Sql } from '../db/client.js';
 import * as der from './der.js';
+import { p256KeyPair } from './der.js';
 import { Es256Keys, generateKeyFiles, KEY_FILES, keyFilesMissing, LicenseKeys, loadSealingKeys, writeSecretFile, type SealingKeys } from './keys.js';
 import { integerDer, RootCrl } from './rootCrl.js';
 
@@ -126,15 +127,14 @@ export class Pki {
     );
   }
 
-  /** A fresh EC P-256 key pair (generated off the event loop): SPKI DER and PKCS#8 PEM. */
-  generateDeviceKeyPair(): Promise<{ spki: Buffer; privateKeyPem: string }> {
-    return new Promise((resolve, reject) => {
-      nodeCrypto.generateKeyPair('ec', {
-        namedCurve: 'prime256v1',
-        publicKeyEncoding: { type: 'spki', format: 'der' },
-        privateKeyEncoding: { type: 'pkcs8', format: 'pem' },
-      }, (err, spki, privateKeyPem) => (err ? reject(err) : resolve({ spki, privateKeyPem })));
-    });
+  /**
+   * A fresh EC P-256 key pair: SPKI DER and PKCS#8 PEM. The key comes from OpenSSL through ECDH
+   * (about 30 µs) and its two encodings are fixed prefixes around the raw bytes: OpenSSL's own
+   * encoders (generateKeyPair with publicKeyEncoding and privateKeyEncoding) took 180 µs of CPU per
+   * key, most of a claim enrollment's key cost (docs/benchmarks.md).
+   */
+  generateDeviceKeyPair(): { spki: Buffer; privateKeyPem: string } {
+    return p256KeyPair();
   }
 
   /** Verifies a PEM CSR's self-signature and returns its SubjectPublicKeyInfo DER; its subject is ignored. */

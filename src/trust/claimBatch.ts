@@ -17,8 +17,13 @@ export interface PendingClaim {
 export type ClaimOutcome = 'claimed' | 'repeat' | DomainError;
 
 const MAX_BATCH = 64;
-/** batches in flight per node: one forms while another commits */
-const MAX_TRANSACTIONS = 2;
+/**
+ * Batches in flight per node: one commits while the next forms. Two in flight took the same group
+ * locks (every batch of a busy account touches most of its groups), so the second waited for the
+ * first and both were half as large: bench:enroll, 32 in flight, same run: 684/s with two against
+ * 796/s with one, and 10 to 25% less CPU per enrollment (docs/benchmarks.md).
+ */
+const MAX_TRANSACTIONS = 1;
 
 /** A claim group as the batch loaded (and locked) it. */
 type LoadedGroup = NonNullable<Awaited<ReturnType<UnitOfWork['load']>>> & { snapshot: SnapshotFrom<typeof claimGroupKind.machine> };
@@ -27,7 +32,7 @@ type LoadedGroup = NonNullable<Awaited<ReturnType<UnitOfWork['load']>>> & { snap
 class IdentityRace extends Error {}
 
 /**
- * Commits concurrent claims together: while a transaction runs (two at most per node), new claims
+ * Commits concurrent claims together: while a transaction runs (one per node), new claims
  * queue, and the next transaction takes them all (up to 64). A lone claim commits at once.
  * One transaction locks each group involved (id order), leaves out identities already enrolled
  * (repeats), sends one CLAIM_MANY per group (the machine takes as many as fit and names them),

@@ -244,7 +244,7 @@ export async function startEmbeddedPostgres(dir: string, opts: { port?: number; 
 
   let port = opts.port ?? 0;
   if (port === 0 || (await portInUse(port))) port = await freePort();
-  const flags = [...(process.env.PG_DEBUG_FLAGS ? process.env.PG_DEBUG_FLAGS.split(' ') : []), '-c', 'max_connections=300', '-c', 'fsync=' + (opts.ephemeral ? 'off' : 'on')];
+  const flags = ['-c', 'max_connections=300', '-c', 'fsync=' + (opts.ephemeral ? 'off' : 'on')];
   const child = spawn((await postgresBinaries()).postgres, ['-D', databaseDir, '-p', String(port), ...flags], {
     ...ids,
     detached: true,
@@ -255,7 +255,6 @@ export async function startEmbeddedPostgres(dir: string, opts: { port?: number; 
   const onOutput = (chunk: Buffer) => {
     const text = chunk.toString('utf8');
     output = (output + text).slice(-8000); // the tail is what explains a failure
-    if (process.env.PG_DEBUG_LOG) fs.appendFileSync(process.env.PG_DEBUG_LOG, text);
     log?.debug(text.trimEnd());
   };
   child.stdout!.on('data', onOutput);

@@ -6,6 +6,7 @@
  */
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { BATCH_CONTENT_TYPE, BATCH_MAX_BYTES, BATCH_MAX_EVENTS, batchId, batchRanges, Envelopes, EVENT_TYPES, fieldsOf, passes, pick, pointRanges, type Kind, type Where } from './envelope.js';
+import { BufferPool } from './bufferPool.js';
 import { openSink, type Sink, type SinkMessage, type SinkSettings } from './sinks.js';
 
 /** What a delivery needs of its rule (plain data: it crosses to the delivery thread). */
@@ -68,6 +69,8 @@ export class DeliveryError extends Error {
 }
 
 export interface Delivery {
+  /** A buffer of `bytes` bytes for a read's packed points (TelemetryLog.readPacked), in memory of its own. */
+  packedBuffer(bytes: number): Buffer;
   /** Gets ready for deliveries (the thread starts and loads its modules: seconds of CPU under tsx, better before the data comes). */
   warm(): void;
   /** Builds the rule's messages and publishes them: how many events went (after `where`); rejects with DeliveryError. */
@@ -90,21 +93,30 @@ const errorText = (err: unknown) => (err instanceof Error ? err.message : String
 export class InlineDelivery implements Delivery {
   /** by DeliveryRule.runner */
   private readonly rules = new Map<string, { envelopes: Envelopes; sink?: { key: string; sink: Sink } }>();
+  /** the messages' bodies, each delivery's buffer used again once its publish settled (the sinks copy what they send) */
+  private readonly bodies = new BufferPool();
 
   warm(): void {}
 
+  packedBuffer(bytes: number): Buffer {
+    return Buffer.allocUnsafeSlow(bytes);
+  }
+
   async deliver(rule: DeliveryRule, input: DeliveryInput): Promise<number> {
     const state = this.stateOf(rule);
-    const { messages, events } = await this.build(rule, state.envelopes, input);
-    if (events === 0) return 0;
-    if (state.sink?.key !== rule.sink.key) {
-      await state.sink?.sink.close().catch(() => {});
-      state.sink = { key: rule.sink.key, sink: openSink(rule.sink.settings) };
-    }
+    let body: Buffer | undefined;
+    const { messages, events } = await this.build(rule, state.envelopes, input, (bytes) => (body = this.bodies.take(bytes)));
     try {
+      if (events === 0) return 0;
+      if (state.sink?.key !== rule.sink.key) {
+        await state.sink?.sink.close().catch(() => {});
+        state.sink = { key: rule.sink.key, sink: openSink(rule.sink.settings) };
+      }
       await state.sink.sink.publish(messages);
     } catch (err) {
       throw new DeliveryError(errorText(err), events);
+    } finally {
+      if (body) this.bodies.give(body.buffer as ArrayBuffer);
     }
     return events;
   }
@@ -126,7 +138,7 @@ export class InlineDelivery implements Delivery {
   }
 
   /** The sink messages, and how many events they hold (a batch holds several). */
-  private async build(rule: DeliveryRule, envelopes: Envelopes, input: DeliveryInput): Promise<{ messages: SinkMessage[]; events: number }> {
+  private async build(rule: DeliveryRule, envelopes: Envelopes, input: DeliveryInput, allocate: (bytes: number) => Buffer): Promise<{ messages: SinkMessage[]; events: number }> {
     const events: EventPart[] = [];
     const filtered = Boolean(rule.where?.payload || rule.select);
     /** data: the payload's UTF-8 bytes as sent, or its text */
@@ -156,7 +168,7 @@ export class InlineDelivery implements Delivery {
     } else {
       for (const e of input.events) add(e.kind, e.thingId, e.id, e.type, e.time, e.payload, e.parsed, e.commandId);
     }
-    return { messages: encode(events, rule.format), events: events.length };
+    return { messages: encode(events, rule.format, BATCH_MAX_EVENTS, BATCH_MAX_BYTES, allocate), events: events.length };
   }
 }
 
@@ -174,7 +186,7 @@ export interface EventPart {
  * JSON arrays (batchRanges, batchId). One copy of each payload, no string per message (the strings
  * of a delivery of 1 KiB payloads were a fifth of the delivery thread's time in garbage collection).
  */
-export function encode(events: EventPart[], format: DeliveryRule['format'], maxEvents = BATCH_MAX_EVENTS, maxBytes = BATCH_MAX_BYTES): SinkMessage[] {
+export function encode(events: EventPart[], format: DeliveryRule['format'], maxEvents = BATCH_MAX_EVENTS, maxBytes = BATCH_MAX_BYTES, allocate: (bytes: number) => Buffer = (bytes) => Buffer.allocUnsafe(bytes)): SinkMessage[] {
   const sizes = new Array<number>(events.length);
   let total = 0;
   for (let i = 0; i < events.length; i++) {
@@ -182,7 +194,7 @@ export function encode(events: EventPart[], format: DeliveryRule['format'], maxE
     sizes[i] = Buffer.byteLength(e.head) + (typeof e.data === 'string' ? Buffer.byteLength(e.data) : e.data.length) + 1;
     total += sizes[i] + 2; // a batch's comma or brackets at most
   }
-  const out = Buffer.allocUnsafe(total);
+  const out = allocate(total);
   let at = 0;
   const write = (e: EventPart) => {
     at += out.write(e.head, at);

@@ -1,12 +1,14 @@
 import { Worker } from 'node:worker_threads';
 import type { Logger } from '../log.js';
+import { BufferPool } from './bufferPool.js';
 import { DeliveryError, type Delivery, type DeliveryInput, type DeliveryRule } from './delivery.js';
 
 export type ThreadRequest =
   | { op: 'deliver'; id: number; rule: DeliveryRule; input: DeliveryInput }
   | { op: 'close'; id: number; runner: string }
   | { op: 'stop'; id: number };
-export type ThreadReply = { id: number; ok: true; value: number } | { id: number; ok: false; error: string; events?: number };
+/** `points`: a delivery's packed points' memory, handed back for the next read (BufferPool) */
+export type ThreadReply = ({ id: number; ok: true; value: number } | { id: number; ok: false; error: string; events?: number }) & { points?: ArrayBuffer };
 
 /**
  * Deliveries made on a thread of their own (docs/decisions.md, "A rule's delivery on a thread of
@@ -22,11 +24,16 @@ export class ThreadDelivery implements Delivery {
   private worker?: Worker;
   private readonly pending = new Map<number, { resolve: (n: number) => void; reject: (err: Error) => void; events: number }>();
   private nextId = 1;
+  readonly pool = new BufferPool();
 
   constructor(private readonly log: Logger) {}
 
   warm(): void {
     this.thread();
+  }
+
+  packedBuffer(bytes: number): Buffer {
+    return this.pool.take(bytes);
   }
 
   deliver(rule: DeliveryRule, input: DeliveryInput): Promise<number> {
@@ -64,6 +71,7 @@ export class ThreadDelivery implements Delivery {
     });
     w.unref(); // the process ends without waiting for it (stop() ends it in order)
     w.on('message', (m: ThreadReply) => {
+      if (m.points) this.pool.give(m.points);
       const p = this.pending.get(m.id);
       if (!p) return;
       this.pending.delete(m.id);

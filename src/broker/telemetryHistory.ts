@@ -433,14 +433,15 @@ export class TelemetryLog {
   /**
    * `read`, with the rows' points as bytes in one buffer of its own: for a reader that hands them
    * to another thread (a transfer, not a copy; the data bridges' delivery thread). The bytes are
-   * never decoded on this thread (postgres.js's raw rows).
+   * never decoded on this thread (postgres.js's raw rows). `buffer` gives the buffer of `bytes` bytes
+   * (a view of an ArrayBuffer of its own, which may be longer: a reader's pool).
    */
-  async readPacked(accountId: string, after: TelemetryPosition, limit: number): Promise<TelemetryLogPackedRead> {
+  async readPacked(accountId: string, after: TelemetryPosition, limit: number, buffer: (bytes: number) => Buffer = (bytes) => Buffer.allocUnsafeSlow(bytes)): Promise<TelemetryLogPackedRead> {
     const scanned = (await this.scan(accountId, after, limit).raw()) as unknown as (Buffer | null)[][];
     let bytes = 0;
     for (const r of scanned) if (r[4] !== null) bytes += r[4].length;
-    // allocUnsafeSlow: a buffer that owns its memory (a pooled one shares it, and a transfer would take the pool along)
-    const points = Buffer.allocUnsafeSlow(bytes);
+    // a buffer that owns its memory (one of Buffer's pool shares it, and a transfer would take the pool along)
+    const points = buffer(bytes);
     const rows: TelemetryLogPackedRow[] = [];
     let at = 0;
     for (const [tx, thing, , messages, p] of scanned) {

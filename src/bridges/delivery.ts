@@ -6,6 +6,7 @@
  */
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { BATCH_CONTENT_TYPE, BATCH_MAX_BYTES, BATCH_MAX_EVENTS, batchId, batchRanges, Envelopes, EVENT_TYPES, fieldsOf, passes, pick, pointRanges, type Kind, type Where } from './envelope.js';
+import type { PackedMemory } from '../broker/telemetryHistory.js';
 import { BufferPool } from './bufferPool.js';
 import { openSink, type Sink, type SinkMessage, type SinkSettings } from './sinks.js';
 
@@ -69,8 +70,8 @@ export class DeliveryError extends Error {
 }
 
 export interface Delivery {
-  /** A buffer of `bytes` bytes for a read's packed points (TelemetryLog.readPacked), in memory of its own. */
-  packedBuffer(bytes: number): Buffer;
+  /** Where a read's packed points go (TelemetryLog.readPacked): buffers with memory of their own. */
+  readonly packed: PackedMemory;
   /** Gets ready for deliveries (the thread starts and loads its modules: seconds of CPU under tsx, better before the data comes). */
   warm(): void;
   /** Builds the rule's messages and publishes them: how many events went (after `where`); rejects with DeliveryError. */
@@ -98,9 +99,7 @@ export class InlineDelivery implements Delivery {
 
   warm(): void {}
 
-  packedBuffer(bytes: number): Buffer {
-    return Buffer.allocUnsafeSlow(bytes);
-  }
+  readonly packed: PackedMemory = { take: (bytes) => Buffer.allocUnsafeSlow(bytes), give: () => {} };
 
   async deliver(rule: DeliveryRule, input: DeliveryInput): Promise<number> {
     const state = this.stateOf(rule);

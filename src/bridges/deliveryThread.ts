@@ -1,5 +1,6 @@
 import { Worker } from 'node:worker_threads';
 import type { Logger } from '../log.js';
+import type { PackedMemory } from '../broker/telemetryHistory.js';
 import { BufferPool } from './bufferPool.js';
 import { DeliveryError, type Delivery, type DeliveryInput, type DeliveryRule } from './delivery.js';
 
@@ -32,9 +33,7 @@ export class ThreadDelivery implements Delivery {
     this.thread();
   }
 
-  packedBuffer(bytes: number): Buffer {
-    return this.pool.take(bytes);
-  }
+  readonly packed: PackedMemory = { take: (bytes) => this.pool.take(bytes), give: (buffer) => this.pool.give(buffer.buffer as ArrayBuffer) };
 
   deliver(rule: DeliveryRule, input: DeliveryInput): Promise<number> {
     // what counts as failed if the thread ends before it answers (it answers with the events built otherwise)

@@ -303,8 +303,6 @@ class RuleRunner {
     return this.thingFilter.ids;
   }
 
-  private readonly packedBuffer = (bytes: number) => this.w.delivery.packedBuffer(bytes);
-
   /** The rule's telemetry after a position: the read asked ahead when it starts there, else a new one. */
   private async readTelemetry(tx: string, thingId: string | null, limit: number): Promise<TelemetryLogPackedRead> {
     const ahead = this.prefetch;
@@ -313,7 +311,7 @@ class RuleRunner {
       const read = await ahead.read;
       if (read) return read;
     }
-    return this.w.d.telemetryLog.readPacked(this.row.account_id, { tx, thingId }, limit, this.packedBuffer);
+    return this.w.d.telemetryLog.readPacked(this.row.account_id, { tx, thingId }, limit, this.w.delivery.packed);
   }
 
   /** One batch: read, filter, send, move the position. */
@@ -388,7 +386,7 @@ class RuleRunner {
     }
     if (r.source === 'telemetry' && more) {
       const [tx, thingId, limit] = [next.xid, next.thing, this.rowsWanted];
-      this.prefetch = { tx, thingId, limit, read: this.w.d.telemetryLog.readPacked(r.account_id, { tx, thingId }, limit, this.packedBuffer).catch(() => undefined) };
+      this.prefetch = { tx, thingId, limit, read: this.w.d.telemetryLog.readPacked(r.account_id, { tx, thingId }, limit, this.w.delivery.packed).catch(() => undefined) };
     }
     let events: number;
     try {

@@ -380,6 +380,16 @@ export interface TelemetryLogPackedRow {
   end: number;
 }
 
+/**
+ * Where TelemetryLog.readPacked puts the points: `take` a buffer of at least `bytes` bytes that owns its
+ * memory (one of Buffer's pool shares it, and a transfer would take the pool along), `give` one back.
+ */
+export interface PackedMemory {
+  take(bytes: number): Buffer;
+  give(buffer: Buffer): void;
+}
+const OWN_MEMORY: PackedMemory = { take: (bytes) => Buffer.allocUnsafeSlow(bytes), give: () => {} };
+
 /** TelemetryLog.readPacked: `read` with the account's rows' points in one buffer. */
 export interface TelemetryLogPackedRead {
   rows: TelemetryLogPackedRow[];
@@ -433,25 +443,36 @@ export class TelemetryLog {
   /**
    * `read`, with the rows' points as bytes in one buffer of its own: for a reader that hands them
    * to another thread (a transfer, not a copy; the data bridges' delivery thread). The bytes are
-   * never decoded on this thread (postgres.js's raw rows). `buffer` gives the buffer of `bytes` bytes
-   * (a view of an ArrayBuffer of its own, which may be longer: a reader's pool).
+   * never decoded on this thread (postgres.js's raw rows). Each row is copied as it arrives (postgres.js's
+   * forEach): a read of 1 KiB payloads held thousands of row views until its last row came, long enough for
+   * V8 to move them to the old generation, which then took a full collection about every second.
+   * `memory` gives the buffers (a reader's pool: each a view of an ArrayBuffer of its own, perhaps longer).
    */
-  async readPacked(accountId: string, after: TelemetryPosition, limit: number, buffer: (bytes: number) => Buffer = (bytes) => Buffer.allocUnsafeSlow(bytes)): Promise<TelemetryLogPackedRead> {
-    const scanned = (await this.scan(accountId, after, limit).raw()) as unknown as (Buffer | null)[][];
-    let bytes = 0;
-    for (const r of scanned) if (r[4] !== null) bytes += r[4].length;
-    // a buffer that owns its memory (one of Buffer's pool shares it, and a transfer would take the pool along)
-    const points = buffer(bytes);
+  async readPacked(accountId: string, after: TelemetryPosition, limit: number, memory: PackedMemory = OWN_MEMORY): Promise<TelemetryLogPackedRead> {
     const rows: TelemetryLogPackedRow[] = [];
+    // all of the memory taken (a pool's buffer may be longer than asked): the rows are written past the view's length
+    const whole = (b: Buffer) => Buffer.from(b.buffer, b.byteOffset, b.buffer.byteLength - b.byteOffset);
+    let points = whole(memory.take(64 * 1024));
     let at = 0;
-    for (const [tx, thing, , messages, p] of scanned) {
-      if (p === null) continue;
+    let scanned = 0;
+    let last: (Buffer | null)[] | undefined;
+    await this.scan(accountId, after, limit).raw().forEach((row) => {
+      const [tx, thing, , messages, p] = row as unknown as (Buffer | null)[];
+      scanned++;
+      last = row as unknown as (Buffer | null)[];
+      if (p === null) return;
+      if (at + p.length > points.length) {
+        const larger = whole(memory.take(2 * (at + p.length)));
+        points.copy(larger, 0, 0, at);
+        memory.give(points);
+        points = larger;
+      }
       p.copy(points, at);
       rows.push({ tx: tx!.toString('latin1'), thingId: thing!.toString('utf8'), messages: Number(messages!.toString('latin1')), start: at, end: at + p.length });
       at += p.length;
-    }
-    const last = scanned.at(-1);
-    return { rows, points, scanned: scanned.length, last: last && { tx: last[0]!.toString('latin1'), thingId: last[1]!.toString('utf8') } };
+    });
+    const packed = points.subarray(0, at);
+    return { rows, points: packed, scanned, last: last && { tx: last[0]!.toString('latin1'), thingId: last[1]!.toString('utf8') } };
   }
 
   /** The scan behind `read` and `readPacked`: tx, thing_id, first_at, messages, points (null: another account's row). */

@@ -51,7 +51,7 @@ describe('pooled memory of a delivery', () => {
 
   it('the delivery thread hands a read\'s memory back with its answer: the next read uses it again', async () => {
     const row = Buffer.from('[[1767225600000,{"t":1}]]');
-    const points = thread.packedBuffer(row.length);
+    const points = thread.packed.take(row.length);
     row.copy(points);
     const memory = points.buffer;
     // nothing listens on port 9: refused, and the memory still comes back
@@ -59,7 +59,7 @@ describe('pooled memory of a delivery', () => {
     await thread.deliver(rule, { telemetry: { rows: [{ tx: '7', thingId: 'th', messages: 1, start: 0, end: row.length }], points } }).catch(() => {});
     expect(memory.byteLength).toBe(0); // it moved to the thread
     expect(thread.pool.size).toBe(1);
-    thread.packedBuffer(100); // taken from the pool, not made anew
+    thread.packed.take(100); // taken from the pool, not made anew
     expect(thread.pool.size).toBe(0);
   });
 

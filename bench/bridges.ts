@@ -21,7 +21,7 @@ import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { parseArgs } from 'node:util';
 import { connect } from '@nats-io/transport-node';
 import { jetstreamManager, StorageType, DiscardPolicy } from '@nats-io/jetstream';
@@ -109,6 +109,13 @@ async function main(): Promise<void> {
     return m ? Number(m[1]) : 0;
   };
   const gwCpu = () => cpuSeconds(gw.pid);
+  // the sink's server, when it runs on this machine: its CPU shares the two cores with everything measured here
+  const natsPid = (() => {
+    try {
+      return Number(execFileSync('pgrep', ['-f', `nats-server.* -p ${new URL(sink.url).port}( |$)`]).toString().trim().split('\n')[0]) || undefined;
+    } catch { return undefined; }
+  })();
+  const natsCpu = () => (natsPid ? cpuSeconds(natsPid) : 0);
   // PostgreSQL: its processes' CPU and that of the backends they reaped (cutime/cstime), so backends ending mid-round still count
   const ticks = 100;
   const pgCpu = () => descendants(gw.pid).reduce((sum, p) => {
@@ -127,7 +134,7 @@ async function main(): Promise<void> {
     return { busy: all - idle, all };
   };
   type Condition = 'none' | 'event' | 'batch';
-  interface Row { shape: number; payload: string; qos: number; rule: Condition; msgsPerSecond: number; cpuUsPerMsg: number; pgUsPerMsg: number; catchUpS: number; maxLag: number; machineBusy: number; deliveredPerSecond: number }
+  interface Row { shape: number; payload: string; qos: number; rule: Condition; msgsPerSecond: number; cpuUsPerMsg: number; pgUsPerMsg: number; natsUsPerMsg: number; catchUpS: number; maxLag: number; machineBusy: number; deliveredPerSecond: number }
   const rows: Row[] = [];
   for (const shape of SHAPES) {
     for (const qos of QOS) {
@@ -156,7 +163,7 @@ async function main(): Promise<void> {
             const chunk = line.repeat(per);
             const recv0 = await metric('mqtt_messages_received_total');
             const del0 = await metric('bridge_rule_delivered_total', rule.id);
-            const [c0, p0, m0, t0] = [gwCpu(), pgCpu(), machine(), performance.now()];
+            const [c0, p0, n0, m0, t0] = [gwCpu(), pgCpu(), natsCpu(), machine(), performance.now()];
             for (const p of procs) p.stdin!.write(chunk);
             let maxLag = 0;
             let lastSample = 0;
@@ -176,16 +183,16 @@ async function main(): Promise<void> {
               while ((await metric('bridge_rule_delivered_total', rule.id)) - del0 < total) await sleep(20);
               catchUp = (performance.now() - t1) / 1000;
             } else await sleep(300); // the last flush
-            const [c1, p1] = [gwCpu(), pgCpu()];
+            const [c1, p1, n1] = [gwCpu(), pgCpu(), natsCpu()];
             const r: Row = {
               shape, payload, qos, rule: condition, msgsPerSecond: total / seconds,
-              cpuUsPerMsg: ((c1 - c0) * 1e6) / total, pgUsPerMsg: ((p1 - p0) * 1e6) / total, catchUpS: catchUp, maxLag,
+              cpuUsPerMsg: ((c1 - c0) * 1e6) / total, pgUsPerMsg: ((p1 - p0) * 1e6) / total, natsUsPerMsg: ((n1 - n0) * 1e6) / total, catchUpS: catchUp, maxLag,
               machineBusy: (m1.busy - m0.busy) / (m1.all - m0.all),
               // with the rule: the round's messages over the round and its catch-up (what a sustained load could keep up with)
               deliveredPerSecond: withRule ? total / (seconds + catchUp) : 0,
             };
             rows.push(r);
-            console.log(`${shape} devices ${payload} QoS ${qos} ${withRule ? `rule, ${condition.padEnd(5)}` : 'no rule    '}: ${Math.round(r.msgsPerSecond)} msg/s, gateway ${r.cpuUsPerMsg.toFixed(1)} µs/msg, postgres ${r.pgUsPerMsg.toFixed(1)} µs/msg, machine busy ${(100 * r.machineBusy).toFixed(0)}%${withRule ? `, catch-up ${catchUp.toFixed(2)} s after the round, max lag ${maxLag}` : ''}`);
+            console.log(`${shape} devices ${payload} QoS ${qos} ${withRule ? `rule, ${condition.padEnd(5)}` : 'no rule    '}: ${Math.round(r.msgsPerSecond)} msg/s, gateway ${r.cpuUsPerMsg.toFixed(1)} µs/msg, postgres ${r.pgUsPerMsg.toFixed(1)} µs/msg, nats-server ${natsPid ? `${r.natsUsPerMsg.toFixed(1)} µs/msg` : 'not here'}, machine busy ${(100 * r.machineBusy).toFixed(0)}%${withRule ? `, catch-up ${catchUp.toFixed(2)} s after the round, max lag ${maxLag}` : ''}`);
           }
         }
       }
@@ -199,13 +206,13 @@ async function main(): Promise<void> {
   await sink.stop();
 
   const median = (xs: number[]) => { const s = [...xs].sort((a, b) => a - b); return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2; };
-  const table = ['| devices | payload | QoS | rule format | msg/s without rule | msg/s with rule | ratio | gateway µs/msg without / with | PostgreSQL µs/msg without / with | machine busy without / with | catch-up after round (s) | max lag (msgs) | delivered msg/s (round and catch-up) | delivered / intake without rule |', '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|'];
+  const table = ['| devices | payload | QoS | rule format | msg/s without rule | msg/s with rule | ratio | gateway µs/msg without / with | PostgreSQL µs/msg without / with | nats-server µs/msg with | machine busy without / with | catch-up after round (s) | max lag (msgs) | delivered msg/s (round and catch-up) | delivered / intake without rule |', '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|'];
   for (const shape of SHAPES) for (const payload of PAYLOADS) for (const qos of QOS) for (const format of FORMATS) {
     const of = (rule: Condition) => rows.filter((r) => r.shape === shape && r.payload === payload && r.qos === qos && r.rule === rule);
     const [a, b] = [of('none'), of(format)];
     if (!a.length || !b.length) continue;
     const m = (rs: Row[], k: keyof Row) => median(rs.map((r) => r[k] as number));
-    table.push(`| ${shape} | ${payload === 'small' ? '48 B' : '1 KiB'} | ${qos} | ${format} | ${Math.round(m(a, 'msgsPerSecond'))} | ${Math.round(m(b, 'msgsPerSecond'))} | ${(m(b, 'msgsPerSecond') / m(a, 'msgsPerSecond')).toFixed(2)} | ${m(a, 'cpuUsPerMsg').toFixed(1)} / ${m(b, 'cpuUsPerMsg').toFixed(1)} | ${m(a, 'pgUsPerMsg').toFixed(1)} / ${m(b, 'pgUsPerMsg').toFixed(1)} | ${(100 * m(a, 'machineBusy')).toFixed(0)}% / ${(100 * m(b, 'machineBusy')).toFixed(0)}% | ${m(b, 'catchUpS').toFixed(2)} | ${Math.max(...b.map((r) => r.maxLag))} | ${Math.round(m(b, 'deliveredPerSecond'))} | ${(m(b, 'deliveredPerSecond') / m(a, 'msgsPerSecond')).toFixed(2)} |`);
+    table.push(`| ${shape} | ${payload === 'small' ? '48 B' : '1 KiB'} | ${qos} | ${format} | ${Math.round(m(a, 'msgsPerSecond'))} | ${Math.round(m(b, 'msgsPerSecond'))} | ${(m(b, 'msgsPerSecond') / m(a, 'msgsPerSecond')).toFixed(2)} | ${m(a, 'cpuUsPerMsg').toFixed(1)} / ${m(b, 'cpuUsPerMsg').toFixed(1)} | ${m(a, 'pgUsPerMsg').toFixed(1)} / ${m(b, 'pgUsPerMsg').toFixed(1)} | ${natsPid ? m(b, 'natsUsPerMsg').toFixed(1) : '-'} | ${(100 * m(a, 'machineBusy')).toFixed(0)}% / ${(100 * m(b, 'machineBusy')).toFixed(0)}% | ${m(b, 'catchUpS').toFixed(2)} | ${Math.max(...b.map((r) => r.maxLag))} | ${Math.round(m(b, 'deliveredPerSecond'))} | ${(m(b, 'deliveredPerSecond') / m(a, 'msgsPerSecond')).toFixed(2)} |`);
   }
   console.log(table.join('\n'));
   const section = `## bench:bridges (issue 34)

@@ -11,7 +11,8 @@
  * with the rule, the bridge's catch-up is measured too: from the round's end until the rule's sink
  * acknowledged every message of the round (`bridge_rule_delivered_total`), and the largest lag during
  * the round (messages received and not yet acknowledged by the sink, sampled every 500 ms).
- * The sink: NATS at 127.0.0.1:4222 (else a `nats-server -js` started here), a memory stream.
+ * The sink: NATS at 127.0.0.1:4222 (else a `nats-server -js` started here), a memory stream, purged before every
+ * round; each round starts on a quiet machine (below 15% busy).
  *
  *   npm run bench:bridges                         (SHAPES=50,300 PAYLOADS=small,1k QOS=0,1 FORMATS=event,batch ROUNDS=2 MSGS_QOS0=300000 MSGS_QOS1=100000)
  *   SHAPES=50 QOS=1 ROUNDS=1 npm run bench:bridges -- --no-write
@@ -133,6 +134,15 @@ async function main(): Promise<void> {
     const all = f.reduce((a, b) => a + b, 0);
     return { busy: all - idle, all };
   };
+  /** waits (at most 20 s) until the machine is below 15% busy over 300 ms */
+  const quiet = async () => {
+    for (const until = performance.now() + 20_000; performance.now() < until;) {
+      const a = machine();
+      await sleep(300);
+      const b = machine();
+      if ((b.busy - a.busy) / (b.all - a.all) < 0.15) return;
+    }
+  };
   type Condition = 'none' | 'event' | 'batch';
   interface Row { shape: number; payload: string; qos: number; rule: Condition; msgsPerSecond: number; cpuUsPerMsg: number; pgUsPerMsg: number; natsUsPerMsg: number; catchUpS: number; maxLag: number; machineBusy: number; deliveredPerSecond: number }
   const rows: Row[] = [];
@@ -156,6 +166,11 @@ async function main(): Promise<void> {
             // the rule starts where it stopped: let it catch up before the round
             if (withRule) while ((await must(op.GET('/api/v1/rules/{id}', ruleId))).lag.messages > 0) await sleep(200);
             await sleep(500);
+            // each round into an empty stream, on a quiet machine: a stream at its byte limit discards the oldest
+            // messages as new ones come, and discarding an event round's many small messages cost nats-server (on these
+            // same cores) about twice its own CPU per message in the batch round after it (docs/benchmarks.md)
+            await jsm.streams.purge('BENCHBR');
+            await quiet();
             const n = MSGS[qos];
             const per = Math.ceil(n / shape);
             const total = per * shape;
@@ -219,7 +234,8 @@ async function main(): Promise<void> {
 
 \`npm run bench:bridges\`, ${new Date().toISOString().slice(0, 10)}, ${os.cpus().length} CPUs, node ${process.version}, load average at the start ${loads}
 One gateway process, ${SHAPES.join(' and ')} devices (\`mosquitto_pub -l\`, MQTT 5, mutual TLS; QoS 1 with ${INFLIGHT} in flight), one rule forwarding all
-telemetry of the account to NATS JetStream (${sink.url === 'nats://127.0.0.1:4222' ? "the machine's server" : 'nats-server -js'}, memory stream), disabled in one round and enabled in
+telemetry of the account to NATS JetStream (${sink.url === 'nats://127.0.0.1:4222' ? "the machine's server" : 'nats-server -js'}, memory stream purged before every round, each round started once the machine is below 15%
+busy), disabled in one round and enabled in
 the others (format \`event\`: one CloudEvent per NATS message; \`batch\`: one JSON array of a thing's consecutive events per message), the order
 reversed every other round, ${ROUNDS} rounds each, medians. msg/s: the gateway's intake (every message counted by \`mqtt_messages_received_total\`);
 CPU per message: the gateway process (and its embedded PostgreSQL apart) from the round's start until, with the rule, the sink
@@ -227,7 +243,8 @@ acknowledged the round's last message (so it includes the delivery). Catch-up: s
 received and not yet acknowledged by the sink, the largest seen during the round (sampled every 500 ms). Delivered msg/s: the
 round's messages over the round and its catch-up, the rate at which intake and delivery both finish: a rule keeps up with a sustained
 load only up to it, so it is compared with the intake without the rule too. Machine busy: both cores'
-non-idle time during the round (/proc/stat; everything on the machine: the devices' clients, NATS, PostgreSQL, the gateway). Ratio: with / without (target >= 0.8).
+non-idle time during the round (/proc/stat; everything on the machine: the devices' clients, NATS, PostgreSQL, the gateway). nats-server
+µs/msg: the sink server's own CPU, on the same two cores, when it runs here. Ratio: with / without (target >= 0.8).
 
 ${table.join('\n')}
 `;

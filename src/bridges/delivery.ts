@@ -6,7 +6,7 @@
  */
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { BATCH_CONTENT_TYPE, BATCH_MAX_BYTES, BATCH_MAX_EVENTS, batchId, batchRanges, Envelopes, EVENT_TYPES, fieldsOf, passes, pick, pointRanges, type Kind, type Where } from './envelope.js';
-import type { PackedMemory } from '../broker/telemetryHistory.js';
+import { OWN_MEMORY, type PackedMemory } from '../broker/telemetryHistory.js';
 import { BufferPool } from './bufferPool.js';
 import { openSink, type Sink, type SinkMessage, type SinkSettings } from './sinks.js';
 
@@ -99,7 +99,7 @@ export class InlineDelivery implements Delivery {
 
   warm(): void {}
 
-  readonly packed: PackedMemory = { take: (bytes) => Buffer.allocUnsafeSlow(bytes), give: () => {} };
+  readonly packed = OWN_MEMORY;
 
   async deliver(rule: DeliveryRule, input: DeliveryInput): Promise<number> {
     const state = this.stateOf(rule);

@@ -388,7 +388,8 @@ export interface PackedMemory {
   take(bytes: number): Buffer;
   give(buffer: Buffer): void;
 }
-const OWN_MEMORY: PackedMemory = { take: (bytes) => Buffer.allocUnsafeSlow(bytes), give: () => {} };
+/** buffers of their own, each new (no pool) */
+export const OWN_MEMORY: PackedMemory = { take: (bytes) => Buffer.allocUnsafeSlow(bytes), give: () => {} };
 
 /** TelemetryLog.readPacked: `read` with the account's rows' points in one buffer. */
 export interface TelemetryLogPackedRead {

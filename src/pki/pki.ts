@@ -5,7 +5,6 @@ import nodeCrypto from 'node:crypto';
 import * as x509 from '@peculiar/x509';
 import type { Sql } from '../db/client.js';
 import * as der from './der.js';
-import { p256KeyPair } from './der.js';
 import { Es256Keys, generateKeyFiles, KEY_FILES, keyFilesMissing, LicenseKeys, loadSealingKeys, writeSecretFile, type SealingKeys } from './keys.js';
 import { integerDer, RootCrl } from './rootCrl.js';
 
@@ -139,7 +138,7 @@ export class Pki {
    * key, most of a claim enrollment's key cost (docs/benchmarks.md).
    */
   generateDeviceKeyPair(): { spki: Buffer; privateKeyPem: string } {
-    return p256KeyPair();
+    return der.p256KeyPair();
   }
 
   /** Verifies a PEM CSR's self-signature and returns its SubjectPublicKeyInfo DER; its subject is ignored. */

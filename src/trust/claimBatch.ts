@@ -28,7 +28,7 @@ const MAX_TRANSACTIONS = 1;
 /** A claim group as the batch loaded (and locked) it. */
 type LoadedGroup = NonNullable<Awaited<ReturnType<UnitOfWork['load']>>> & { snapshot: SnapshotFrom<typeof claimGroupKind.machine> };
 
-/** A concurrent batch (through another group of the same account) enrolled an identity this one was about to. */
+/** A concurrent batch (another node's, through another group of the same account) enrolled an identity this one was about to. */
 class IdentityRace extends Error {}
 
 /**

@@ -103,10 +103,10 @@ async function main(): Promise<void> {
 
   // polled every 20 ms during a round: only the family asked for (`?name=`), since a whole scrape costs the gateway's
   // event loop about 3 ms (14% of its busy time at this rate, in both rounds: docs/benchmarks.md)
-  const metric = async (name: string, label?: string) => {
+  const metric = async (name: string, rule?: string, labels = rule ? `rule="${rule}"` : '') => {
     const url = `${gw.httpUrl}/metrics?name=${name}`;
     const text = await fetch(url).then((r) => r.text(), () => fetch(url).then((r) => r.text()));
-    const m = new RegExp(`^${name}${label ? `\\{rule="${label}"\\}` : ''} (\\d+(?:\\.\\d+)?(?:e\\+\\d+)?)$`, 'm').exec(text);
+    const m = new RegExp(`^${name}${labels ? `\\{${labels}\\}` : ''} (\\d+(?:\\.\\d+)?(?:e\\+\\d+)?)$`, 'm').exec(text);
     return m ? Number(m[1]) : 0;
   };
   const gwCpu = () => cpuSeconds(gw.pid);
@@ -144,7 +144,7 @@ async function main(): Promise<void> {
     }
   };
   type Condition = 'none' | 'event' | 'batch';
-  interface Row { shape: number; payload: string; qos: number; rule: Condition; msgsPerSecond: number; cpuUsPerMsg: number; pgUsPerMsg: number; natsUsPerMsg: number; catchUpS: number; maxLag: number; machineBusy: number; deliveredPerSecond: number }
+  interface Row { shape: number; payload: string; qos: number; rule: Condition; msgsPerSecond: number; cpuUsPerMsg: number; pgUsPerMsg: number; natsUsPerMsg: number; catchUpS: number; maxLag: number; machineBusy: number; deliveredPerSecond: number; fromMemory: number }
   const rows: Row[] = [];
   for (const shape of SHAPES) {
     for (const qos of QOS) {
@@ -178,6 +178,9 @@ async function main(): Promise<void> {
             const chunk = line.repeat(per);
             const recv0 = await metric('mqtt_messages_received_total');
             const del0 = await metric('bridge_rule_delivered_total', rule.id);
+            // the history rows the rule took, by where their points came from (RecentHistory or PostgreSQL)
+            const rowsFrom = async () => ({ memory: await metric('telemetry_log_rows_read_total', undefined, 'points="memory"'), database: await metric('telemetry_log_rows_read_total', undefined, 'points="database"') });
+            const from0 = await rowsFrom();
             const [c0, p0, n0, m0, t0] = [gwCpu(), pgCpu(), natsCpu(), machine(), performance.now()];
             for (const p of procs) p.stdin!.write(chunk);
             let maxLag = 0;
@@ -199,15 +202,18 @@ async function main(): Promise<void> {
               catchUp = (performance.now() - t1) / 1000;
             } else await sleep(300); // the last flush
             const [c1, p1, n1] = [gwCpu(), pgCpu(), natsCpu()];
+            const from1 = await rowsFrom();
+            const fromMemory = (from1.memory - from0.memory) / Math.max(1, from1.memory - from0.memory + from1.database - from0.database);
             const r: Row = {
               shape, payload, qos, rule: condition, msgsPerSecond: total / seconds,
               cpuUsPerMsg: ((c1 - c0) * 1e6) / total, pgUsPerMsg: ((p1 - p0) * 1e6) / total, natsUsPerMsg: ((n1 - n0) * 1e6) / total, catchUpS: catchUp, maxLag,
               machineBusy: (m1.busy - m0.busy) / (m1.all - m0.all),
               // with the rule: the round's messages over the round and its catch-up (what a sustained load could keep up with)
               deliveredPerSecond: withRule ? total / (seconds + catchUp) : 0,
+              fromMemory,
             };
             rows.push(r);
-            console.log(`${shape} devices ${payload} QoS ${qos} ${withRule ? `rule, ${condition.padEnd(5)}` : 'no rule    '}: ${Math.round(r.msgsPerSecond)} msg/s, gateway ${r.cpuUsPerMsg.toFixed(1)} µs/msg, postgres ${r.pgUsPerMsg.toFixed(1)} µs/msg, nats-server ${natsPid ? `${r.natsUsPerMsg.toFixed(1)} µs/msg` : 'not here'}, machine busy ${(100 * r.machineBusy).toFixed(0)}%${withRule ? `, catch-up ${catchUp.toFixed(2)} s after the round, max lag ${maxLag}` : ''}`);
+            console.log(`${shape} devices ${payload} QoS ${qos} ${withRule ? `rule, ${condition.padEnd(5)}` : 'no rule    '}: ${Math.round(r.msgsPerSecond)} msg/s, gateway ${r.cpuUsPerMsg.toFixed(1)} µs/msg, postgres ${r.pgUsPerMsg.toFixed(1)} µs/msg, nats-server ${natsPid ? `${r.natsUsPerMsg.toFixed(1)} µs/msg` : 'not here'}, machine busy ${(100 * r.machineBusy).toFixed(0)}%${withRule ? `, catch-up ${catchUp.toFixed(2)} s after the round, max lag ${maxLag}, rows' points from memory ${(100 * fromMemory).toFixed(0)}%` : ''}`);
           }
         }
       }
@@ -221,13 +227,13 @@ async function main(): Promise<void> {
   await sink.stop();
 
   const median = (xs: number[]) => { const s = [...xs].sort((a, b) => a - b); return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2; };
-  const table = ['| devices | payload | QoS | rule format | msg/s without rule | msg/s with rule | ratio | gateway µs/msg without / with | PostgreSQL µs/msg without / with | nats-server µs/msg with | machine busy without / with | catch-up after round (s) | max lag (msgs) | delivered msg/s (round and catch-up) | delivered / intake without rule |', '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|'];
+  const table = ['| devices | payload | QoS | rule format | msg/s without rule | msg/s with rule | ratio | gateway µs/msg without / with | PostgreSQL µs/msg without / with | nats-server µs/msg with | machine busy without / with | catch-up after round (s) | max lag (msgs) | delivered msg/s (round and catch-up) | delivered / intake without rule | points from memory |', '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|'];
   for (const shape of SHAPES) for (const payload of PAYLOADS) for (const qos of QOS) for (const format of FORMATS) {
     const of = (rule: Condition) => rows.filter((r) => r.shape === shape && r.payload === payload && r.qos === qos && r.rule === rule);
     const [a, b] = [of('none'), of(format)];
     if (!a.length || !b.length) continue;
     const m = (rs: Row[], k: keyof Row) => median(rs.map((r) => r[k] as number));
-    table.push(`| ${shape} | ${payload === 'small' ? '48 B' : '1 KiB'} | ${qos} | ${format} | ${Math.round(m(a, 'msgsPerSecond'))} | ${Math.round(m(b, 'msgsPerSecond'))} | ${(m(b, 'msgsPerSecond') / m(a, 'msgsPerSecond')).toFixed(2)} | ${m(a, 'cpuUsPerMsg').toFixed(1)} / ${m(b, 'cpuUsPerMsg').toFixed(1)} | ${m(a, 'pgUsPerMsg').toFixed(1)} / ${m(b, 'pgUsPerMsg').toFixed(1)} | ${natsPid ? m(b, 'natsUsPerMsg').toFixed(1) : '-'} | ${(100 * m(a, 'machineBusy')).toFixed(0)}% / ${(100 * m(b, 'machineBusy')).toFixed(0)}% | ${m(b, 'catchUpS').toFixed(2)} | ${Math.max(...b.map((r) => r.maxLag))} | ${Math.round(m(b, 'deliveredPerSecond'))} | ${(m(b, 'deliveredPerSecond') / m(a, 'msgsPerSecond')).toFixed(2)} |`);
+    table.push(`| ${shape} | ${payload === 'small' ? '48 B' : '1 KiB'} | ${qos} | ${format} | ${Math.round(m(a, 'msgsPerSecond'))} | ${Math.round(m(b, 'msgsPerSecond'))} | ${(m(b, 'msgsPerSecond') / m(a, 'msgsPerSecond')).toFixed(2)} | ${m(a, 'cpuUsPerMsg').toFixed(1)} / ${m(b, 'cpuUsPerMsg').toFixed(1)} | ${m(a, 'pgUsPerMsg').toFixed(1)} / ${m(b, 'pgUsPerMsg').toFixed(1)} | ${natsPid ? m(b, 'natsUsPerMsg').toFixed(1) : '-'} | ${(100 * m(a, 'machineBusy')).toFixed(0)}% / ${(100 * m(b, 'machineBusy')).toFixed(0)}% | ${m(b, 'catchUpS').toFixed(2)} | ${Math.max(...b.map((r) => r.maxLag))} | ${Math.round(m(b, 'deliveredPerSecond'))} | ${(m(b, 'deliveredPerSecond') / m(a, 'msgsPerSecond')).toFixed(2)} | ${(100 * m(b, 'fromMemory')).toFixed(0)}% |`);
   }
   console.log(table.join('\n'));
   const section = `## bench:bridges (issue 34)
@@ -244,7 +250,9 @@ received and not yet acknowledged by the sink, the largest seen during the round
 round's messages over the round and its catch-up, the rate at which intake and delivery both finish: a rule keeps up with a sustained
 load only up to it, so it is compared with the intake without the rule too. Machine busy: both cores'
 non-idle time during the round (/proc/stat; everything on the machine: the devices' clients, NATS, PostgreSQL, the gateway). nats-server
-µs/msg: the sink server's own CPU, on the same two cores, when it runs here. Ratio: with / without (target >= 0.8).
+µs/msg: the sink server's own CPU, on the same two cores, when it runs here. Rows' points from memory: the history rows the
+rule took whose points came from the node's memory of what it wrote last (RecentHistory, \`TELEMETRY_RECENT_MB\`), not from
+PostgreSQL (\`telemetry_log_rows_read_total\`). Ratio: with / without (target >= 0.8).
 
 ${table.join('\n')}
 `;

@@ -82,6 +82,7 @@ export const configSchema = z.object({
   TELEMETRY_INGEST: bool.default(true).describe('parse and store device telemetry (off: the broker routes telemetry messages without reading them; last seen is still kept)'),
   TELEMETRY_HISTORY: bool.default(true).describe('store every telemetry message in telemetry_history (off: latest values only)'),
   TELEMETRY_BATCH_BYTES: z.coerce.number().int().min(64 * 1024).default(16 * 1024 * 1024).describe('telemetry bytes that start an ingest flush before its timer; when the database is slower than the devices and twice this waits, devices are not read until a flush has taken it (TCP backpressure: bounded memory, nothing dropped)'),
+  TELEMETRY_RECENT_MB: z.coerce.number().int().min(0).max(4096).default(256).describe('memory in which a node keeps the telemetry history rows it wrote last, taken only while a data bridge rule on it reads the log (the rule reads their points from there instead of PostgreSQL; a burst the rule is behind on fits in it) and given back 30 s after its last read; 0: none'),
   TELEMETRY_RETENTION_DAYS: positiveInt.max(3650).default(30).describe('days of telemetry history kept; older daily partitions are dropped'),
   INGEST_RATE_LIMIT: positiveInt.default(600).describe('ingest requests per partner per window (all nodes together when REDIS_URL is set)'),
   INGEST_RATE_WINDOW_SECONDS: positiveInt.default(60),

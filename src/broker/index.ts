@@ -24,6 +24,7 @@ import { brokerRoutes, connectivityStreamRoute } from './routes.js';
 import { ConnectedDeviceService } from './service.js';
 import { ClusterSessions } from './sessions.js';
 import { TelemetryHistory, TelemetryHistoryRepo, TelemetryLog } from './telemetryHistory.js';
+import { RecentHistory } from './recentHistory.js';
 
 declare module '../gateway.js' {
   interface Services {
@@ -99,7 +100,9 @@ export const brokerDomain = defineDomain({
     const repo = new BrokerRepo(gw.sql);
     const historyRepo = new TelemetryHistoryRepo(gw.sql);
     const history = new TelemetryHistory(historyRepo, gw.config.TELEMETRY_RETENTION_DAYS, gw.log.child({ component: 'telemetry-history' }));
-    const ingest = new IngestBuffer(repo, gw.log.child({ component: 'ingest' }), gw.config.TELEMETRY_HISTORY ? historyRepo : undefined, gw.config.TELEMETRY_BATCH_BYTES);
+    // the rows written last, in memory for the log's readers at its head (data bridges)
+    const recent = new RecentHistory(gw.config.TELEMETRY_RECENT_MB * 1024 * 1024);
+    const ingest = new IngestBuffer(repo, gw.log.child({ component: 'ingest' }), gw.config.TELEMETRY_HISTORY ? historyRepo : undefined, gw.config.TELEMETRY_BATCH_BYTES, undefined, recent);
     const deviceLog = new DeviceMessageLog(gw.sql, gw.log.child({ component: 'device-log' }));
     const devices = new ConnectedDeviceService(gw, repo, ingest, brokerHost, thingDirectory, deviceLog);
     const offline = new OfflineCommands(gw, brokerHost);
@@ -111,11 +114,12 @@ export const brokerDomain = defineDomain({
     gw.jobs.define(EXPIRE_COMMANDS_JOB, async () => void (await offline.expireDue()), { schedule: '* * * * *', retryLimit: 1 });
     // hourly: partitions stay DAYS_AHEAD days ahead and retention is applied (also run at start)
     gw.jobs.define(HISTORY_PARTITIONS_JOB, () => history.maintain(), { schedule: '7 * * * *', retryLimit: 1 });
-    registerBrokerMetrics(gw.metrics, () => brokerHost.broker, ingest);
+    const telemetryLog = new TelemetryLog(gw.sql, recent);
+    registerBrokerMetrics(gw.metrics, () => brokerHost.broker, ingest, telemetryLog);
     new Gauge({ name: 'connectivity_streams_open', help: 'Open connectivity streams (WebSocket) on this node', registers: [gw.metrics], collect() {
       this.set(connectivity.size);
     } });
-    return { devices, deviceMessaging: channel, telemetryLog: new TelemetryLog(gw.sql), deviceLog, repo, history, ingestBuffer: ingest, offline, connectivity, renewal, streamsCut, testHooks: brokerTestHooks(brokerHost) };
+    return { devices, deviceMessaging: channel, telemetryLog, deviceLog, repo, history, ingestBuffer: ingest, offline, connectivity, renewal, streamsCut, testHooks: brokerTestHooks(brokerHost) };
   },
   async routes(app, gw, { devices, deviceSessions, offline, history, connectivity, streamsCut }) {
     await brokerRoutes(app, gw, devices, deviceSessions, offline, history, () => streamsCut.inc({ stream: 'telemetry' }));

@@ -2,6 +2,7 @@ import postgres from 'postgres';
 import type { Logger } from '../log.js';
 import type { BrokerRepo, SeenRow, TelemetryRow } from './repo.js';
 import type { HistoryRow, TelemetryHistoryRepo } from './telemetryHistory.js';
+import type { RecentHistory } from './recentHistory.js';
 
 const FLUSH_MS = 250;
 const MAX_PENDING = 2_000;
@@ -81,7 +82,8 @@ export class IngestBuffer {
   /**
    * `history`: where every message is also appended (telemetry_history); without it, latest values
    * only. `batchBytes`: telemetry bytes that ask for a flush before the timer. `smallBatchBytes`:
-   * history bytes up to which a batch goes by one insert instead of a COPY.
+   * history bytes up to which a batch goes by one insert instead of a COPY. `recent`: where the
+   * history rows written are also kept, once committed, while the log's readers want them.
    */
   constructor(
     private readonly repo: BrokerRepo,
@@ -89,6 +91,7 @@ export class IngestBuffer {
     private readonly history?: TelemetryHistoryRepo,
     private readonly batchBytes = BATCH_BYTES,
     private readonly smallBatchBytes = SMALL_BATCH_BYTES,
+    private readonly recent?: RecentHistory,
   ) {
     this.holdBytes = 2 * batchBytes;
   }
@@ -299,7 +302,9 @@ export class IngestBuffer {
     let failed: Set<string> | undefined = new Set();
     try {
       if (this.history) {
-        await this.writeHistory(this.history, batch, arena, failed);
+        const written = this.writeHistory(this.history, batch, arena, failed);
+        if (this.recent?.wanted) this.recent.track(written);
+        await written;
         this.answer(batch, failed);
         failed = undefined;
         this.addLatest(batch, arena);
@@ -423,20 +428,42 @@ export class IngestBuffer {
         if (rows.endRow()) await rows.send();
       }
     });
-    if (copied) return;
+    if (copied) {
+      if (this.recent?.wanted) this.keepCopied(this.recent, copied, batch, arena);
+      return;
+    }
     let rows: HistoryRow[] = [];
     let bytes = 0;
+    const insert = async (r: HistoryRow[]) => {
+      const tx = await history.insert(r);
+      if (this.recent?.wanted) for (const row of r) this.recent.add(tx, row.thing_id, Buffer.byteLength(row.points), (target, at) => void target.write(row.points, at));
+    };
     for (const [thing_id, { telemetry: t }] of batch) {
       if (!t) continue;
       const points = arena.points(t.head);
       rows.push({ thing_id, first: t.first, last: t.last, messages: t.messages, points });
       bytes += points.length;
       if (bytes >= CHUNK_BYTES) {
-        await this.write('history', rows, (r) => history.insert(r), failed);
+        await this.write('history', rows, insert, failed);
         [rows, bytes] = [[], 0];
       }
     }
-    await this.write('history', rows, (r) => history.insert(r), failed);
+    await this.write('history', rows, insert, failed);
+  }
+
+  /** Keeps the rows of a committed COPY (transaction `tx`) in `recent`, their points copied from the arena as the COPY sent them. */
+  private keepCopied(recent: RecentHistory, tx: string, batch: Map<string, Entry>, arena: PointArena): void {
+    for (const [thingId, { telemetry: t }] of batch) {
+      if (!t) continue;
+      recent.add(tx, thingId, arena.chainBytes(t.head), (target, at) => {
+        target[at++] = 0x5b; // [
+        for (let p = t.head; p !== -1; p = arena.next[p]) {
+          if (p !== t.head) target[at++] = 0x2c; // ,
+          at += arena.buf.copy(target, at, arena.start[p], arena.end[p]);
+        }
+        target[at] = 0x5d; // ]
+      });
+    }
   }
 
   /**

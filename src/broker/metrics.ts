@@ -1,13 +1,14 @@
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { Broker } from './broker.js';
 import type { IngestBuffer } from './ingest.js';
+import type { TelemetryLog } from './telemetryHistory.js';
 import { PAYLOAD_PROBLEMS } from './payload.js';
 
 /**
  * Broker figures on /metrics, read from the broker's plain counters when scraped (nothing is
  * done per message beyond one addition).
  */
-export function registerBrokerMetrics(registry: Registry, broker: () => Broker | undefined, ingest: IngestBuffer): void {
+export function registerBrokerMetrics(registry: Registry, broker: () => Broker | undefined, ingest: IngestBuffer, telemetryLog: TelemetryLog): void {
   const counter = (name: string, help: string, read: (b: Broker) => number) =>
     new Counter({
       name, help, registers: [registry],
@@ -52,6 +53,14 @@ export function registerBrokerMetrics(registry: Registry, broker: () => Broker |
     collect() {
       this.reset();
       this.inc(ingest.written.messages);
+    },
+  });
+  new Counter({
+    name: 'telemetry_log_rows_read_total', help: 'History rows that log readers on this node (data bridge rules) took, by where their points came from: memory (RecentHistory, TELEMETRY_RECENT_MB) or database',
+    labelNames: ['points'], registers: [registry],
+    collect() {
+      this.reset();
+      for (const [points, n] of Object.entries(telemetryLog.rowsRead)) this.inc({ points }, n);
     },
   });
   new Counter({

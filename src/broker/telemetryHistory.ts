@@ -3,6 +3,7 @@ import type { Sql } from '../db/client.js';
 import { invalid } from '../lib/errors.js';
 import { MAX_JSON_BYTES } from './payload.js';
 import type { Logger } from '../log.js';
+import type { RecentHistory } from './recentHistory.js';
 
 /** The messages of one thing in one ingest batch: a history row. */
 export interface HistoryRow {
@@ -189,12 +190,18 @@ export class TelemetryHistoryRepo {
    * which postgres.js does in two round trips (describe, then execute) and PostgreSQL planned every
    * time, about 1.7 ms of its CPU per batch of 25 (docs/benchmarks.md). Times go as epoch ms.
    */
-  async insert(rows: HistoryRow[]): Promise<void> {
+  async insert(rows: HistoryRow[]): Promise<string> {
     let json = '';
     for (const r of rows) json += `${json === '' ? '[' : ','}{"t":${JSON.stringify(r.thing_id)},"f":${r.first},"l":${r.last},"n":${r.messages},"p":${r.points}}`;
-    await this.sql`
-      insert into telemetry_history (thing_id, first_at, last_at, messages, points)
-      select x.t, to_timestamp(x.f / 1000), to_timestamp(x.l / 1000), x.n, x.p from json_to_recordset(${json + ']'}::text::json) as x(t text, f float8, l float8, n integer, p json)`;
+    // the transaction's id comes back with it: the rows' position in the log (RecentHistory keeps them under it;
+    // a data-modifying WITH runs whole whether or not it is read)
+    const [{ tx }] = await this.sql<{ tx: string }[]>`
+      with i as (
+        insert into telemetry_history (thing_id, first_at, last_at, messages, points)
+        select x.t, to_timestamp(x.f / 1000), to_timestamp(x.l / 1000), x.n, x.p from json_to_recordset(${json + ']'}::text::json) as x(t text, f float8, l float8, n integer, p json)
+)
+      select pg_current_xact_id()::text as tx`;
+    return tx;
   }
 
   /**
@@ -202,9 +209,10 @@ export class TelemetryHistoryRepo {
    * points reach the server as the bytes the devices sent (no text decode on the gateway, no
    * escaping, no statement to parse), from a buffer reused across batches. True when the server
    * took them all; false when the COPY failed (a refused row fails it whole and names no row: the
-   * caller writes the rows again with `insert`, which isolates it).
+   * caller writes the rows again with `insert`, which isolates it). What it returns when they were
+   * taken: the transaction's id (the rows' position in the log).
    */
-  async copy(fill: (rows: HistoryCopy) => Promise<void>): Promise<boolean> {
+  async copy(fill: (rows: HistoryCopy) => Promise<void>): Promise<string | false> {
     const reserved = await this.sql.reserve();
     try {
       // In a transaction because postgres.js (3.4) does not report a COPY the server refuses after
@@ -221,8 +229,9 @@ export class TelemetryHistoryRepo {
       } catch {
         if (!stream.destroyed) stream.destroy(new Error('history copy aborted'));
       }
-      const done = await reserved`commit`;
-      return done.command === 'COMMIT';
+      // the transaction's id asked with the commit (one round trip, as the commit alone)
+      const [id, done] = await Promise.all([reserved<{ tx: string }[]>`select pg_current_xact_id()::text as tx`.catch(() => undefined), reserved`commit`]);
+      return done.command === 'COMMIT' && id !== undefined ? id[0].tx : false;
     } catch {
       await reserved`rollback`.catch(() => {});
       return false;
@@ -391,6 +400,43 @@ export interface PackedMemory {
 /** buffers of their own, each new (no pool) */
 export const OWN_MEMORY: PackedMemory = { take: (bytes) => Buffer.allocUnsafeSlow(bytes), give: () => {} };
 
+/**
+ * The points of a packed read, copied in as they come into memory from `memory` that grows (a
+ * larger buffer, what it held copied, the smaller one given back). All of a buffer's memory is used:
+ * a pool's buffer may be longer than asked.
+ */
+class PackedPoints {
+  private points: Buffer;
+  private at = 0;
+
+  constructor(private readonly memory: PackedMemory) {
+    this.points = PackedPoints.whole(memory.take(64 * 1024));
+  }
+
+  private static whole(b: Buffer): Buffer {
+    return Buffer.from(b.buffer, b.byteOffset, b.buffer.byteLength - b.byteOffset);
+  }
+
+  /** Copies `p` in; returns where it starts. */
+  put(p: Uint8Array): number {
+    if (this.at + p.length > this.points.length) {
+      const larger = PackedPoints.whole(this.memory.take(2 * (this.at + p.length)));
+      this.points.copy(larger, 0, 0, this.at);
+      this.memory.give(this.points);
+      this.points = larger;
+    }
+    const start = this.at;
+    this.points.set(p, start);
+    this.at += p.length;
+    return start;
+  }
+
+  /** The points copied in. */
+  done(): Buffer {
+    return this.points.subarray(0, this.at);
+  }
+}
+
 /** TelemetryLog.readPacked: `read` with the account's rows' points in one buffer. */
 export interface TelemetryLogPackedRead {
   rows: TelemetryLogPackedRow[];
@@ -415,8 +461,21 @@ const UUID_OF_THING_ID = `case when length(t.thing_id) = 36
  * snapshot's xmin (every transaction there has ended, so no row can appear behind a position
  * later; migration 1800). An account sees only its own things' rows (trust's thing_directory).
  */
+/** packed reads made without RecentHistory after one that missed more rows there than it found */
+const DIRECT_READS_AFTER_MISSES = 16;
+
 export class TelemetryLog {
-  constructor(private readonly sql: Sql) {}
+  /** `recent`: the rows this node wrote last, in memory (their points are read from there when it has them) */
+  constructor(private readonly sql: Sql, private readonly recent?: RecentHistory) {}
+
+  /**
+   * packed reads to make without `recent`: after one that found fewer of its rows there than it missed
+   * (the rows are written by other nodes), its two queries cost more than the one
+   */
+  private directReads = 0;
+
+  /** rows of the account's taken by packed reads, by where their points came from (/metrics) */
+  readonly rowsRead = { memory: 0, database: 0 };
 
   /** The position after everything committed so far (where a new reader starts). */
   async head(): Promise<TelemetryPosition> {
@@ -436,7 +495,7 @@ export class TelemetryLog {
   async read(accountId: string, after: TelemetryPosition, limit: number): Promise<TelemetryLogRead> {
     const scanned = await this.scan(accountId, after, limit);
     const rows: TelemetryLogRow[] = [];
-    for (const r of scanned) if (r.points !== null) rows.push({ tx: r.tx, thingId: r.thing_id, firstAt: r.first_at, messages: r.messages, points: r.points });
+    for (const r of scanned) if (r.points !== null) rows.push({ tx: r.tx, thingId: r.thing_id, firstAt: r.first_at, messages: r.messages!, points: r.points });
     const last = scanned.at(-1);
     return { rows, scanned: scanned.length, last: last && { tx: last.tx, thingId: last.thing_id } };
   }
@@ -450,11 +509,13 @@ export class TelemetryLog {
    * `memory` gives the buffers (a reader's pool: each a view of an ArrayBuffer of its own, perhaps longer).
    */
   async readPacked(accountId: string, after: TelemetryPosition, limit: number, memory: PackedMemory = OWN_MEMORY): Promise<TelemetryLogPackedRead> {
+    this.recent?.touch(after.tx);
+    if (this.recent?.covers(after.tx)) {
+      if (this.directReads > 0) this.directReads--;
+      else return this.readPackedRecent(this.recent, accountId, after, limit, memory);
+    }
     const rows: TelemetryLogPackedRow[] = [];
-    // all of the memory taken (a pool's buffer may be longer than asked): the rows are written past the view's length
-    const whole = (b: Buffer) => Buffer.from(b.buffer, b.byteOffset, b.buffer.byteLength - b.byteOffset);
-    let points = whole(memory.take(64 * 1024));
-    let at = 0;
+    const points = new PackedPoints(memory);
     let scanned = 0;
     let last: (Buffer | null)[] | undefined;
     await this.scan(accountId, after, limit).raw().forEach((row) => {
@@ -462,34 +523,98 @@ export class TelemetryLog {
       scanned++;
       last = row as unknown as (Buffer | null)[];
       if (p === null) return;
-      if (at + p.length > points.length) {
-        const larger = whole(memory.take(2 * (at + p.length)));
-        points.copy(larger, 0, 0, at);
-        memory.give(points);
-        points = larger;
-      }
-      p.copy(points, at);
-      rows.push({ tx: tx!.toString('latin1'), thingId: thing!.toString('utf8'), messages: Number(messages!.toString('latin1')), start: at, end: at + p.length });
-      at += p.length;
+      const start = points.put(p);
+      rows.push({ tx: tx!.toString('latin1'), thingId: thing!.toString('utf8'), messages: Number(messages!.toString('latin1')), start, end: start + p.length });
     });
-    const packed = points.subarray(0, at);
-    return { rows, points: packed, scanned, last: last && { tx: last[0]!.toString('latin1'), thingId: last[1]!.toString('utf8') } };
+    this.rowsRead.database += rows.length;
+    return { rows, points: points.done(), scanned, last: last && { tx: last[0]!.toString('latin1'), thingId: last[1]!.toString('utf8') } };
   }
 
-  /** The scan behind `read` and `readPacked`: tx, thing_id, first_at, messages, points (null: another account's row). */
-  private scan(accountId: string, after: TelemetryPosition, limit: number) {
-    return this.sql<{ tx: string; thing_id: string; first_at: Date; messages: number; points: string | null }[]>`
+  /**
+   * `readPacked` of a reader at the head: the rows' keys from PostgreSQL (the same scan, without the
+   * points), their points from `recent`; the points of rows it does not hold (another node's, or gone
+   * from memory) by a second query, by key.
+   */
+  private async readPackedRecent(recent: RecentHistory, accountId: string, after: TelemetryPosition, limit: number, memory: PackedMemory): Promise<TelemetryLogPackedRead> {
+    const scanned = await this.scan(accountId, after, limit, false);
+    let rows: TelemetryLogPackedRow[] = [];
+    const missing = new Map<string, TelemetryLogPackedRow>();
+    const missingAt: string[] = [];
+    const points = new PackedPoints(memory);
+    let hits = 0;
+    for (const r of scanned) {
+      if (r.messages === null) continue;
+      const row: TelemetryLogPackedRow = { tx: r.tx, thingId: r.thing_id, messages: r.messages, start: -1, end: -1 };
+      rows.push(row);
+      const p = recent.get(r.tx, r.thing_id);
+      if (p) {
+        hits++;
+        row.start = points.put(p);
+        row.end = row.start + p.length;
+      } else {
+        missing.set(`${r.tx}/${r.thing_id}`, row);
+        missingAt.push(r.first_at_text);
+      }
+    }
+    if (missing.size > 0) {
+      // rows of this node's writes may be committed before the node heard of it: those are here once the writes under way settle
+      await recent.settled();
+      for (const [key, row] of missing) {
+        const p = recent.get(row.tx, row.thingId);
+        if (!p) continue;
+        hits++;
+        row.start = points.put(p);
+        row.end = row.start + p.length;
+        missing.delete(key);
+      }
+    }
+    if (missing.size > 0) {
+      const keys = [...missing.values()];
+      // by key, with the row's first_at so that each lookup goes to its partition only
+      await this.sql`
+        select k.tx, k.thing_id, t.points::text as points
+        from unnest(${keys.map((k) => k.tx)}::text[], ${keys.map((k) => k.thingId)}::text[], ${missingAt}::text[]) as k(tx, thing_id, first_at)
+        join lateral (
+          select h.points from telemetry_history h
+          where h.tx = k.tx::xid8 and h.thing_id = k.thing_id and h.first_at = k.first_at::timestamptz limit 1) t on true`.raw().forEach((found) => {
+        const [tx, thing, p] = found as unknown as Buffer[];
+        const row = missing.get(`${tx.toString('latin1')}/${thing.toString('utf8')}`);
+        if (!row) return;
+        row.start = points.put(p);
+        row.end = row.start + p.length;
+      });
+      // (a row gone between the two queries was dropped with its partition, past retention: it is not delivered)
+      rows = rows.filter((r) => r.start >= 0);
+      if (missing.size > hits) this.directReads = DIRECT_READS_AFTER_MISSES;
+    }
+    this.rowsRead.memory += hits;
+    this.rowsRead.database += rows.length - hits;
+    const last = scanned.at(-1);
+    return { rows, points: points.done(), scanned: scanned.length, last: last && { tx: last.tx, thingId: last.thing_id } };
+  }
+
+  /**
+   * The scan behind `read` and `readPacked`: the next `limit` rows of the log after `after`, every account's, each with
+   * tx, thing_id, first_at, messages, points, first_at_text (first_at as text: the exact value, microseconds included,
+   * for a lookup by key); messages and points null for another account's row, points null too without `points`.
+   */
+  private scan(accountId: string, after: TelemetryPosition, limit: number, points = true) {
+    return this.sql<{ tx: string; thing_id: string; first_at: Date; messages: number | null; points: string | null; first_at_text: string }[]>`
       with h as materialized (select pg_snapshot_xmin(pg_current_snapshot()) as xmin),
       scan as materialized (
-        select t.tx, t.thing_id, t.first_at, t.messages, t.points, ${this.sql.unsafe(UUID_OF_THING_ID)} as thing_uuid
+        select t.tx, t.thing_id, t.first_at, t.messages, ${points ? this.sql`t.points` : this.sql`null::json as points`},
+          ${this.sql.unsafe(UUID_OF_THING_ID)} as thing_uuid,
+          -- (rows older than the messages column: counted from their points, which only such rows read)
+          ${points ? this.sql`null::int` : this.sql`case when t.messages is null then json_array_length(t.points) end`} as counted
         from h, telemetry_history t
         where t.tx >= ${after.tx}::xid8 and t.tx < h.xmin
           and (t.tx > ${after.tx}::xid8 or (${after.thingId}::text is not null and t.thing_id > ${after.thingId}::text))
         order by t.tx, t.thing_id
         limit ${limit})
       select s.tx::text as tx, s.thing_id, s.first_at,
-        case when d.account_id = ${accountId} then coalesce(s.messages, json_array_length(s.points)) end as messages,
-        case when d.account_id = ${accountId} then s.points::text end as points
+        case when d.account_id = ${accountId} then coalesce(s.messages, s.counted, json_array_length(s.points)) end as messages,
+        case when d.account_id = ${accountId} then s.points::text end as points,
+        s.first_at::text as first_at_text
       from scan s
       -- one primary-key lookup per row scanned, whatever the number of things (as a join the planner
       -- compared every row with every thing of the account, or hashed every thing; the limit keeps

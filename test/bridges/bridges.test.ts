@@ -163,6 +163,9 @@ describe.skipIf(!mosquittoAvailable || !nats)('delivery', () => {
     const lagZero = new RegExp(`bridge_rule_lag_messages\\{rule="${ruleA}"\\} 0`);
     const metrics = await waitFor(async () => { const text = (await gw.http.get('/metrics')).text; return lagZero.test(text) ? text : undefined; }, 10_000, 'lag gauge 0');
     expect(metrics).toMatch(new RegExp(`bridge_rule_delivered_total\\{rule="${ruleA}"\\} ${2 * N}`));
+    // the rules were at the head when the devices published: they took the points from the node's memory of what it wrote
+    // (RecentHistory), the same bytes as stored (the 20.50 above)
+    expect(Number(/telemetry_log_rows_read_total\{points="memory"\} (\d+)/.exec(metrics)?.[1])).toBeGreaterThan(0);
   }, 120_000);
 
   it("connectivity events reach an events rule; a disabled rule delivers nothing until enabled, then resumes", async () => {

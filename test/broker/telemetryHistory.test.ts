@@ -6,7 +6,8 @@ import { waitFor } from '../helpers/wait.js';
 import { enrollDevice, createClaimGroup } from '../helpers/devices.js';
 import { connectDevice, metric, type TestDevice } from './fixtures.js';
 import crypto from 'node:crypto';
-import { TelemetryHistoryRepo, TelemetryLog, type TelemetryLogRow, type TelemetryPosition } from '../../src/broker/telemetryHistory.js';
+import { TelemetryHistoryRepo, TelemetryLog, type TelemetryLogPackedRead, type TelemetryLogRow, type TelemetryPosition } from '../../src/broker/telemetryHistory.js';
+import { RecentHistory } from '../../src/broker/recentHistory.js';
 import { IngestBuffer } from '../../src/broker/ingest.js';
 import { telemetry } from '../helpers/telemetry.js';
 import { BrokerRepo } from '../../src/broker/repo.js';
@@ -200,7 +201,7 @@ describe('batched history writes', () => {
     const copy = repo.copy.bind(repo);
     repo.copy = async (fill) => {
       const ok = await copy(fill);
-      copies.push(ok);
+      copies.push(ok !== false);
       return ok;
     };
     return { repo, copies };
@@ -378,6 +379,46 @@ describe('the history as a log (what data bridge rules read)', () => {
     expect(taken[0]).toBe(64 * 1024);
     expect(taken.length).toBe(2); // 160 KB of points: it grew once, from 128 KiB of memory
     expect(given).toEqual([2 * 64 * 1024]); // and gave the first back
+  });
+});
+
+describe('a reader at the head of the log (RecentHistory)', () => {
+  it('reads the points of the rows this node wrote from memory, the same bytes as PostgreSQL holds, and the rows of another node from PostgreSQL, in the log\'s order', async () => {
+    const things = (await Promise.all([1, 2, 3].map(() => enrollDevice(gw, account, { claimSecret })))).map((d) => d.thingId);
+    const recent = new RecentHistory(8 * 1024 * 1024);
+    const fromMemory: string[] = [];
+    const get = recent.get.bind(recent);
+    recent.get = (tx, thing) => {
+      const p = get(tx, thing);
+      if (p) fromMemory.push(thing);
+      return p;
+    };
+    const log = new TelemetryLog(gw.db.sql, recent);
+    const plain = new TelemetryLog(gw.db.sql);
+    const start = await log.head();
+    await log.readPacked(account.id, start, 10); // a reader: the node keeps what it writes from now on
+    const repo = new BrokerRepo(gw.db.sql);
+    const quiet = createLogger('error', false);
+    // by COPY (any batch) and by insert (small batches, the default)
+    const copying = new IngestBuffer(repo, quiet, new TelemetryHistoryRepo(gw.db.sql), undefined, 0, recent);
+    const inserting = new IngestBuffer(repo, quiet, new TelemetryHistoryRepo(gw.db.sql), undefined, undefined, recent);
+    const payload = (i: number) => ({ i, name: `température ☃ 🌡 ${'é'.repeat(i)}`, v: [i, -i / 3, null] });
+    for (let i = 0; i < 5; i++) for (const t of [things[0], things[1]]) copying.addTelemetry(t, ...telemetry(payload(i)));
+    await copying.flush();
+    // another node's row: in the log, not in this node's memory
+    await gw.db.sql`insert into telemetry_history (thing_id, first_at, last_at, messages, points) values (${things[2]}, now(), now(), 1, ${'[[1, {"other":  "node"}]]'}::text::json)`;
+    for (let i = 5; i < 8; i++) for (const t of [things[2], things[0]]) inserting.addTelemetry(t, ...telemetry(payload(i)));
+    await inserting.flush();
+    await waitFor(async () => (await plain.read(account.id, start, 100)).rows.length === 5, 30_000, 'the five rows below the horizon');
+    const memory = await log.readPacked(account.id, start, 100);
+    const stored = await plain.readPacked(account.id, start, 100);
+    const shown = (r: TelemetryLogPackedRead) => r.rows.map((row) => ({ tx: row.tx, thingId: row.thingId, messages: row.messages, points: r.points.toString('utf8', row.start, row.end) }));
+    expect(shown(memory)).toEqual(shown(stored));
+    expect(shown(memory).map((r) => r.messages)).toEqual([5, 5, 1, 3, 3]);
+    expect(memory.scanned).toBe(stored.scanned);
+    expect(memory.last).toEqual(stored.last);
+    expect(fromMemory).toHaveLength(4); // the copied and the inserted rows; the other node's came from PostgreSQL
+    expect(fromMemory).not.toContain(undefined);
   });
 });
 

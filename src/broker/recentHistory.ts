@@ -1,0 +1,151 @@
+/**
+ * The telemetry history rows this node wrote last, kept in memory for the readers of the log that
+ * follow its head (a data bridge's telemetry rule, TelemetryLog.readPacked). Such a reader still
+ * takes the rows, their order and its position from PostgreSQL, but the rows' points, the bulk of
+ * what it reads, from here: PostgreSQL then neither decompresses nor sends them, and the gateway
+ * does not receive them again (docs/decisions.md, "A rule at the head reads its points from memory").
+ *
+ * A row is added only after its transaction committed, under the transaction's id, with the bytes
+ * the history holds (`[[epoch ms,{values}],...]` as the ingest wrote them). What is not here (rows of
+ * other nodes, rows older than the memory holds, rows too large) is read from PostgreSQL as before:
+ * this is a cache, never the record. Rows are kept only while a reader has read within FOLLOW_MS,
+ * so an ingest without such readers pays nothing.
+ */
+
+/** rows are kept this long after a reader last read the log */
+const FOLLOW_MS = 30_000;
+/** memory is taken in slabs of this size, used in a ring: the oldest slab's rows go when a new one is needed */
+const SLAB_BYTES = 8 * 1024 * 1024;
+/**
+ * a row larger than this is not kept (it is read from PostgreSQL). A row is one thing's messages of one
+ * ingest batch: a batch of QoS 0 messages at 1 KiB can hold 700 KB of each of 50 devices (bench:bridges).
+ */
+const MAX_ROW_BYTES = SLAB_BYTES / 2;
+
+interface Slab {
+  buf: Buffer;
+  /** the keys of the rows written in it, to forget them when it is used again */
+  keys: string[];
+  /** the highest transaction of its rows */
+  newest?: string;
+}
+
+export class RecentHistory {
+  private readonly slabs: Slab[] = [];
+  private readonly maxSlabs: number;
+  /** the slab being written, and where in it */
+  private current = -1;
+  private used = 0;
+  /** by `tx/thingId`: the slab and the range of the row's points */
+  private readonly rows = new Map<string, { slab: Slab; start: number; end: number }>();
+  private lastRead = -Infinity;
+  /** history writes under way (see `track`) */
+  private readonly writing = new Set<Promise<void>>();
+  /**
+   * while rows are kept: the position from which they are (decimal xid8 text). The position of the
+   * reader whose read started the keeping; raised past the rows of a slab used again.
+   */
+  private floor?: string;
+
+  /** `maxBytes`: the memory it may use (rounded up to a slab); 0 keeps nothing */
+  constructor(maxBytes: number, private readonly now: () => number = Date.now) {
+    this.maxSlabs = maxBytes > 0 ? Math.max(2, Math.ceil(maxBytes / SLAB_BYTES)) : 0;
+  }
+
+  /** A reader read the log after transaction `tx`: rows are kept from now until FOLLOW_MS after its last read. */
+  touch(tx: string): void {
+    if (this.maxSlabs === 0) return;
+    this.lastRead = this.now();
+    this.floor ??= tx;
+  }
+
+  /** Whether rows are wanted now (a reader read within FOLLOW_MS); when none has for that long the memory is given back. */
+  get wanted(): boolean {
+    if (this.maxSlabs === 0) return false;
+    if (this.now() - this.lastRead < FOLLOW_MS) return true;
+    if (this.slabs.length > 0) this.clear();
+    return false;
+  }
+
+  /**
+   * Whether a read after transaction `tx` may find its rows here: rows have been kept since it. (Some
+   * may still be missing: another node's, a row too large, or one that committed behind the position
+   * at which keeping began; the reader reads those from PostgreSQL.)
+   */
+  covers(tx: string): boolean {
+    return this.floor !== undefined && compareTx(tx, this.floor) >= 0;
+  }
+
+  /**
+   * Keeps a committed row: `length` bytes of points that `write` puts at `target[at]`. Rows of one
+   * transaction come in its order; transactions as they committed.
+   */
+  add(tx: string, thingId: string, length: number, write: (target: Buffer, at: number) => void): void {
+    if (length > MAX_ROW_BYTES) return;
+    if (this.current < 0 || this.used + length > SLAB_BYTES) this.nextSlab();
+    const slab = this.slabs[this.current];
+    write(slab.buf, this.used);
+    const key = `${tx}/${thingId}`;
+    this.rows.set(key, { slab, start: this.used, end: this.used + length });
+    slab.keys.push(key);
+    this.used += length;
+    if (slab.newest === undefined || compareTx(tx, slab.newest) > 0) slab.newest = tx;
+  }
+
+  /** A row's points (a view of memory used again later: copy it before the next `add`), or undefined. */
+  get(tx: string, thingId: string): Buffer | undefined {
+    const row = this.rows.get(`${tx}/${thingId}`);
+    return row && row.slab.buf.subarray(row.start, row.end);
+  }
+
+  /**
+   * A history write under way on this node, settled once its rows are added (or it failed). Its rows
+   * are visible to a reader as soon as PostgreSQL committed them, which can be before this node hears
+   * of the commit: a reader that misses rows waits for the writes under way when it read (`settled`).
+   */
+  track(write: Promise<unknown>): void {
+    const settled = write.then(() => {}, () => {});
+    this.writing.add(settled);
+    void settled.then(() => this.writing.delete(settled));
+  }
+
+  /** Settles when the writes under way now have (see `track`). */
+  settled(): Promise<void> {
+    return this.writing.size === 0 ? Promise.resolve() : Promise.all(this.writing).then(() => {});
+  }
+
+  /** rows kept (tests, metrics) */
+  get size(): number {
+    return this.rows.size;
+  }
+
+  private nextSlab(): void {
+    this.current = (this.current + 1) % this.maxSlabs;
+    this.used = 0;
+    let slab = this.slabs[this.current];
+    if (!slab) {
+      slab = { buf: Buffer.allocUnsafeSlow(SLAB_BYTES), keys: [] };
+      this.slabs[this.current] = slab;
+      return;
+    }
+    for (const key of slab.keys) if (this.rows.get(key)?.slab === slab) this.rows.delete(key);
+    slab.keys = [];
+    // its rows are gone: a reader at or before them would miss them
+    if (slab.newest !== undefined && (this.floor === undefined || compareTx(slab.newest, this.floor) > 0)) this.floor = slab.newest;
+    slab.newest = undefined;
+  }
+
+  private clear(): void {
+    this.slabs.length = 0;
+    this.rows.clear();
+    this.current = -1;
+    this.used = 0;
+    this.floor = undefined;
+  }
+}
+
+/** Compares two xid8 values given as decimal text (without leading zeros). */
+export function compareTx(a: string, b: string): number {
+  if (a.length !== b.length) return a.length - b.length;
+  return a < b ? -1 : a > b ? 1 : 0;
+}

@@ -1,0 +1,70 @@
+import { describe, expect, it } from 'vitest';
+import { compareTx, RecentHistory } from '../../src/broker/recentHistory.js';
+
+const MiB = 1024 * 1024;
+const text = (b: Buffer | undefined) => b?.toString('utf8');
+/** adds a row whose points are `points` */
+const add = (recent: RecentHistory, tx: string, thing: string, points: string) =>
+  recent.add(tx, thing, Buffer.byteLength(points), (target, at) => void target.write(points, at));
+
+describe('RecentHistory (the rows a node wrote last, for the log readers at its head)', () => {
+  it('keeps nothing until a reader reads, then keeps rows by transaction and thing, byte for byte', () => {
+    let now = 1_000;
+    const recent = new RecentHistory(8 * MiB, () => now);
+    expect(recent.wanted).toBe(false);
+    expect(recent.covers('10')).toBe(false); // nothing kept: a read goes to PostgreSQL
+    recent.touch('9'); // a reader after transaction 9: rows are kept from here
+    expect(recent.wanted).toBe(true);
+    add(recent, '10', 'a', '[[1,{"t":"☃ é"}]]');
+    add(recent, '10', 'b', '[[2,{"v":2}]]');
+    add(recent, '11', 'a', '[[3,{"v":3}]]');
+    expect(text(recent.get('10', 'a'))).toBe('[[1,{"t":"☃ é"}]]');
+    expect(text(recent.get('10', 'b'))).toBe('[[2,{"v":2}]]');
+    expect(text(recent.get('11', 'a'))).toBe('[[3,{"v":3}]]');
+    expect(recent.get('11', 'b')).toBeUndefined();
+    expect(recent.get('12', 'a')).toBeUndefined();
+    expect(recent.covers('8')).toBe(false); // a reader behind the position keeping began at would miss rows
+    expect(recent.covers('9')).toBe(true);
+    expect(recent.covers('100')).toBe(true);
+    // 30 s without a read: not wanted, and the memory is given back
+    now += 30_000;
+    expect(recent.wanted).toBe(false);
+    expect(recent.size).toBe(0);
+    expect(recent.covers('10')).toBe(false);
+  });
+
+  it('uses its memory as a ring: the oldest slab\'s rows go when it is needed again, and what it covers moves on', () => {
+    const recent = new RecentHistory(16 * MiB); // two slabs of 8 MiB
+    recent.touch('0');
+    const row = 'x'.repeat(MiB); // eight rows a slab
+    for (let tx = 1; tx <= 16; tx++) add(recent, String(tx), 't', row);
+    expect(recent.size).toBe(16);
+    expect(recent.covers('1')).toBe(true);
+    add(recent, '17', 't', row); // the first slab again: rows 1 to 8 go
+    expect(recent.get('8', 't')).toBeUndefined();
+    expect(text(recent.get('9', 't'))).toBe(row);
+    expect(text(recent.get('17', 't'))).toBe(row);
+    expect(recent.size).toBe(9);
+    expect(recent.covers('7')).toBe(false); // a reader after 7 would miss 8
+    expect(recent.covers('8')).toBe(true);
+  });
+
+  it('a row larger than half a slab (4 MiB) is not kept (it is read from PostgreSQL); 0 MiB keeps nothing', () => {
+    const recent = new RecentHistory(16 * MiB);
+    recent.touch('0');
+    add(recent, '0', 'large', 'x'.repeat(4 * MiB));
+    expect(recent.get('0', 'large')?.length).toBe(4 * MiB);
+    add(recent, '1', 'big', 'x'.repeat(4 * MiB + 1));
+    expect(recent.get('1', 'big')).toBeUndefined();
+    const none = new RecentHistory(0);
+    none.touch('0');
+    expect(none.wanted).toBe(false);
+  });
+
+  it('orders transaction ids as numbers', () => {
+    expect(compareTx('9', '10')).toBeLessThan(0);
+    expect(compareTx('10', '9')).toBeGreaterThan(0);
+    expect(compareTx('123', '123')).toBe(0);
+    expect(compareTx('18446744073709551615', '18446744073709551614')).toBeGreaterThan(0);
+  });
+});

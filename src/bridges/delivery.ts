@@ -5,7 +5,7 @@
  * runs in the delivery thread (deliveryThread.ts) as well as inline.
  */
 import { setImmediate as nextTurn } from 'node:timers/promises';
-import { BATCH_CONTENT_TYPE, BATCH_MAX_BYTES, BATCH_MAX_EVENTS, batchId, batchRanges, Envelopes, EVENT_TYPES, fieldsOf, passes, pick, pointRanges, type Kind, type Where } from './envelope.js';
+import { BATCH_CONTENT_TYPE, BATCH_MAX_BYTES, BATCH_MAX_EVENTS, batchId, batchRanges, Envelopes, EVENT_TYPES, fieldsOf, HEAD_START, passes, pick, pointRanges, type HeadParts, type Kind, type Where } from './envelope.js';
 import { OWN_MEMORY, type PackedMemory } from '../broker/telemetryHistory.js';
 import { BufferPool } from './bufferPool.js';
 import { openSink, type Sink, type SinkMessage, type SinkSettings } from './sinks.js';
@@ -147,7 +147,8 @@ export class InlineDelivery implements Delivery {
         if (!passes(rule.where?.payload, value)) return;
         if (rule.select) data = pick(rule.select, value);
       }
-      events.push({ subject: `${rule.prefix}.${thingId}.${kind}`, id: `${rule.id}:${id}`, head: envelopes.head(kind, type, thingId, id, time, commandId), data });
+      const head = (commandId ? undefined : envelopes.headParts(kind, type, thingId, id, time)) ?? envelopes.head(kind, type, thingId, id, time, commandId);
+      events.push({ subject: `${rule.prefix}.${thingId}.${kind}`, id: `${rule.id}:${id}`, head, data });
     };
     let built = 0;
     if ('telemetry' in input) {
@@ -171,13 +172,15 @@ export class InlineDelivery implements Delivery {
   }
 }
 
-/** An event before encoding: its envelope's text up to the data, and the data. */
+/** An event before encoding: its envelope up to the data (text, or in parts: Envelopes.headParts), and the data. */
 export interface EventPart {
   subject: string;
   id: string;
-  head: string;
+  head: string | HeadParts;
   data: Uint8Array | string;
 }
+
+const headBytes = (h: string | HeadParts) => (typeof h === 'string' ? Buffer.byteLength(h) : HEAD_START.length + h.id.length + h.fixed.head.length + h.time.length + h.fixed.tail.length);
 
 /**
  * The sink messages of a delivery's events, their bodies written into one buffer: each event's
@@ -190,13 +193,24 @@ export function encode(events: EventPart[], format: DeliveryRule['format'], maxE
   let total = 0;
   for (let i = 0; i < events.length; i++) {
     const e = events[i];
-    sizes[i] = Buffer.byteLength(e.head) + (typeof e.data === 'string' ? Buffer.byteLength(e.data) : e.data.length) + 1;
+    sizes[i] = headBytes(e.head) + (typeof e.data === 'string' ? Buffer.byteLength(e.data) : e.data.length) + 1;
     total += sizes[i] + 2; // a batch's comma or brackets at most
   }
   const out = allocate(total);
   let at = 0;
   const write = (e: EventPart) => {
-    at += out.write(e.head, at);
+    const h = e.head;
+    if (typeof h === 'string') at += out.write(h, at);
+    else {
+      out.set(HEAD_START, at);
+      at += HEAD_START.length;
+      at += out.write(h.id, at, 'latin1');
+      out.set(h.fixed.head, at);
+      at += h.fixed.head.length;
+      at += out.write(h.time, at, 'latin1');
+      out.set(h.fixed.tail, at);
+      at += h.fixed.tail.length;
+    }
     if (typeof e.data === 'string') at += out.write(e.data, at);
     else {
       out.set(e.data, at);

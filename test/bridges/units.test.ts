@@ -134,6 +134,21 @@ describe('envelope', () => {
     ]);
     // text data (a select's fields) is written as UTF-8 too
     expect(text(encode([{ ...parts[0], data: '{"note":"größe"}' }], 'event')[0].body)).toBe(`${parts[0].head}{"note":"größe"}}`);
+    // heads in parts (what deliveries use): the same bytes, in both formats, mixed with text heads
+    const inParts = parts.map((p, i) => ({ ...p, head: envs.headParts('telemetry', 'io.gateway.device.telemetry', `t${i < 2 ? 1 : 2}`, `${i}`, envs.time(ranges[i].at))! }));
+    expect(inParts.every((p) => typeof p.head === 'object')).toBe(true);
+    for (const format of ['event', 'batch'] as const) {
+      expect(encode(inParts, format).map((m) => [m.subject, m.id, text(m.body)])).toEqual(encode(parts, format).map((m) => [m.subject, m.id, text(m.body)]));
+      expect(encode([inParts[0], parts[1], inParts[2]], format).map((m) => text(m.body))).toEqual(encode(parts, format).map((m) => text(m.body)));
+    }
+    // an id that JSON must escape (or any character beyond printable ASCII) has no parts: the text head is used
+    expect(envs.headParts('telemetry', 'io.gateway.device.telemetry', 't1', 'a"b', envs.time(0))).toBeUndefined();
+    expect(envs.headParts('telemetry', 'io.gateway.device.telemetry', 't1', 'é', envs.time(0))).toBeUndefined();
+    // a thing id that JSON escapes is in the fixed parts, escaped as in the text head
+    const odd = envs.headParts('telemetry', 'io.gateway.device.telemetry', 'th"ing\\é', '7', envs.time(5))!;
+    const oddEvent = [{ subject: 'p.x.telemetry', id: 'r:7', data: '{}', head: odd }];
+    expect(text(encode(oddEvent, 'event')[0].body)).toBe(`${envs.head('telemetry', 'io.gateway.device.telemetry', 'th"ing\\é', '7', envs.time(5))}{}}`);
+    expect(JSON.parse(text(encode(oddEvent, 'event')[0].body)).subject).toBe('th"ing\\é');
   });
 
   it('where and select', () => {

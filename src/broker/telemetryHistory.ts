@@ -461,6 +461,8 @@ const UUID_OF_THING_ID = `case when length(t.thing_id) = 36
  * snapshot's xmin (every transaction there has ended, so no row can appear behind a position
  * later; migration 1800). An account sees only its own things' rows (trust's thing_directory).
  */
+/** longest a packed read that missed rows in RecentHistory waits for this node's history writes under way */
+const SETTLE_WAIT_MS = 1_000;
 /** packed reads made without RecentHistory after one that missed more rows there than it found */
 const DIRECT_READS_AFTER_MISSES = 16;
 
@@ -557,8 +559,11 @@ export class TelemetryLog {
       }
     }
     if (missing.size > 0) {
-      // rows of this node's writes may be committed before the node heard of it: those are here once the writes under way settle
-      await recent.settled();
+      // rows of this node's writes may be committed before the node heard of it: those are here once the writes under way
+      // settle (waited for at most SETTLE_WAIT_MS: a write held up by the database leaves the rest to the query by key)
+      let waited: NodeJS.Timeout | undefined;
+      await Promise.race([recent.settled(), new Promise<void>((resolve) => (waited = setTimeout(resolve, SETTLE_WAIT_MS)))]);
+      clearTimeout(waited);
       for (const [key, row] of missing) {
         const p = recent.get(row.tx, row.thingId);
         if (!p) continue;

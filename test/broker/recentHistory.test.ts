@@ -61,6 +61,24 @@ describe('RecentHistory (the rows a node wrote last, for the log readers at its 
     expect(none.wanted).toBe(false);
   });
 
+  it('settled: waits for the history writes under way when asked (failed ones too), not for later ones', async () => {
+    const recent = new RecentHistory(16 * MiB);
+    await recent.settled(); // none under way
+    let finish!: () => void;
+    let fail!: (err: Error) => void;
+    recent.track(new Promise<void>((r) => (finish = r)));
+    recent.track(new Promise<void>((_, r) => (fail = r)));
+    let settled = false;
+    const waiting = recent.settled().then(() => void (settled = true));
+    finish();
+    await new Promise((r) => setImmediate(r));
+    expect(settled).toBe(false); // the failing one is still under way
+    recent.track(new Promise<void>(() => {})); // a write that starts later is not waited for
+    fail(new Error('refused'));
+    await waiting;
+    expect(settled).toBe(true);
+  });
+
   it('orders transaction ids as numbers', () => {
     expect(compareTx('9', '10')).toBeLessThan(0);
     expect(compareTx('10', '9')).toBeGreaterThan(0);

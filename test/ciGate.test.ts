@@ -62,6 +62,25 @@ describe('the test command fails when the suite fails', () => {
   }, 120_000);
 });
 
+describe.skipIf(process.getuid?.() !== 0)('the embedded PostgreSQL as root', () => {
+  it('adds search for others to the database directory\'s parent and keeps its other bits (a parent like /tmp keeps 1777)', async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'gate-parent-'));
+    try {
+      fs.chmodSync(dir, 0o1770); // sticky, no access for others: the server's user could not reach pg/
+      const db = await startEmbeddedPostgres(path.join(dir, 'pg'), { port: 0, ephemeral: true });
+      await db.stop();
+      expect((fs.statSync(dir).mode & 0o7777).toString(8)).toBe('1775');
+      fs.chmodSync(dir, 0o1777);
+      fs.rmSync(path.join(dir, 'pg'), { recursive: true, force: true });
+      const again = await startEmbeddedPostgres(path.join(dir, 'pg'), { port: 0, ephemeral: true });
+      await again.stop();
+      expect((fs.statSync(dir).mode & 0o7777).toString(8)).toBe('1777'); // as /tmp is: left as it was
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  }, 120_000);
+});
+
 describe('the embedded PostgreSQL installs no process handlers', () => {
   it('no beforeExit, exit, message or signal listener is added by a first start (initdb) and a stop', async () => {
     const events = ['beforeExit', 'exit', 'message', 'SIGINT', 'SIGTERM', 'SIGHUP', 'uncaughtException', 'unhandledRejection'] as const;

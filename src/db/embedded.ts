@@ -234,8 +234,14 @@ export async function startEmbeddedPostgres(dir: string, opts: { port?: number; 
   const ids = isRoot ? postgresUser() : {};
   if (!fs.existsSync(path.join(databaseDir, 'PG_VERSION'))) {
     fs.mkdirSync(path.dirname(databaseDir), { recursive: true });
-    // As root the server runs as the `postgres` user, which must be able to reach the folder.
-    if (isRoot) fs.chmodSync(path.dirname(databaseDir), 0o755);
+    // As root the server runs as the `postgres` user, which must be able to reach the folder: the parent gets read and
+    // search for group and others added, every other bit kept. (It was set to 0755, which took a shared parent's own
+    // mode away: a database directory right under /tmp left /tmp without its sticky, world-writable mode.)
+    if (isRoot) {
+      const parent = path.dirname(databaseDir);
+      const mode = fs.statSync(parent).mode & 0o7777;
+      if ((mode & 0o055) !== 0o055) fs.chmodSync(parent, mode | 0o055);
+    }
     await initdb(databaseDir, ids).catch((err: Error & { output?: string }) => {
       throw new EmbeddedPostgresError(`initdb failed in ${databaseDir}: ${err.message}`, `check that ${path.dirname(databaseDir)} is writable and not on a full disk`, err.output ?? '');
     });

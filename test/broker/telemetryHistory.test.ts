@@ -319,15 +319,15 @@ describe('the history as a log (what data bridge rules read)', () => {
     const log = new TelemetryLog(gw.db.sql);
     const start = await log.head();
     // one transaction per row, so each has its own tx: a run of the other account's rows (and a row of no thing) between the account's
-    // (and a 36-character id with the dashes elsewhere: no uuid, so no cast error)
-    const order = [mine1.thingId, theirs.thingId, theirs.thingId, 'not-a-thing', '0123456789-abcdef-0123-4567-89abcdef', theirs.thingId, mine2.thingId, theirs.thingId, mine1.thingId];
+    // (and a 36-character id with the dashes elsewhere, and one with the dashes in place but letters beyond hex: no uuid, so no cast error)
+    const order = [mine1.thingId, theirs.thingId, theirs.thingId, 'not-a-thing', '0123456789-abcdef-0123-4567-89abcdef', theirs.thingId, mine2.thingId, theirs.thingId, mine1.thingId, 'ghijklmn-0000-0000-0000-000000000000'];
     for (const [i, thing] of order.entries()) {
       await gw.db.sql`insert into telemetry_history (thing_id, first_at, last_at, messages, points)
         values (${thing}, now(), now(), 1, ${`[[${Date.now()},{"i":${i}}]]`}::text::json)`;
     }
     // the log shows rows below the horizon, which another test file's open transaction (any database of
     // the server) holds back: wait until all nine are below it
-    await waitFor(async () => (await log.read(other.id, start, 100)).scanned === 9, 30_000, 'the nine rows below the horizon');
+    await waitFor(async () => (await log.read(other.id, start, 100)).scanned === 10, 30_000, 'the ten rows below the horizon');
     const own: TelemetryLogRow[] = [];
     let at: TelemetryPosition = start;
     let reads = 0;
@@ -340,16 +340,16 @@ describe('the history as a log (what data bridge rules read)', () => {
       own.push(...read.rows);
       at = read.last;
     }
-    expect(reads).toBe(5); // 9 rows, 2 per read: the other rows are passed, not returned
+    expect(reads).toBe(5); // 10 rows, 2 per read: the other rows are passed, not returned
     expect(own.map((r) => [r.thingId, JSON.parse(r.points)[0][1].i])).toEqual([[mine1.thingId, 0], [mine2.thingId, 6], [mine1.thingId, 8]]);
     expect(own.map((r) => r.messages)).toEqual([1, 1, 1]);
     // the other account reads its own rows from the same log
     const theirsRead = await log.read(other.id, start, 100);
-    expect(theirsRead.scanned).toBe(9);
+    expect(theirsRead.scanned).toBe(10);
     expect(theirsRead.rows.map((r) => JSON.parse(r.points)[0][1].i)).toEqual([1, 2, 5, 7]);
     // the packed form (points as bytes in one buffer of its own, for the delivery thread) holds the same
     const packed = await log.readPacked(other.id, start, 100);
-    expect(packed.scanned).toBe(9);
+    expect(packed.scanned).toBe(10);
     expect(packed.last).toEqual(theirsRead.last);
     expect(packed.points.byteOffset).toBe(0); // the start of memory of its own (transferable)
     expect(packed.points.buffer.byteLength).toBeGreaterThanOrEqual(packed.points.length);

@@ -435,6 +435,11 @@ class PackedPoints {
   done(): Buffer {
     return this.points.subarray(0, this.at);
   }
+
+  /** Gives the memory back (the read is not used). */
+  release(): void {
+    this.memory.give(this.points);
+  }
 }
 
 /** TelemetryLog.readPacked: `read` with the account's rows' points in one buffer. */
@@ -457,17 +462,17 @@ const uuidOfThingId = (validInput: boolean) => `case when length(t.thing_id) = 3
   and ${validInput ? "pg_input_is_valid(t.thing_id, 'uuid')" : "translate(t.thing_id, '0123456789abcdefABCDEF', '') = '----'"}
   then t.thing_id::uuid end`;
 
+/** longest a packed read that missed rows in RecentHistory waits for this node's history writes under way */
+const SETTLE_WAIT_MS = 1_000;
+/** packed reads made without RecentHistory after one that missed more rows there than it found */
+const DIRECT_READS_AFTER_MISSES = 16;
+
 /**
  * The telemetry history as a durable log, for readers that resume from a position (data bridges,
  * src/bridges/): rows in (tx, thing_id) order, only those written by transactions below the
  * snapshot's xmin (every transaction there has ended, so no row can appear behind a position
  * later; migration 1800). An account sees only its own things' rows (trust's thing_directory).
  */
-/** longest a packed read that missed rows in RecentHistory waits for this node's history writes under way */
-const SETTLE_WAIT_MS = 1_000;
-/** packed reads made without RecentHistory after one that missed more rows there than it found */
-const DIRECT_READS_AFTER_MISSES = 16;
-
 export class TelemetryLog {
   /** `recent`: the rows this node wrote last, in memory (their points are read from there when it has them) */
   constructor(private readonly sql: Sql, private readonly recent?: RecentHistory) {}
@@ -530,6 +535,11 @@ export class TelemetryLog {
       if (this.directReads > 0) this.directReads--;
       else return this.readPackedRecent(this.recent, accountId, after, limit, memory);
     }
+    return this.readPackedDirect(accountId, after, limit, memory);
+  }
+
+  /** `readPacked` in one query, the points from PostgreSQL. */
+  private async readPackedDirect(accountId: string, after: TelemetryPosition, limit: number, memory: PackedMemory): Promise<TelemetryLogPackedRead> {
     const rows: TelemetryLogPackedRow[] = [];
     const points = new PackedPoints(memory);
     let scanned = 0;
@@ -553,10 +563,14 @@ export class TelemetryLog {
    */
   private async readPackedRecent(recent: RecentHistory, accountId: string, after: TelemetryPosition, limit: number, memory: PackedMemory): Promise<TelemetryLogPackedRead> {
     const scanned = await this.scan(await this.uuidOfThingId(), accountId, after, limit, false);
-    let rows: TelemetryLogPackedRow[] = [];
-    const missing = new Map<string, TelemetryLogPackedRow>();
-    const missingAt: string[] = [];
+    const rows: TelemetryLogPackedRow[] = [];
+    /** by `tx/thing`: rows whose points are not in memory, with their first_at (text) for the lookup by key */
+    const missing = new Map<string, { row: TelemetryLogPackedRow; firstAt: string }>();
     const points = new PackedPoints(memory);
+    const place = (row: TelemetryLogPackedRow, p: Uint8Array) => {
+      row.start = points.put(p);
+      row.end = row.start + p.length;
+    };
     let hits = 0;
     for (const r of scanned) {
       if (r.messages === null) continue;
@@ -565,12 +579,8 @@ export class TelemetryLog {
       const p = recent.get(r.tx, r.thing_id);
       if (p) {
         hits++;
-        row.start = points.put(p);
-        row.end = row.start + p.length;
-      } else {
-        missing.set(`${r.tx}/${r.thing_id}`, row);
-        missingAt.push(r.first_at_text);
-      }
+        place(row, p);
+      } else missing.set(`${r.tx}/${r.thing_id}`, { row, firstAt: r.first_at_text });
     }
     if (missing.size > 0) {
       // rows of this node's writes may be committed before the node heard of it: those are here once the writes under way
@@ -578,12 +588,11 @@ export class TelemetryLog {
       let waited: NodeJS.Timeout | undefined;
       await Promise.race([recent.settled(), new Promise<void>((resolve) => (waited = setTimeout(resolve, SETTLE_WAIT_MS)))]);
       clearTimeout(waited);
-      for (const [key, row] of missing) {
+      for (const [key, { row }] of missing) {
         const p = recent.get(row.tx, row.thingId);
         if (!p) continue;
         hits++;
-        row.start = points.put(p);
-        row.end = row.start + p.length;
+        place(row, p);
         missing.delete(key);
       }
     }
@@ -592,18 +601,21 @@ export class TelemetryLog {
       // by key, with the row's first_at so that each lookup goes to its partition only
       await this.sql`
         select k.tx, k.thing_id, t.points::text as points
-        from unnest(${keys.map((k) => k.tx)}::text[], ${keys.map((k) => k.thingId)}::text[], ${missingAt}::text[]) as k(tx, thing_id, first_at)
+        from unnest(${keys.map((k) => k.row.tx)}::text[], ${keys.map((k) => k.row.thingId)}::text[], ${keys.map((k) => k.firstAt)}::text[]) as k(tx, thing_id, first_at)
         join lateral (
           select h.points from telemetry_history h
           where h.tx = k.tx::xid8 and h.thing_id = k.thing_id and h.first_at = k.first_at::timestamptz limit 1) t on true`.raw().forEach((found) => {
         const [tx, thing, p] = found as unknown as Buffer[];
-        const row = missing.get(`${tx.toString('latin1')}/${thing.toString('utf8')}`);
-        if (!row) return;
-        row.start = points.put(p);
-        row.end = row.start + p.length;
+        const m = missing.get(`${tx.toString('latin1')}/${thing.toString('utf8')}`);
+        if (m) place(m.row, p);
       });
-      // (a row gone between the two queries was dropped with its partition, past retention: it is not delivered)
-      rows = rows.filter((r) => r.start >= 0);
+      if (rows.some((r) => r.start < 0)) {
+        // a row the scan saw and the lookup did not find (its partition dropped in between, past retention): the read is
+        // made again the one-query way rather than pass over anything
+        points.release();
+        this.directReads = DIRECT_READS_AFTER_MISSES;
+        return this.readPackedDirect(accountId, after, limit, memory);
+      }
       if (missing.size > hits) this.directReads = DIRECT_READS_AFTER_MISSES;
     }
     this.rowsRead.memory += hits;

@@ -5,6 +5,8 @@
  *   runs on this machine: /proc).
  * - An envelope from a rule's `Envelopes` (parts kept per thing) against one encoded whole, field by field (the builder
  *   it replaced), each with its `Buffer.from`.
+ * - An event's envelope head and its encoding as a delivery makes them (`Envelopes.headParts`: fixed parts as bytes, id and
+ *   time as latin1) against text heads (`Envelopes.head`), 48-byte payloads, in both formats.
  * - An event's time when every point has its own millisecond: `Envelopes.time` (a second's text formatted once, the
  *   milliseconds appended) against `toISOString` per millisecond (what it did before).
  * - `pointRanges` (a history row's points; strings passed with indexOf) against the character-by-character scan it replaced, on 48-byte, 1 KiB
@@ -24,6 +26,7 @@ import { parseArgs } from 'node:util';
 import { connect, createInbox } from '@nats-io/transport-node';
 import { jetstreamManager, StorageType } from '@nats-io/jetstream';
 import { Envelopes, EVENT_TYPES, pointRanges } from '../src/bridges/envelope.js';
+import { encode, type EventPart } from '../src/bridges/delivery.js';
 import { openSink, type SinkMessage } from '../src/bridges/sinks.js';
 import { cpuSeconds, freePort } from './lib/brokers.js';
 import { writeBenchmarkSection } from './lib/report.js';
@@ -155,6 +158,34 @@ function envelopeRow(): string[] {
   return [`| an envelope with its \`Buffer.from\` (\`Envelopes\`, ${LOOPS} in a loop) | ${kept.toFixed(2)} µs | encoded whole: ${whole.toFixed(2)} µs | ${(kept / whole).toFixed(2)} |`];
 }
 
+/** Envelope heads and their encoding as a delivery makes them (`Envelopes.headParts`, bytes in parts) against text heads (`Envelopes.head`, what it did before), 48-byte payloads, both formats. */
+function headRows(): string[] {
+  const envs = new Envelopes(crypto.randomUUID(), crypto.randomUUID());
+  const things = Array.from({ length: 50 }, () => crypto.randomUUID());
+  const data = Buffer.from(JSON.stringify({ temperature: 21.5, humidity: 40, voltage: 3.3, seq: 1 }).padEnd(48, ' '));
+  const N = 5_000;
+  const loop = (parts: boolean, format: 'event' | 'batch') => best(() => {
+    let n = 0;
+    for (let r = 0; r < LOOPS / N; r++) {
+      const events: EventPart[] = [];
+      for (let i = 0; i < N; i++) {
+        const thingId = things[Math.floor(i / 100) % 50];
+        const id = `12345${r}-${thingId}-${i}`;
+        const time = envs.time(1764300000000 + i);
+        const head = (parts ? envs.headParts('telemetry', EVENT_TYPES.telemetry, thingId, id, time) : undefined) ?? envs.head('telemetry', EVENT_TYPES.telemetry, thingId, id, time);
+        events.push({ subject: `p.${thingId}.telemetry`, id: `rule:${id}`, head, data });
+      }
+      n += encode(events, format).length > 0 ? N : 0;
+    }
+    return n;
+  });
+  return (['event', 'batch'] as const).map((format) => {
+    const [now, before] = [loop(true, format), loop(false, format)];
+    console.log(`heads and encode (${format}) µs: in parts ${now.toFixed(2)}, text ${before.toFixed(2)}`);
+    return `| an event's envelope head and its encoding, 48 B, format ${format} (\`headParts\`, ${LOOPS} in deliveries of ${N}) | ${now.toFixed(2)} µs | text heads: ${before.toFixed(2)} µs | ${(now / before).toFixed(2)} |`;
+  });
+}
+
 /** An event's time when every point has its own millisecond: `Envelopes.time` (a second formatted once) against toISOString per millisecond (the code it replaced). */
 function timeRow(): string[] {
   const start = 1764300000000;
@@ -197,7 +228,7 @@ async function main(): Promise<void> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-bridge-parts-'));
   const loads = os.loadavg().map((l) => l.toFixed(1)).join(' ');
   const sink = await natsSink(dir);
-  const rows = [...(await natsRow(sink.url, sink.pid)), ...envelopeRow(), ...timeRow(), ...splitRows()];
+  const rows = [...(await natsRow(sink.url, sink.pid)), ...envelopeRow(), ...headRows(), ...timeRow(), ...splitRows()];
   await sink.stop();
   fs.rmSync(dir, { recursive: true, force: true });
   const section = `## Bridge delivery parts (\`npm run bench:bridge-parts\`, issue 34)

@@ -140,6 +140,12 @@ export class InlineDelivery implements Delivery {
   private async build(rule: DeliveryRule, envelopes: Envelopes, input: DeliveryInput, allocate: (bytes: number) => Buffer): Promise<{ messages: SinkMessage[]; events: number }> {
     const events: EventPart[] = [];
     const filtered = Boolean(rule.where?.payload || rule.select);
+    // one subject string for a thing's consecutive events (the sink tests a subject once, not per message)
+    let last = { thingId: '', kind: '', subject: '' };
+    const subjectOf = (kind: Kind, thingId: string) => {
+      if (thingId !== last.thingId || kind !== last.kind) last = { thingId, kind, subject: `${rule.prefix}.${thingId}.${kind}` };
+      return last.subject;
+    };
     /** data: the payload's UTF-8 bytes as sent, or its text */
     const add = (kind: Kind, thingId: string, id: string, type: string, time: string, data: Uint8Array | string, parsed?: Record<string, unknown>, commandId?: string | null) => {
       if (filtered) {
@@ -148,7 +154,7 @@ export class InlineDelivery implements Delivery {
         if (rule.select) data = pick(rule.select, value);
       }
       const head = (commandId ? undefined : envelopes.headParts(kind, type, thingId, id, time)) ?? envelopes.head(kind, type, thingId, id, time, commandId);
-      events.push({ subject: `${rule.prefix}.${thingId}.${kind}`, id: `${rule.id}:${id}`, head, data });
+      events.push({ subject: subjectOf(kind, thingId), id: `${rule.id}:${id}`, head, data });
     };
     let built = 0;
     if ('telemetry' in input) {

@@ -1,6 +1,7 @@
 import { connect as natsConnect, createInbox, headers, type Msg, type NatsConnection } from '@nats-io/transport-node';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import amqp from 'amqplib';
+import { BufferPool } from './bufferPool.js';
 
 /** One message for a sink: where it goes (NATS subject / AMQP routing key), its id (for deduplication) and its body. */
 export interface SinkMessage {
@@ -56,6 +57,12 @@ class NatsSink implements Sink {
   private conn?: Promise<{ nc: NatsConnection; inbox: string }>;
   private batches = new Map<number, { pending: number; resolve: () => void; reject: (err: Error) => void }>();
   private nextBatch = 0;
+  /**
+   * the frames' memory, used again once every message it holds was acknowledged (the server got those bytes, so the
+   * socket holds them no more); a slice's frames are about 128 KiB at 48-byte payloads, and a new buffer each time was
+   * mapped, faulted in and unmapped again: a fifth of the delivery thread's time (docs/benchmarks.md)
+   */
+  private readonly frameMemory = new BufferPool();
 
   constructor(private readonly s: SinkSettings) {}
 
@@ -117,12 +124,18 @@ class NatsSink implements Sink {
       this.batches.set(id, { pending: messages.length, resolve, reject });
       timer = setTimeout(() => reject(new Error(`no PubAck within ${this.s.timeoutMs} ms`)), this.s.timeoutMs);
     });
+    const sent: Buffer[] = [];
     try {
       const protocol = protocolOf(nc);
+      const allocate = (bytes: number) => {
+        const b = this.frameMemory.take(bytes);
+        sent.push(b);
+        return b;
+      };
       for (let i = 0; i < messages.length; i += SLICE_MESSAGES) {
         if (i > 0) await Promise.race([nextTurn(), acked]);
         if (nc.isClosed()) throw new Error('NATS connection closed');
-        if (protocol) protocol.sendCommand(frames(messages, i, Math.min(messages.length, i + SLICE_MESSAGES), `${inbox}.${id}.`, protocol.info?.max_payload ?? DEFAULT_MAX_PAYLOAD));
+        if (protocol) protocol.sendCommand(frames(messages, i, Math.min(messages.length, i + SLICE_MESSAGES), `${inbox}.${id}.`, protocol.info?.max_payload ?? DEFAULT_MAX_PAYLOAD, allocate));
         else {
           for (let k = i; k < Math.min(messages.length, i + SLICE_MESSAGES); k++) {
             const m = messages[k];
@@ -133,6 +146,8 @@ class NatsSink implements Sink {
         }
       }
       await acked;
+      // only now: a batch that failed may still be queued for writing (its memory is left to the collector)
+      for (const b of sent) this.frameMemory.give(b.buffer as ArrayBuffer);
     } catch (err) {
       throw new Error(`NATS JetStream refused: ${message(err)}`);
     } finally {
@@ -177,6 +192,7 @@ export function protocolOf(nc: NatsConnection): ProtocolSend | undefined {
 }
 
 const SUBJECT_SPACE = /\s/;
+const LINE_BREAK = /[\r\n]/;
 
 /**
  * Messages `from` to `to` as NATS protocol frames in one buffer, each what the client's `publish` sends for it with
@@ -186,14 +202,19 @@ const SUBJECT_SPACE = /\s/;
  * third of the delivery thread's time with one event per message, docs/benchmarks.md); here each frame's text
  * is one string written into the buffer, and its body copied after it.
  */
-export function frames(messages: SinkMessage[], from: number, to: number, replyPrefix: string, maxPayload: number): Buffer {
+export function frames(messages: SinkMessage[], from: number, to: number, replyPrefix: string, maxPayload: number, allocate: (bytes: number) => Buffer = Buffer.allocUnsafeSlow): Buffer {
   const heads: string[] = [];
   const bodies: Uint8Array[] = [];
   let size = 0;
+  // a delivery's consecutive messages share their subject string: tested once
+  let checked: string | undefined;
   for (let i = from; i < to; i++) {
     const m = messages[i];
-    if (m.subject.length === 0 || SUBJECT_SPACE.test(m.subject)) throw new Error(`not a NATS subject: ${JSON.stringify(m.subject)}`);
-    if (/[\r\n]/.test(m.id)) throw new Error('a message id cannot hold a line break');
+    if (m.subject !== checked) {
+      if (m.subject.length === 0 || SUBJECT_SPACE.test(m.subject)) throw new Error(`not a NATS subject: ${JSON.stringify(m.subject)}`);
+      checked = m.subject;
+    }
+    if (LINE_BREAK.test(m.id)) throw new Error('a message id cannot hold a line break');
     const body = typeof m.body === 'string' ? Buffer.from(m.body) : m.body;
     const header = `NATS/1.0\r\nNats-Msg-Id: ${m.id}\r\n\r\n`;
     const headerBytes = Buffer.byteLength(header);
@@ -204,7 +225,7 @@ export function frames(messages: SinkMessage[], from: number, to: number, replyP
     bodies.push(body);
     size += Buffer.byteLength(line) + total + 2;
   }
-  const out = Buffer.allocUnsafeSlow(size);
+  const out = allocate(size);
   let at = 0;
   for (let k = 0; k < heads.length; k++) {
     at += out.write(heads[k], at);

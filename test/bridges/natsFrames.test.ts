@@ -28,6 +28,8 @@ describe('NATS publish frames written by the sink', () => {
 
   it('refuse a subject with white space, an id with a line break, and a message over the server\'s max_payload', () => {
     expect(() => frames([{ subject: 'p.a b', id: 'x', body: '{}' }], 0, 1, 'r.', 1024)).toThrow(/not a NATS subject/);
+    // a subject is tested once for a run of messages that share it: a different one after it is tested too
+    expect(() => frames([{ subject: 'p.a', id: 'x', body: '{}' }, { subject: 'p.a', id: 'y', body: '{}' }, { subject: 'p.a\tb', id: 'z', body: '{}' }], 0, 3, 'r.', 1024)).toThrow(/not a NATS subject/);
     expect(() => frames([{ subject: 'p.a', id: 'x\r\nEvil: 1', body: '{}' }], 0, 1, 'r.', 1024)).toThrow(/line break/);
     expect(() => frames([{ subject: 'p.a', id: 'x', body: 'y'.repeat(1000) }], 0, 1, 'r.', 1024)).toThrow(/max_payload/);
   });
@@ -62,6 +64,25 @@ describe.skipIf(!nats)('the NATS sink on JetStream', () => {
     expect(stored.map((m) => [m.subject, m.msgId, m.text])).toEqual(messages.map((m) => [m.subject, m.id, m.body]));
     await sink.publish(messages.slice(0, 300));
     expect(await stream.count()).toBe(700);
+  });
+
+  it('uses its frames\' memory again once a batch is acknowledged, never a failed batch\'s; every body arrives as sent', async () => {
+    const memory = (sink as unknown as { frameMemory: { size: number } }).frameMemory;
+    const before = (await stream.raw()).length;
+    const sent: SinkMessage[] = [];
+    for (let b = 0; b < 4; b++) {
+      // 600 messages of 300 bytes: three slices of frames, each over 64 KiB, their memory from the batch before
+      const batch = Array.from({ length: 600 }, (_, i) => ({ subject: `${stream.prefix}.r${b}.telemetry`, id: `reuse-${b}-${i}`, body: JSON.stringify({ b, i, pad: String.fromCharCode(97 + ((b + i) % 26)).repeat(260) }) }));
+      await sink.publish(batch);
+      sent.push(...batch);
+      expect(memory.size).toBeGreaterThan(0);
+    }
+    const stored = (await stream.raw()).slice(before);
+    expect(stored.map((m) => [m.msgId, m.text])).toEqual(sent.map((m) => [m.id, m.body]));
+    // a refused batch's frames may still be queued on the socket: not taken back
+    const held = memory.size;
+    await expect(sink.publish([{ subject: `nostream${Date.now()}.x.telemetry`, id: 'n-0', body: 'z'.repeat(100_000) }])).rejects.toThrow(/NATS JetStream refused/);
+    expect(memory.size).toBeLessThanOrEqual(held);
   });
 
   it('rejects when no stream captures a subject (no acknowledgement), and goes on publishing after', async () => {

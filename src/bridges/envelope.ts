@@ -130,8 +130,9 @@ export const batchId = (firstId: string, events: number) => `${firstId}:batch:${
 
 /**
  * A rule's `batch` format: consecutive events of one subject (one thing and kind) make one message,
- * a JSON array of their envelopes (CloudEvents' batched format), in order, within the limits above.
- * The batches as index ranges [first, end) of the events (`size`: an event's bytes).
+ * a JSON array of their envelopes (CloudEvents' batched format), in order, within the limits above
+ * (`encode` puts each subject's events of a delivery together first). The batches as index ranges
+ * [first, end) of the events (`size`: an event's bytes).
  */
 export function batchRanges(events: { subject: string }[], size: (i: number) => number, maxEvents = BATCH_MAX_EVENTS, maxBytes = BATCH_MAX_BYTES): [number, number][] {
   const out: [number, number][] = [];

@@ -58,7 +58,7 @@ export const ruleCreate = z.strictObject({
   bridge_id: z.uuid(),
   where: whereSchema.optional(),
   select: z.array(z.string().min(1).max(256)).min(1).max(64).optional().describe('top-level payload fields delivered (default: the payload as sent; a payload that is not a JSON object has no fields)'),
-  format: ruleFormat.describe('event (default): one CloudEvent per sink message (application/cloudevents+json); batch: one message per run of one thing\'s events in a delivery, a JSON array of CloudEvents (application/cloudevents-batch+json, CloudEvents\' batched format), in order, at most 1,000 events and 256 KiB, its id (Nats-Msg-Id, AMQP message-id) `<rule id>:<first event id>:batch:<number of events>`').default('event'),
+  format: ruleFormat.describe('event (default): one CloudEvent per sink message (application/cloudevents+json); batch: one thing\'s events of a delivery in as few messages as the limits allow, each a JSON array of CloudEvents (application/cloudevents-batch+json, CloudEvents\' batched format), in order, at most 1,000 events and 256 KiB, its id (Nats-Msg-Id, AMQP message-id) `<rule id>:<first event id>:batch:<number of events>`').default('event'),
   enabled: z.boolean().default(true),
 });
 export type RuleCreate = z.infer<typeof ruleCreate>;

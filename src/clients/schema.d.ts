@@ -18178,7 +18178,7 @@ export interface operations {
                     /** @description top-level payload fields delivered (default: the payload as sent; a payload that is not a JSON object has no fields) */
                     select?: string[];
                     /**
-                     * @description event (default): one CloudEvent per sink message (application/cloudevents+json); batch: one message per run of one thing's events in a delivery, a JSON array of CloudEvents (application/cloudevents-batch+json, CloudEvents' batched format), in order, at most 1,000 events and 256 KiB, its id (Nats-Msg-Id, AMQP message-id) `<rule id>:<first event id>:batch:<number of events>`
+                     * @description event (default): one CloudEvent per sink message (application/cloudevents+json); batch: one thing's events of a delivery in as few messages as the limits allow, each a JSON array of CloudEvents (application/cloudevents-batch+json, CloudEvents' batched format), in order, at most 1,000 events and 256 KiB, its id (Nats-Msg-Id, AMQP message-id) `<rule id>:<first event id>:batch:<number of events>`
                      * @default event
                      * @enum {string}
                      */

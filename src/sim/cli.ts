@@ -37,7 +37,7 @@ run are skipped and new serials enroll in their place; devices the platform disc
                        stream, a bridge and a rule of the fleet's account, removed at the end; the
                        summary says what reached the stream against what the devices sent
   --bridge-format F    the rule's format with --bridge: event (one CloudEvent per message, default)
-                       or batch (a JSON array of a device's consecutive events per message)
+                       or batch (JSON arrays of a device's events of a delivery)
   --json FILE          also write the summary as JSON to FILE ("-" for stdout only)
   --no-progress        no progress bars
   -h, --help           this text

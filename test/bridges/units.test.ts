@@ -92,13 +92,19 @@ describe('envelope', () => {
     expect(times.map((t) => fresh.time(t))).toEqual(times.map((t) => new Date(t).toISOString()));
   });
 
-  it('batches: consecutive events of one subject, in order, within the count and size limits', () => {
+  it('batches: each subject\'s events of a delivery together, in order, within the count and size limits', () => {
     // each event's body: `{"n":..,"pad":"..","data":null}` (head, data, the closing brace encode adds)
     const ev = (subject: string, n: number, size = 10) => ({ subject, id: `r:${subject}-${n}`, head: `{"n":${n},"pad":"${'x'.repeat(size)}","data":`, data: 'null' });
     const events = [ev('a', 1), ev('a', 2), ev('a', 3), ev('b', 1), ev('a', 4), ev('a', 5, 100), ev('a', 6)];
     const out = encode(events, 'batch', 2, 120);
-    expect(out.map((m) => [m.subject, m.id])).toEqual([['a', 'r:a-1:batch:2'], ['a', 'r:a-3:batch:1'], ['b', 'r:b-1:batch:1'], ['a', 'r:a-4:batch:1'], ['a', 'r:a-5:batch:1'], ['a', 'r:a-6:batch:1']]);
-    expect(out.flatMap((m) => (JSON.parse(text(m.body)) as { n: number }[]).map((e) => e.n))).toEqual([1, 2, 3, 1, 4, 5, 6]);
+    // a's events apart in the read (b's between them) go together, in order, then b's
+    expect(out.map((m) => [m.subject, m.id])).toEqual([['a', 'r:a-1:batch:2'], ['a', 'r:a-3:batch:2'], ['a', 'r:a-5:batch:1'], ['a', 'r:a-6:batch:1'], ['b', 'r:b-1:batch:1']]);
+    expect(out.flatMap((m) => (JSON.parse(text(m.body)) as { n: number }[]).map((e) => e.n))).toEqual([1, 2, 3, 4, 5, 6, 1]);
+    // rows of three things read in commit order (a b c a b c ...): one message per thing
+    const read = [1, 2, 3, 4].flatMap((n) => ['a', 'b', 'c'].map((t) => ev(t, n)));
+    const grouped = encode(read, 'batch', 10, 10_000);
+    expect(grouped.map((m) => [m.subject, m.id])).toEqual([['a', 'r:a-1:batch:4'], ['b', 'r:b-1:batch:4'], ['c', 'r:c-1:batch:4']]);
+    expect(grouped.map((m) => (JSON.parse(text(m.body)) as { n: number }[]).map((e) => e.n))).toEqual([[1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 3, 4]]);
     expect(out.every((m) => m.contentType === 'application/cloudevents-batch+json')).toBe(true);
     // an event larger than the limit goes alone, never dropped
     expect(encode([ev('a', 1, 500)], 'batch', 10, 100).map((m) => JSON.parse(text(m.body)).length)).toEqual([1]);

@@ -21,13 +21,32 @@ const SLAB_BYTES = 8 * 1024 * 1024;
  * ingest batch: a batch of QoS 0 messages at 1 KiB can hold 700 KB of each of 50 devices (bench:bridges).
  */
 const MAX_ROW_BYTES = SLAB_BYTES / 2;
+/**
+ * rows a slab holds at most, whatever their size: the index costs heap per row (V8 marks it at every full collection),
+ * and 256 MiB of 48-byte rows would be 1.8 million of them; 16,384 a slab is 524,288 in 256 MiB, over half a minute of
+ * bench:bridges' busiest ingest
+ */
+const SLAB_ROWS = 16_384;
 
 interface Slab {
   buf: Buffer;
-  /** the keys of the rows written in it, to forget them when it is used again */
-  keys: string[];
+  /** the transactions with rows in it, to forget them when it is used again */
+  txs: string[];
+  /** rows written in it (at most SLAB_ROWS) */
+  rows: number;
   /** the highest transaction of its rows */
   newest?: string;
+}
+
+/**
+ * One transaction's rows: by thing, the row's number; `where` holds per row its slab's index, start and end.
+ * Indexed per transaction rather than per row: a key string and an object per row, kept until the ring came round,
+ * were moved to V8's old generation at every row and marked at every full collection (docs/benchmarks.md).
+ */
+interface TxRows {
+  rows: Map<string, number>;
+  /** (a typed array: no pointers for the collector to follow) */
+  where: Int32Array;
 }
 
 export class RecentHistory {
@@ -36,8 +55,9 @@ export class RecentHistory {
   /** the slab being written, and where in it */
   private current = -1;
   private used = 0;
-  /** by `tx/thingId`: the slab and the range of the row's points */
-  private readonly rows = new Map<string, { slab: Slab; start: number; end: number }>();
+  /** by transaction (decimal xid8 text) */
+  private readonly txs = new Map<string, TxRows>();
+  private rowCount = 0;
   private lastRead = -Infinity;
   /** history writes under way (see `track`) */
   private readonly writing = new Set<Promise<void>>();
@@ -82,20 +102,39 @@ export class RecentHistory {
    */
   add(tx: string, thingId: string, length: number, write: (target: Buffer, at: number) => void): void {
     if (length > MAX_ROW_BYTES) return;
-    if (this.current < 0 || this.used + length > SLAB_BYTES) this.nextSlab();
+    if (this.current < 0 || this.used + length > SLAB_BYTES || this.slabs[this.current].rows >= SLAB_ROWS) this.nextSlab();
     const slab = this.slabs[this.current];
     write(slab.buf, this.used);
-    const key = `${tx}/${thingId}`;
-    this.rows.set(key, { slab, start: this.used, end: this.used + length });
-    slab.keys.push(key);
+    let t = this.txs.get(tx);
+    if (!t) this.txs.set(tx, (t = { rows: new Map(), where: new Int32Array(3 * 8) }));
+    // (a transaction whose rows run over into the next slab is listed in both, and forgotten whole with the first)
+    if (slab.txs.at(-1) !== tx) slab.txs.push(tx);
+    let i = t.rows.get(thingId);
+    if (i === undefined) {
+      i = t.rows.size;
+      t.rows.set(thingId, i);
+      this.rowCount++;
+      if (3 * i + 3 > t.where.length) {
+        const grown = new Int32Array(t.where.length * 2);
+        grown.set(t.where);
+        t.where = grown;
+      }
+    }
+    t.where[3 * i] = this.current;
+    t.where[3 * i + 1] = this.used;
+    t.where[3 * i + 2] = this.used + length;
+    slab.rows++;
     this.used += length;
     if (slab.newest === undefined || compareTx(tx, slab.newest) > 0) slab.newest = tx;
   }
 
   /** A row's points (a view of memory used again later: copy it before the next `add`), or undefined. */
   get(tx: string, thingId: string): Buffer | undefined {
-    const row = this.rows.get(`${tx}/${thingId}`);
-    return row && row.slab.buf.subarray(row.start, row.end);
+    const t = this.txs.get(tx);
+    const i = t?.rows.get(thingId);
+    if (i === undefined) return undefined;
+    const w = t!.where;
+    return this.slabs[w[3 * i]].buf.subarray(w[3 * i + 1], w[3 * i + 2]);
   }
 
   /**
@@ -116,7 +155,7 @@ export class RecentHistory {
 
   /** rows kept (tests, metrics) */
   get size(): number {
-    return this.rows.size;
+    return this.rowCount;
   }
 
   private nextSlab(): void {
@@ -124,12 +163,18 @@ export class RecentHistory {
     this.used = 0;
     let slab = this.slabs[this.current];
     if (!slab) {
-      slab = { buf: Buffer.allocUnsafeSlow(SLAB_BYTES), keys: [] };
+      slab = { buf: Buffer.allocUnsafeSlow(SLAB_BYTES), txs: [], rows: 0 };
       this.slabs[this.current] = slab;
       return;
     }
-    for (const key of slab.keys) if (this.rows.get(key)?.slab === slab) this.rows.delete(key);
-    slab.keys = [];
+    for (const tx of slab.txs) {
+      const t = this.txs.get(tx);
+      if (!t) continue;
+      this.rowCount -= t.rows.size;
+      this.txs.delete(tx);
+    }
+    slab.txs = [];
+    slab.rows = 0;
     // its rows are gone: a reader at or before them would miss them
     if (slab.newest !== undefined && (this.floor === undefined || compareTx(slab.newest, this.floor) > 0)) this.floor = slab.newest;
     slab.newest = undefined;
@@ -137,7 +182,8 @@ export class RecentHistory {
 
   private clear(): void {
     this.slabs.length = 0;
-    this.rows.clear();
+    this.txs.clear();
+    this.rowCount = 0;
     this.current = -1;
     this.used = 0;
     this.floor = undefined;

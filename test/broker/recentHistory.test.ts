@@ -49,6 +49,44 @@ describe('RecentHistory (the rows a node wrote last, for the log readers at its 
     expect(recent.covers('8')).toBe(true);
   });
 
+  it('a transaction whose rows run over into the next slab: each row found whole; forgotten whole when its first slab is used again', () => {
+    const recent = new RecentHistory(24 * MiB); // three slabs of 8 MiB
+    recent.touch('0');
+    const row = (c: string) => c.repeat(3 * MiB); // two rows a slab
+    // slabs: [1/a, 1/b], [1/c, 2/d], [2/e, 3/f]: transactions 1 and 2 each run over into the next slab
+    for (const t of ['a', 'b', 'c']) add(recent, '1', t, row(t));
+    for (const t of ['d', 'e']) add(recent, '2', t, row(t));
+    add(recent, '3', 'f', row('f'));
+    expect(['a', 'b', 'c'].map((t) => text(recent.get('1', t)) === row(t))).toEqual([true, true, true]);
+    expect([text(recent.get('2', 'd')) === row('d'), text(recent.get('2', 'e')) === row('e')]).toEqual([true, true]);
+    expect(recent.get('1', 'd')).toBeUndefined();
+    expect(recent.size).toBe(6);
+    add(recent, '4', 'g', row('g')); // the first slab again: transaction 1 goes, its row in the second slab too
+    expect(['a', 'b', 'c'].map((t) => recent.get('1', t))).toEqual([undefined, undefined, undefined]);
+    expect(['d', 'e'].map((t) => text(recent.get('2', t)) === row(t))).toEqual([true, true]);
+    expect(text(recent.get('4', 'g'))).toBe(row('g'));
+    expect(recent.size).toBe(4);
+    expect(recent.covers('1')).toBe(true); // a reader after all of 1 misses nothing kept
+    expect(recent.covers('0')).toBe(false);
+  });
+
+  it('a slab holds at most 16,384 rows, however small (the index costs heap per row): the ring moves on by count too', () => {
+    const recent = new RecentHistory(16 * MiB); // two slabs
+    recent.touch('0');
+    const slabRows = 16_384;
+    for (let i = 1; i <= 2 * slabRows; i++) add(recent, String(Math.ceil(i / 50)), `t${i % 50}`, '[[1,{"v":1}]]');
+    expect(recent.size).toBe(2 * slabRows);
+    expect(text(recent.get('1', 't1'))).toBe('[[1,{"v":1}]]');
+    // one row more: the first slab (16,384 rows in about 200 KB of its 8 MiB) is used again
+    const next = String(Math.ceil(2 * slabRows / 50) + 1);
+    add(recent, next, 't0', '[[2,{"v":2}]]');
+    expect(recent.get('1', 't1')).toBeUndefined();
+    expect(text(recent.get(next, 't0'))).toBe('[[2,{"v":2}]]');
+    expect(recent.covers('1')).toBe(false);
+    expect(recent.size).toBeLessThanOrEqual(slabRows + 1);
+    expect(recent.size).toBeGreaterThan(slabRows - 50); // the second slab's rows, less those of a transaction that ran over
+  });
+
   it('a row larger than half a slab (4 MiB) is not kept (it is read from PostgreSQL); 0 MiB keeps nothing', () => {
     const recent = new RecentHistory(16 * MiB);
     recent.touch('0');

@@ -7,6 +7,7 @@ import { startGateway } from './server.js';
 import { INTERNAL_SECRET_FILE } from './pki/internalSecret.js';
 import { isLoopback } from './http/trustedProxies.js';
 import { isNodeWorker, reportWorkerReady, startNodePrimary } from './multicore.js';
+import { applyHeapPacing } from './heapPacing.js';
 
 let config: Config;
 try {
@@ -19,6 +20,8 @@ try {
   throw err;
 }
 const log = createLogger(config.LOG_LEVEL, config.LOG_PRETTY);
+// before the heap grows (docs/decisions.md, "V8's heap pacing")
+applyHeapPacing(config.V8_HEAP_GROWING_PERCENT);
 
 /** What to do about a start-up failure: the error's own hint, or one for the usual causes. */
 function startupHint(err: unknown, config: Config): string {

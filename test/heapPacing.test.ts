@@ -1,12 +1,11 @@
 import { execFileSync } from 'node:child_process';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config.js';
+import { compiled } from './helpers/compiled.js';
 
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+// (the run's compiled copy: under tsx each child would compile its modules again)
 const fullCollections = (percent: number) => {
-  const out = execFileSync(process.execPath, ['--trace-gc', '--import', 'tsx', 'test/helpers/heapChurn.ts', String(percent)], { cwd: root, encoding: 'utf8' });
+  const out = execFileSync(process.execPath, ['--trace-gc', compiled('test/helpers/heapChurn.ts'), String(percent)], { encoding: 'utf8' });
   return out.split('\n').filter((l) => l.includes('Mark-Compact')).length;
 };
 

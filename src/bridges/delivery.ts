@@ -201,7 +201,7 @@ function bySubject(events: { subject: string }[]): number[] {
     if (g) g.push(i);
     else groups.set(events[i].subject, [i]);
   }
-  return groups.size === 1 ? [...groups.values()][0] : [...groups.values()].flat();
+  return [...groups.values()].flat();
 }
 
 /**

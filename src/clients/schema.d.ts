@@ -3792,202 +3792,94 @@ export interface components {
     schemas: {
         /**
          * @example {
-         *       "action": "notifications:Send",
-         *       "publisher": {
-         *         "sub": "svc-alerts",
-         *         "realm": "acc-7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *         "realmKind": "acc",
-         *         "accountId": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *         "roles": [
-         *           "operator"
-         *         ]
-         *       },
-         *       "scope": "user",
-         *       "subscriberId": "user-42",
-         *       "template": "device/revoked",
-         *       "categoryId": "device",
-         *       "severity": "warning",
-         *       "channel": [
-         *         "in_app"
-         *       ]
+         *       "accessCode": "ac_7Hx2bWFjY2Vzcy1jb2Rl",
+         *       "expiresAt": "2026-12-22T10:00:00.000Z"
          *     }
          */
-        NotificationAuthorizationRequestInput: {
-            /** @constant */
-            action: "notifications:Send";
-            publisher: {
-                sub: string;
-                realm: string;
-                realmKind: string;
-                accountId: string | null;
-                roles: string[];
-            };
-            /** @enum {string} */
-            scope: "user" | "tenant";
-            subscriberId: string;
-            template: string;
-            categoryId: string;
-            /** @enum {string} */
-            severity: "info" | "warning" | "error" | "critical";
-            channel: string[];
-        };
-        /**
-         * @example {
-         *       "principal_id": "ci-bot",
-         *       "description": "CI pipeline"
-         *     }
-         */
-        CredentialCreate: {
-            /** @description identity-provider user id (sub) of a tenant IAM user of the account */
-            principal_id: string;
-            description?: string;
-        };
-        /**
-         * @example {
-         *       "status": "INACTIVE"
-         *     }
-         */
-        CredentialUpdate: {
-            /** @enum {string} */
-            status: "ACTIVE" | "INACTIVE";
-            description?: string;
-        };
-        /**
-         * @description A static SVC access key (its secret is never shown again)
-         * @example {
-         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "access_key_id": "AKSV0123456789ABCDEF",
-         *       "status": "ACTIVE",
-         *       "principal_id": "ci-bot",
-         *       "description": "CI pipeline",
-         *       "created_at": "2026-11-22T10:00:00.000Z",
-         *       "expires_at": null,
-         *       "last_used_at": null
-         *     }
-         */
-        Credential: {
-            /** Format: uuid */
-            id: string;
-            access_key_id: string;
-            /** @enum {string} */
-            status: "ACTIVE" | "INACTIVE";
-            principal_id: string;
-            description: string;
-            created_at: string;
-            expires_at: string | null;
-            last_used_at: string | null;
-        };
-        /**
-         * @description A created access key; secret_key is shown once
-         * @example {
-         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "access_key_id": "AKSV0123456789ABCDEF",
-         *       "status": "ACTIVE",
-         *       "principal_id": "ci-bot",
-         *       "description": "CI pipeline",
-         *       "created_at": "2026-11-22T10:00:00.000Z",
-         *       "expires_at": null,
-         *       "last_used_at": null,
-         *       "secret_key": "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
-         *     }
-         */
-        CredentialCreated: {
-            /** Format: uuid */
-            id: string;
-            access_key_id: string;
-            /** @enum {string} */
-            status: "ACTIVE" | "INACTIVE";
-            principal_id: string;
-            description: string;
-            created_at: string;
-            expires_at: string | null;
-            last_used_at: string | null;
-            /** @description shown once; store it now */
-            secret_key: string;
-        };
-        /**
-         * @example {
-         *       "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *       "duration_seconds": 3600
-         *     }
-         */
-        SessionTokenRequest: {
-            /** Format: uuid */
-            account_id: string;
-            /** @default 3600 */
-            duration_seconds: number;
-        };
-        /**
-         * @description Temporary STS credentials: an ASIA key, its secret and the session token
-         * @example {
-         *       "access_key_id": "ASIA0123456789ABCDEF",
-         *       "secret_key": "yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy",
-         *       "session_token": "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz",
-         *       "expiration": "2026-12-22T10:00:00.000Z"
-         *     }
-         */
-        SessionToken: {
-            access_key_id: string;
-            secret_key: string;
-            session_token: string;
-            expiration: string;
+        AccessCode: {
+            accessCode: string;
+            expiresAt: string;
         };
         /**
          * @example {
          *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "access_key_id": "ASIA0123456789ABCDEF",
-         *       "status": "ACTIVE",
-         *       "principal_id": "alice",
-         *       "principal_type": "federated",
-         *       "description": "",
-         *       "created_at": "2026-11-22T10:00:00.000Z",
-         *       "last_used_at": "2026-11-22T10:00:00.000Z",
-         *       "expires_at": "2026-12-22T10:00:00.000Z"
+         *       "registrar_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "requester_account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *       "owner_account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *       "note": null,
+         *       "state": "PENDING",
+         *       "decision": null,
+         *       "decided_at": null,
+         *       "decided_by": null,
+         *       "reason": null,
+         *       "created_at": "2026-11-22T10:00:00.000Z"
          *     }
          */
-        Session: {
+        AccessRequest: {
             /** Format: uuid */
             id: string;
-            access_key_id: string;
-            /** @constant */
-            status: "ACTIVE";
-            principal_id: string;
-            /** @constant */
-            principal_type: "federated";
-            description: string;
+            /** Format: uuid */
+            registrar_id: string;
+            /** Format: uuid */
+            requester_account_id: string;
+            /** Format: uuid */
+            owner_account_id: string;
+            note: string | null;
+            /** @enum {string} */
+            state: "PENDING" | "APPROVED" | "REJECTED";
+            decision: ("APPROVED" | "REJECTED") | null;
+            decided_at: string | null;
+            decided_by: string | null;
+            reason: string | null;
             created_at: string;
-            last_used_at: string;
-            expires_at: string;
         };
         /**
          * @example {
-         *       "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *       "principal_id": "alice",
-         *       "roles": [
-         *         "operator"
-         *       ],
-         *       "idp_roles": [
-         *         "viewer"
-         *       ],
-         *       "key_roles": [
-         *         "operator"
-         *       ],
-         *       "updated_at": "2026-11-22T10:00:00.000Z",
-         *       "assigned_by": "admin@acme"
+         *       "registrar_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "note": "we assemble line 4"
          *     }
          */
-        UserRoles: {
-            /** Format: uuid */
-            account_id: string;
-            principal_id: string;
-            /** @description assigned by an account admin ([] when none) */
-            roles: string[];
-            /** @description last asserted by the identity provider ([] when the user never signed in) */
-            idp_roles: string[];
-            /** @description what the user's static keys carry: roles when any are assigned, else idp_roles */
-            key_roles: string[];
-            updated_at: string | null;
-            assigned_by: string | null;
+        AccessRequestCreate: {
+            /**
+             * Format: uuid
+             * @description another account's approved registrar
+             */
+            registrar_id: string;
+            note?: string;
+        };
+        /**
+         * @example {
+         *       "decision": "APPROVED"
+         *     }
+         */
+        AccessRequestDecision: {
+            /** @enum {string} */
+            decision: "APPROVED" | "REJECTED";
+            reason?: string;
+        };
+        /**
+         * @example {
+         *       "items": [
+         *         {
+         *           "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *           "registrar_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *           "requester_account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *           "owner_account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *           "note": null,
+         *           "state": "PENDING",
+         *           "decision": null,
+         *           "decided_at": null,
+         *           "decided_by": null,
+         *           "reason": null,
+         *           "created_at": "2026-11-22T10:00:00.000Z"
+         *         }
+         *       ],
+         *       "next_cursor": null
+         *     }
+         */
+        AccessRequestPage: {
+            items: components["schemas"]["AccessRequest"][];
+            next_cursor: string | null;
         };
         /**
          * @example {
@@ -4040,67 +3932,37 @@ export interface components {
         };
         /**
          * @example {
-         *       "name": "no-annihilate",
-         *       "document": {
-         *         "Version": "2012-10-17",
-         *         "Statement": [
-         *           {
-         *             "Effect": "Deny",
-         *             "Action": [
-         *               "factory:Thing:Annihilate"
-         *             ],
-         *             "Resource": [
-         *               "*"
-         *             ]
-         *           }
-         *         ]
-         *       }
+         *       "scope": "account",
+         *       "account_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "organization_id": null,
+         *       "items": [
+         *         {
+         *           "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *           "service_code": "things",
+         *           "quota_code": "things-per-account",
+         *           "name": "Things per account",
+         *           "default_value": 10000,
+         *           "applied_value": 20000,
+         *           "max_value": 1000000,
+         *           "adjustable": true,
+         *           "scope": "account",
+         *           "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *           "organization_id": null,
+         *           "updated_at": "2026-11-22T10:00:00.000Z"
+         *         }
+         *       ]
          *     }
          */
-        ScpCreate: {
-            name: string;
-            description?: string;
-            /** @description the policy document, as JSON text or as an object */
-            document: string | {
-                [key: string]: unknown;
-            };
-        };
-        /**
-         * @description A service control policy
-         * @example {
-         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "name": "no-annihilate",
-         *       "description": "",
-         *       "document": {
-         *         "Version": "2012-10-17",
-         *         "Statement": [
-         *           {
-         *             "Effect": "Deny",
-         *             "Action": [
-         *               "factory:Thing:Annihilate"
-         *             ],
-         *             "Resource": [
-         *               "*"
-         *             ]
-         *           }
-         *         ]
-         *       },
-         *       "document_size": 98,
-         *       "created_at": "2026-11-22T10:00:00.000Z",
-         *       "created_by": "platform-admin"
-         *     }
-         */
-        Scp: {
+        AccountQuotas: {
+            /**
+             * @description organization: the account is a member and uses the organization's quotas (rule 7)
+             * @enum {string}
+             */
+            scope: "account" | "organization";
             /** Format: uuid */
-            id: string;
-            name: string;
-            description: string;
-            document: {
-                [key: string]: unknown;
-            };
-            document_size: number;
-            created_at: string;
-            created_by: string | null;
+            account_id: string;
+            organization_id: string | null;
+            items: components["schemas"]["Quota"][];
         };
         /**
          * @example {
@@ -4144,558 +4006,136 @@ export interface components {
         };
         /**
          * @example {
-         *       "sub": "alice",
-         *       "realm": "acc-7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *       "via": "jwt",
-         *       "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *       "roles": [
-         *         "operator"
-         *       ],
-         *       "access_key_id": null
-         *     }
-         */
-        WhoAmI: {
-            sub: string;
-            realm: string;
-            /** @enum {string} */
-            via: "jwt" | "credential" | "factory-service" | "device" | "internal";
-            account_id: string | null;
-            roles: string[];
-            access_key_id: string | null;
-        };
-        /**
-         * @example {
-         *       "service_code": "things",
-         *       "quota_code": "things-per-account",
-         *       "name": "Things per account",
-         *       "default_value": 10000,
-         *       "max_value": 1000000,
-         *       "adjustable": true
-         *     }
-         */
-        QuotaDefault: {
-            service_code: string;
-            quota_code: string;
-            name: string;
-            default_value: number;
-            max_value: number | null;
-            adjustable: boolean;
-        };
-        /**
-         * @example {
-         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "service_code": "things",
-         *       "quota_code": "things-per-account",
-         *       "name": "Things per account",
-         *       "default_value": 10000,
-         *       "applied_value": 20000,
-         *       "max_value": 1000000,
-         *       "adjustable": true,
-         *       "scope": "account",
-         *       "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *       "organization_id": null,
-         *       "updated_at": "2026-11-22T10:00:00.000Z"
-         *     }
-         */
-        Quota: {
-            /** Format: uuid */
-            id: string;
-            service_code: string;
-            quota_code: string;
-            name: string;
-            default_value: number;
-            applied_value: number;
-            max_value: number | null;
-            adjustable: boolean;
-            /** @enum {string} */
-            scope: "account" | "organization";
-            account_id: string | null;
-            organization_id: string | null;
-            updated_at: string;
-        };
-        /**
-         * @example {
-         *       "scope": "account",
-         *       "account_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "organization_id": null,
          *       "items": [
          *         {
-         *           "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *           "service_code": "things",
-         *           "quota_code": "things-per-account",
-         *           "name": "Things per account",
-         *           "default_value": 10000,
-         *           "applied_value": 20000,
-         *           "max_value": 1000000,
-         *           "adjustable": true,
-         *           "scope": "account",
-         *           "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *           "organization_id": null,
-         *           "updated_at": "2026-11-22T10:00:00.000Z"
-         *         }
-         *       ]
-         *     }
-         */
-        AccountQuotas: {
-            /**
-             * @description organization: the account is a member and uses the organization's quotas (rule 7)
-             * @enum {string}
-             */
-            scope: "account" | "organization";
-            /** Format: uuid */
-            account_id: string;
-            organization_id: string | null;
-            items: components["schemas"]["Quota"][];
-        };
-        /**
-         * @example {
-         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "kind": "account",
-         *       "status": "pending",
-         *       "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *       "organization_id": null,
-         *       "leave_request_account_id": null,
-         *       "leave_gated": false,
-         *       "leave_id": null,
-         *       "service_code": "things",
-         *       "quota_code": "things-per-account",
-         *       "desired_value": 50000,
-         *       "reason": "second factory line",
-         *       "decision_reason": null,
-         *       "decided_by": null,
-         *       "decided_at": null,
-         *       "created_by": "admin@acme",
-         *       "created_at": "2026-11-22T10:00:00.000Z"
-         *     }
-         */
-        QuotaRequest: {
-            /** Format: uuid */
-            id: string;
-            /** @enum {string} */
-            kind: "account" | "organization" | "leave";
-            /** @enum {string} */
-            status: "pending" | "approved" | "denied" | "cancelled";
-            /**
-             * Format: uuid
-             * @description the requesting account (the leaving account for leave-gated requests)
-             */
-            account_id: string;
-            organization_id: string | null;
-            /** @description set when auto-submitted because this account is leaving an organization */
-            leave_request_account_id: string | null;
-            leave_gated: boolean;
-            leave_id: string | null;
-            service_code: string;
-            quota_code: string;
-            desired_value: number;
-            reason: string | null;
-            decision_reason: string | null;
-            decided_by: string | null;
-            decided_at: string | null;
-            created_by: string | null;
-            created_at: string;
-        };
-        /**
-         * @example {
-         *       "service_code": "things",
-         *       "quota_code": "things-per-account",
-         *       "desired_value": 50000,
-         *       "reason": "second factory line"
-         *     }
-         */
-        QuotaRequestCreate: {
-            /** @default organizations */
-            service_code: string;
-            quota_code: string;
-            desired_value: number;
-            reason?: string;
-        };
-        /**
-         * @example {
-         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "name": "Acme group",
-         *       "management_account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *       "member_count": 3,
-         *       "created_at": "2026-11-22T10:00:00.000Z"
-         *     }
-         */
-        Organization: {
-            /** Format: uuid */
-            id: string;
-            name: string;
-            /** Format: uuid */
-            management_account_id: string;
-            member_count: number;
-            created_at: string;
-        };
-        /**
-         * @example {
-         *       "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *       "organization_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "status": "active",
-         *       "management": true,
-         *       "leave_id": null,
-         *       "joined_at": "2026-11-22T10:00:00.000Z"
-         *     }
-         */
-        OrganizationMember: {
-            /** Format: uuid */
-            account_id: string;
-            /** Format: uuid */
-            organization_id: string;
-            /** @enum {string} */
-            status: "active" | "leaving";
-            management: boolean;
-            leave_id: string | null;
-            joined_at: string;
-        };
-        /**
-         * @example {
-         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "organization_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "account_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "state": "text",
-         *       "outcome": "pending",
-         *       "initiated_as": "leave",
-         *       "elevated": [
-         *         {
-         *           "service_code": "text",
-         *           "quota_code": "text",
-         *           "value": -9007199254740991
+         *           "op": "add",
+         *           "model": "FFF1:8001",
+         *           "sn": "SN-000666",
+         *           "reason": "cloned serial seen on two lines",
+         *           "by": "admin@acme",
+         *           "at": "2026-11-22T10:00:00.000Z"
          *         }
          *       ],
-         *       "request_ids": [
-         *         "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9"
-         *       ],
-         *       "decisions": {},
-         *       "started_at": "text",
-         *       "finished_at": null
+         *       "next_cursor": "bl.1043",
+         *       "has_more": false
          *     }
          */
-        OrganizationLeave: {
-            /** Format: uuid */
-            id: string;
-            /** Format: uuid */
-            organization_id: string;
-            /** Format: uuid */
-            account_id: string;
-            /** @description started | seeding | awaitingDecisions | departing | departed | blocking | blocked */
-            state: string;
-            /** @enum {string} */
-            outcome: "pending" | "departed" | "blocked";
-            /** @enum {string} */
-            initiated_as: "leave" | "remove";
-            elevated: {
-                service_code: string;
-                quota_code: string;
-                value: number;
+        BlacklistDeltas: {
+            /** @description changes after the cursor, oldest first; replayed in order onto the snapshot of that cursor they give the current list */
+            items: {
+                /** @enum {string} */
+                op: "add" | "remove";
+                model: string;
+                sn: string;
+                /** @description the entry's reason (adds) */
+                reason: string | null;
+                by: string;
+                at: string;
             }[];
-            request_ids: string[];
-            decisions: {
-                [key: string]: "approved" | "denied";
-            };
-            started_at: string;
-            finished_at: string | null;
+            next_cursor: string;
+            /** @description true when more changes follow next_cursor now */
+            has_more: boolean;
         };
         /**
+         * @description An identity (model, serial) refused enrollment
          * @example {
-         *       "channel": [
-         *         "in_app"
-         *       ],
-         *       "to": {
-         *         "subscriberId": "user-42"
-         *       },
-         *       "scope": "user",
-         *       "severity": "warning",
-         *       "template": "device/revoked",
-         *       "data": {
-         *         "thingId": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b"
-         *       },
-         *       "actionUrl": "/things/3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b"
+         *       "model": "FFF1:8001",
+         *       "sn": "SN-000666",
+         *       "reason": "cloned serial seen on two lines",
+         *       "added_by": "admin@acme",
+         *       "added_at": "2026-11-22T10:00:00.000Z"
          *     }
          */
-        NotificationPublish: {
-            channel: ("email" | "in_app")[];
-            to: {
-                /** @description scope user: the human's subject (sub); scope tenant: the account id */
-                subscriberId: string;
-                /** Format: email */
-                email?: string;
-            };
-            /**
-             * @default user
-             * @enum {string}
-             */
-            scope: "user" | "tenant";
-            /**
-             * @default info
-             * @enum {string}
-             */
-            severity: "info" | "warning" | "error" | "critical";
-            template: string;
-            /** @default {} */
-            data: {
-                [key: string]: unknown;
-            };
-            actionUrl?: string;
+        BlacklistEntry: {
+            model: string;
+            sn: string;
+            reason: string;
+            /** @description subject (user, factory service or operator) that added it */
+            added_by: string;
+            added_at: string;
         };
         /**
          * @example {
-         *       "status": "sent",
-         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "channel": [
-         *         "in_app"
+         *       "model": "FFF1:8001",
+         *       "sn": "SN-000666",
+         *       "reason": "cloned serial seen on two lines",
+         *       "added_by": "admin@acme",
+         *       "added_at": "2026-11-22T10:00:00.000Z",
+         *       "revoked_things": 1
+         *     }
+         */
+        BlacklistEntryAdded: {
+            model: string;
+            sn: string;
+            reason: string;
+            /** @description subject (user, factory service or operator) that added it */
+            added_by: string;
+            added_at: string;
+            /** @description enrolled things of this identity revoked by the add (certificate on the CRL, broker session closed) */
+            revoked_things: number;
+        };
+        /**
+         * @example {
+         *       "model": "FFF1:8001",
+         *       "sn": "SN-000666",
+         *       "reason": "cloned serial seen on two lines"
+         *     }
+         */
+        BlacklistEntryCreate: {
+            /** @description the model as things carry it: a `vid:pid` descriptor (FFF1:8001) or a model id (both stored as the descriptor), or the name an unregistered device sent */
+            model: string;
+            /** @description serial number */
+            sn: string;
+            /** @description why this identity is refused (not shown to devices) */
+            reason: string;
+        };
+        /**
+         * @example {
+         *       "keys": [
+         *         {
+         *           "kty": "EC",
+         *           "crv": "P-256",
+         *           "x": "text",
+         *           "y": "text",
+         *           "kid": "text",
+         *           "alg": "ES256",
+         *           "use": "sig"
+         *         }
          *       ]
          *     }
          */
-        NotificationPublishResult: {
-            /** @constant */
-            status: "sent";
-            id: string | null;
-            channel: ("email" | "in_app")[];
-        } | {
-            /** @constant */
-            status: "dropped";
-            /** @enum {string} */
-            reason: "globalMute" | "category-disabled" | "quiet-hours";
-            categoryId?: string;
-        };
-        /**
-         * @example {
-         *       "globalMute": false,
-         *       "disabledCategories": [
-         *         "marketing"
-         *       ],
-         *       "quietHours": {
-         *         "start": "22:00",
-         *         "end": "07:00",
-         *         "timeZone": "Europe/Berlin"
-         *       }
-         *     }
-         */
-        NotificationPreferencesUpdate: {
-            globalMute: boolean;
-            disabledCategories: string[];
-            quietHours: {
-                start: string;
-                end: string;
-                /** @description IANA time zone, e.g. Europe/Berlin */
-                timeZone: string;
-            } | null;
-        };
-        /**
-         * @example {
-         *       "globalMute": false,
-         *       "disabledCategories": [
-         *         "marketing"
-         *       ],
-         *       "quietHours": {
-         *         "start": "22:00",
-         *         "end": "07:00",
-         *         "timeZone": "Europe/Berlin"
-         *       },
-         *       "updatedAt": "2026-11-22T10:00:00.000Z"
-         *     }
-         */
-        NotificationPreferences: {
-            globalMute: boolean;
-            disabledCategories: string[];
-            quietHours: {
-                start: string;
-                end: string;
-                /** @description IANA time zone, e.g. Europe/Berlin */
-                timeZone: string;
-            } | null;
-            updatedAt: string | null;
-        };
-        /**
-         * @example {
-         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "scope": "user",
-         *       "accountId": null,
-         *       "template": "device/revoked",
-         *       "categoryId": "device",
-         *       "severity": "warning",
-         *       "title": "Device revoked",
-         *       "body": "Device SN-000123 was revoked.",
-         *       "data": {
-         *         "thingId": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b"
-         *       },
-         *       "actionUrl": "/things/3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
-         *       "createdAt": "2026-11-22T10:00:00.000Z",
-         *       "read": false,
-         *       "dismissed": false
-         *     }
-         */
-        Notification: {
-            /** Format: uuid */
-            id: string;
-            /** @enum {string} */
-            scope: "user" | "tenant";
-            /** @description the account of a tenant-scope notification */
-            accountId: string | null;
-            template: string;
-            categoryId: string;
-            /** @enum {string} */
-            severity: "info" | "warning" | "error" | "critical";
-            title: string;
-            body: string;
-            data: {
-                [key: string]: unknown;
-            };
-            actionUrl: string | null;
-            createdAt: string;
-            read: boolean;
-            dismissed: boolean;
+        BlacklistJwks: {
+            keys: {
+                /** @constant */
+                kty: "EC";
+                /** @constant */
+                crv: "P-256";
+                x: string;
+                y: string;
+                kid: string;
+                /** @constant */
+                alg: "ES256";
+                /** @constant */
+                use: "sig";
+            }[];
         };
         /**
          * @example {
          *       "items": [
          *         {
-         *           "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *           "scope": "user",
-         *           "accountId": null,
-         *           "template": "device/revoked",
-         *           "categoryId": "device",
-         *           "severity": "warning",
-         *           "title": "Device revoked",
-         *           "body": "Device SN-000123 was revoked.",
-         *           "data": {
-         *             "thingId": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b"
-         *           },
-         *           "actionUrl": "/things/3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
-         *           "createdAt": "2026-11-22T10:00:00.000Z",
-         *           "read": false,
-         *           "dismissed": false
+         *           "model": "FFF1:8001",
+         *           "sn": "SN-000666",
+         *           "reason": "cloned serial seen on two lines",
+         *           "added_by": "admin@acme",
+         *           "added_at": "2026-11-22T10:00:00.000Z"
          *         }
          *       ],
-         *       "limit": 20,
-         *       "offset": 0,
-         *       "hasMore": false
+         *       "next_cursor": null
          *     }
          */
-        NotificationPage: {
-            items: components["schemas"]["Notification"][];
-            limit: number;
-            offset: number;
-            hasMore: boolean;
-        };
-        /**
-         * @example {
-         *       "id": "device",
-         *       "name": "Devices",
-         *       "names": {
-         *         "en": "Devices",
-         *         "de": "Geräte"
-         *       }
-         *     }
-         */
-        NotificationCategory: {
-            id: string;
-            name: string;
-            names: {
-                [key: string]: string;
-            };
-        };
-        /**
-         * @example {
-         *       "names": {
-         *         "en": "Devices",
-         *         "de": "Geräte"
-         *       }
-         *     }
-         */
-        NotificationCategoryUpdate: {
-            names: {
-                [key: string]: string;
-            };
-        };
-        /**
-         * @example {
-         *       "categoryId": "device",
-         *       "subject": "Device {{serial}} revoked",
-         *       "title": "Device revoked",
-         *       "bodyText": "Device {{serial}} was revoked.",
-         *       "bodyHtml": "<p>Device {{serial}} was revoked.</p>"
-         *     }
-         */
-        NotificationTemplateUpdate: {
-            categoryId: string;
-            subject: string;
-            title: string;
-            bodyText: string;
-            bodyHtml: string;
-        };
-        /**
-         * @example {
-         *       "id": "device/revoked",
-         *       "categoryId": "device",
-         *       "subject": "Device {{serial}} revoked",
-         *       "title": "Device revoked",
-         *       "bodyText": "Device {{serial}} was revoked.",
-         *       "bodyHtml": "<p>Device {{serial}} was revoked.</p>",
-         *       "updatedAt": "2026-11-22T10:00:00.000Z"
-         *     }
-         */
-        NotificationTemplate: {
-            categoryId: string;
-            subject: string;
-            title: string;
-            bodyText: string;
-            bodyHtml: string;
-            id: string;
-            updatedAt: string;
-        };
-        /**
-         * @example {
-         *       "action": "notifications:Send",
-         *       "publisher": {
-         *         "sub": "svc-alerts",
-         *         "realm": "acc-7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *         "realmKind": "acc",
-         *         "accountId": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *         "roles": [
-         *           "operator"
-         *         ]
-         *       },
-         *       "scope": "user",
-         *       "subscriberId": "user-42",
-         *       "template": "device/revoked",
-         *       "categoryId": "device",
-         *       "severity": "warning",
-         *       "channel": [
-         *         "in_app"
-         *       ]
-         *     }
-         */
-        NotificationAuthorizationRequest: {
-            /** @constant */
-            action: "notifications:Send";
-            publisher: {
-                sub: string;
-                realm: string;
-                realmKind: string;
-                accountId: string | null;
-                roles: string[];
-            };
-            /** @enum {string} */
-            scope: "user" | "tenant";
-            subscriberId: string;
-            template: string;
-            categoryId: string;
-            /** @enum {string} */
-            severity: "info" | "warning" | "error" | "critical";
-            channel: string[];
-        };
-        /**
-         * @example {
-         *       "allow": true
-         *     }
-         */
-        NotificationAuthorizationDecision: {
-            allow: boolean;
-            /** @description why a send is denied */
-            reason?: string;
+        BlacklistPage: {
+            items: components["schemas"]["BlacklistEntry"][];
+            next_cursor: string | null;
         };
         /**
          * @description A device's newest certificate
@@ -4712,268 +4152,31 @@ export interface components {
             revoked: boolean;
         };
         /**
-         * @description A thing's lifecycle state (machines/thing.ts)
-         * @example ACTIVATED
-         * @enum {string}
-         */
-        ThingState: "REGISTERED" | "ROLLEDOFF" | "PROVISIONED" | "IN_FACTORY" | "HANDOVER_PENDING" | "ACTIVATED" | "DEACTIVATED" | "ANNIHILATED";
-        /**
-         * @description A device model to create, by provisioning method
+         * @description A claim group: devices enroll with its shared secret until capped, expired or revoked
          * @example {
-         *       "pid": "8001",
-         *       "name": "Smart plug",
-         *       "provisioning_method": "claim_token"
+         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "name": "Line 4 batch 2026-11",
+         *       "maxDevices": 500,
+         *       "ttlDays": 30,
+         *       "createdAt": "2026-11-22T10:00:00.000Z",
+         *       "expiresAt": "2026-12-22T10:00:00.000Z",
+         *       "consumed": 42,
+         *       "status": "active",
+         *       "revoked": false
          *     }
          */
-        ModelCreate: {
-            /** @description default: the account's vendor VID (POST /api/v1/vendors); another account's VID is refused (409) */
-            vid?: string;
-            pid: string;
-            name: string;
-            /**
-             * @description automatic (default): license requests are granted at once; manual: they wait for a tenant with capability approve_licenses
-             * @enum {string}
-             */
-            licenseApproval?: "automatic" | "manual";
-            description?: string;
-            /** @constant */
-            provisioning_method: "none";
-            provisioning?: Record<string, never>;
-        } | {
-            /** @description default: the account's vendor VID (POST /api/v1/vendors); another account's VID is refused (409) */
-            vid?: string;
-            pid: string;
-            name: string;
-            /**
-             * @description automatic (default): license requests are granted at once; manual: they wait for a tenant with capability approve_licenses
-             * @enum {string}
-             */
-            licenseApproval?: "automatic" | "manual";
-            description?: string;
-            /** @constant */
-            provisioning_method: "claim_token";
-            provisioning?: Record<string, never>;
-        } | {
-            /** @description default: the account's vendor VID (POST /api/v1/vendors); another account's VID is refused (409) */
-            vid?: string;
-            pid: string;
-            name: string;
-            /**
-             * @description automatic (default): license requests are granted at once; manual: they wait for a tenant with capability approve_licenses
-             * @enum {string}
-             */
-            licenseApproval?: "automatic" | "manual";
-            description?: string;
-            /** @constant */
-            provisioning_method: "auto";
-            provisioning?: {
-                /** @description regular expression the serial must match */
-                serialPattern?: string;
-                /** @description manufacturers allowed */
-                manufacturers?: string[];
-            };
-        } | {
-            /** @description default: the account's vendor VID (POST /api/v1/vendors); another account's VID is refused (409) */
-            vid?: string;
-            pid: string;
-            name: string;
-            /**
-             * @description automatic (default): license requests are granted at once; manual: they wait for a tenant with capability approve_licenses
-             * @enum {string}
-             */
-            licenseApproval?: "automatic" | "manual";
-            description?: string;
-            /** @constant */
-            provisioning_method: "symmetric_key";
-            provisioning?: {
-                /** @description base64 group key (generated when absent; shown once) */
-                groupKey?: string;
-            };
-        } | {
-            /** @description default: the account's vendor VID (POST /api/v1/vendors); another account's VID is refused (409) */
-            vid?: string;
-            pid: string;
-            name: string;
-            /**
-             * @description automatic (default): license requests are granted at once; manual: they wait for a tenant with capability approve_licenses
-             * @enum {string}
-             */
-            licenseApproval?: "automatic" | "manual";
-            description?: string;
-            /** @constant */
-            provisioning_method: "certificate";
-            provisioning: {
-                /** @description PEM of the manufacturer CA that signs device birth certificates */
-                manufacturerCaPem: string;
-            };
-        } | {
-            /** @description default: the account's vendor VID (POST /api/v1/vendors); another account's VID is refused (409) */
-            vid?: string;
-            pid: string;
-            name: string;
-            /**
-             * @description automatic (default): license requests are granted at once; manual: they wait for a tenant with capability approve_licenses
-             * @enum {string}
-             */
-            licenseApproval?: "automatic" | "manual";
-            description?: string;
-            /** @constant */
-            provisioning_method: "webhook";
-            provisioning: {
-                /**
-                 * Format: uri
-                 * @description https:// approval endpoint (http:// only to loopback)
-                 */
-                approvalUrl: string;
-                timeoutMs?: number;
-            };
-        };
-        /**
-         * @description A device model (vid:pid) and how its devices provision
-         * @example {
-         *       "id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
-         *       "vid": "FFF1",
-         *       "pid": "8001",
-         *       "descriptor": "FFF1:8001",
-         *       "name": "Smart plug",
-         *       "provisioning_method": "claim_token",
-         *       "provisioning": {},
-         *       "licenseApproval": "automatic",
-         *       "created_at": "2026-11-22T10:00:00.000Z",
-         *       "description": "",
-         *       "owner_account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *       "imported": false
-         *     }
-         */
-        Model: {
+        ClaimGroup: {
             /** Format: uuid */
             id: string;
-            vid: string;
-            pid: string;
-            descriptor: string;
             name: string;
-            /** @enum {string} */
-            provisioning_method: "none" | "auto" | "symmetric_key" | "certificate" | "webhook" | "claim_token";
-            provisioning: {
-                [key: string]: unknown;
-            };
-            /**
-             * @description automatic (default): license requests are granted at once; manual: they wait for a tenant with capability approve_licenses
-             * @enum {string}
-             */
-            licenseApproval: "automatic" | "manual";
-            created_at: string;
-            description: string;
-            /**
-             * Format: uuid
-             * @description the account that owns the model (another account for an imported model)
-             */
-            owner_account_id: string;
-            /** @description true: imported by a share deeplink (public descriptor only: provisioning settings are not shown) */
-            imported: boolean;
-        };
-        /**
-         * @description A created model; secret (groupKey or webhookSecret) is shown once
-         * @example {
-         *       "id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
-         *       "vid": "FFF1",
-         *       "pid": "8002",
-         *       "descriptor": "FFF1:8002",
-         *       "name": "Sensor",
-         *       "provisioning_method": "symmetric_key",
-         *       "provisioning": {},
-         *       "licenseApproval": "automatic",
-         *       "created_at": "2026-11-22T10:00:00.000Z",
-         *       "description": "",
-         *       "owner_account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *       "imported": false,
-         *       "secret": {
-         *         "groupKey": "q8t1m3c2VjcmV0LWdyb3VwLWtleS1zaG93bi1vbmNlLW9ubHk="
-         *       }
-         *     }
-         */
-        ModelCreated: {
-            /** Format: uuid */
-            id: string;
-            vid: string;
-            pid: string;
-            descriptor: string;
-            name: string;
-            /** @enum {string} */
-            provisioning_method: "none" | "auto" | "symmetric_key" | "certificate" | "webhook" | "claim_token";
-            provisioning: {
-                [key: string]: unknown;
-            };
-            /**
-             * @description automatic (default): license requests are granted at once; manual: they wait for a tenant with capability approve_licenses
-             * @enum {string}
-             */
-            licenseApproval: "automatic" | "manual";
-            created_at: string;
-            description: string;
-            /**
-             * Format: uuid
-             * @description the account that owns the model (another account for an imported model)
-             */
-            owner_account_id: string;
-            /** @description true: imported by a share deeplink (public descriptor only: provisioning settings are not shown) */
-            imported: boolean;
-            /** @description groupKey (symmetric_key) or webhookSecret (webhook): shown once */
-            secret?: {
-                [key: string]: string;
-            };
-        };
-        /**
-         * @description A device to register
-         * @example {
-         *       "manufacturer": "Acme",
-         *       "model": "FFF1:8001",
-         *       "serial": "SN-000123"
-         *     }
-         */
-        ThingCreate: {
-            manufacturer: string;
-            /** @description vid:pid descriptor or free model name */
-            model: string;
-            serial: string;
-            metadata?: {
-                [key: string]: string | number | boolean;
-            };
-        };
-        /**
-         * @description A registered device and its single-use enrollment token
-         * @example {
-         *       "thingId": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
-         *       "enrollmentToken": "et_4Qm9c2Vjc2V0LXRva2Vu",
-         *       "expiresAt": "2026-12-22T10:00:00.000Z"
-         *     }
-         */
-        ThingCreated: {
-            /** Format: uuid */
-            thingId: string;
-            enrollmentToken: string;
+            maxDevices: number;
+            ttlDays: number;
+            createdAt: string;
             expiresAt: string;
-        };
-        /**
-         * @description A revocation's outcome
-         * @example {
-         *       "thingId": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
-         *       "revoked": true,
-         *       "revokedSerials": [
-         *         "5A3C9E01"
-         *       ],
-         *       "crlNumber": 12,
-         *       "disconnected": true
-         *     }
-         */
-        ThingRevoked: {
-            /** Format: uuid */
-            thingId: string;
-            /** @constant */
-            revoked: true;
-            revokedSerials: string[];
-            crlNumber: number;
-            disconnected: boolean;
+            consumed: number;
+            /** @enum {string} */
+            status: "active" | "capped" | "expired" | "revoked";
+            revoked: boolean;
         };
         /**
          * @example {
@@ -5008,31 +4211,224 @@ export interface components {
             createdAt: string;
         };
         /**
-         * @description A claim group: devices enroll with its shared secret until capped, expired or revoked
          * @example {
          *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "name": "Line 4 batch 2026-11",
-         *       "maxDevices": 500,
-         *       "ttlDays": 30,
-         *       "createdAt": "2026-11-22T10:00:00.000Z",
-         *       "expiresAt": "2026-12-22T10:00:00.000Z",
-         *       "consumed": 42,
-         *       "status": "active",
-         *       "revoked": false
+         *       "status": "completed",
+         *       "response": {
+         *         "ok": true
+         *       }
          *     }
          */
-        ClaimGroup: {
+        CommandResult: {
+            /**
+             * Format: uuid
+             * @description correlation id of the request
+             */
+            id: string;
+            /** @constant */
+            status: "completed";
+            /** @description the device's reply (JSON when it parses) */
+            response: unknown;
+        };
+        /**
+         * @example {
+         *       "thingId": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *       "connected": true,
+         *       "protocolVersion": 5,
+         *       "connectedAt": "2026-11-22T10:00:00.000Z",
+         *       "disconnectedAt": null,
+         *       "lastSeen": "2026-11-22T10:00:00.000Z"
+         *     }
+         */
+        Connectivity: {
+            thingId: string;
+            connected: boolean;
+            /** @description MQTT protocol level of the current connection: 4 (3.1.1) or 5 */
+            protocolVersion: number | null;
+            connectedAt: string | null;
+            disconnectedAt: string | null;
+            /** @description last MQTT message (heartbeat, telemetry, twin) or connect */
+            lastSeen: string | null;
+        };
+        /**
+         * @description A static SVC access key (its secret is never shown again)
+         * @example {
+         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "access_key_id": "AKSV0123456789ABCDEF",
+         *       "status": "ACTIVE",
+         *       "principal_id": "ci-bot",
+         *       "description": "CI pipeline",
+         *       "created_at": "2026-11-22T10:00:00.000Z",
+         *       "expires_at": null,
+         *       "last_used_at": null
+         *     }
+         */
+        Credential: {
             /** Format: uuid */
             id: string;
-            name: string;
-            maxDevices: number;
-            ttlDays: number;
-            createdAt: string;
-            expiresAt: string;
-            consumed: number;
+            access_key_id: string;
             /** @enum {string} */
-            status: "active" | "capped" | "expired" | "revoked";
-            revoked: boolean;
+            status: "ACTIVE" | "INACTIVE";
+            principal_id: string;
+            description: string;
+            created_at: string;
+            expires_at: string | null;
+            last_used_at: string | null;
+        };
+        /**
+         * @example {
+         *       "principal_id": "ci-bot",
+         *       "description": "CI pipeline"
+         *     }
+         */
+        CredentialCreate: {
+            /** @description identity-provider user id (sub) of a tenant IAM user of the account */
+            principal_id: string;
+            description?: string;
+        };
+        /**
+         * @description A created access key; secret_key is shown once
+         * @example {
+         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "access_key_id": "AKSV0123456789ABCDEF",
+         *       "status": "ACTIVE",
+         *       "principal_id": "ci-bot",
+         *       "description": "CI pipeline",
+         *       "created_at": "2026-11-22T10:00:00.000Z",
+         *       "expires_at": null,
+         *       "last_used_at": null,
+         *       "secret_key": "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+         *     }
+         */
+        CredentialCreated: {
+            /** Format: uuid */
+            id: string;
+            access_key_id: string;
+            /** @enum {string} */
+            status: "ACTIVE" | "INACTIVE";
+            principal_id: string;
+            description: string;
+            created_at: string;
+            expires_at: string | null;
+            last_used_at: string | null;
+            /** @description shown once; store it now */
+            secret_key: string;
+        };
+        /**
+         * @example {
+         *       "status": "INACTIVE"
+         *     }
+         */
+        CredentialUpdate: {
+            /** @enum {string} */
+            status: "ACTIVE" | "INACTIVE";
+            description?: string;
+        };
+        /**
+         * @description An enrolled device's certificate, key (unless it sent a CSR) and broker settings
+         * @example {
+         *       "thingId": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *       "certificate": "-----BEGIN CERTIFICATE-----\nMIIB…\n-----END CERTIFICATE-----\n",
+         *       "caCertificate": "-----BEGIN CERTIFICATE-----\nMIID…\n-----END CERTIFICATE-----\n",
+         *       "mqttBrokerUrl": "mqtts://gateway.example:8883",
+         *       "mqttBrokerPort": 8883,
+         *       "caBundlePem": "-----BEGIN CERTIFICATE-----\nMIID…\n-----END CERTIFICATE-----\n",
+         *       "twinTopicPrefix": "devices/3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b/twin"
+         *     }
+         */
+        DeviceCredentials: {
+            /**
+             * Format: uuid
+             * @description the enrolled thing (its certificate CN)
+             */
+            thingId: string;
+            certificate: string;
+            privateKey?: string;
+            caCertificate: string;
+            mqttBrokerUrl: string;
+            mqttBrokerPort: number;
+            caBundlePem: string;
+            twinTopicPrefix: string;
+        };
+        /**
+         * @example {
+         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *       "expires_at": "2026-12-22T10:00:00.000Z",
+         *       "redemptions": 0,
+         *       "created_by": "admin@acme",
+         *       "created_at": "2026-11-22T10:00:00.000Z"
+         *     }
+         */
+        DeviceDeeplink: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            thing_id: string;
+            expires_at: string;
+            redemptions: number;
+            created_by: string;
+            created_at: string;
+        };
+        /**
+         * @example {
+         *       "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *       "expires_in_seconds": 86400
+         *     }
+         */
+        DeviceDeeplinkCreate: {
+            /**
+             * Format: uuid
+             * @description a thing of your account
+             */
+            thing_id: string;
+            /** @description lifetime of the deeplink in seconds (default 7 days, at most 90) */
+            expires_in_seconds?: number;
+        };
+        /**
+         * @example {
+         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *       "expires_at": "2026-12-22T10:00:00.000Z",
+         *       "redemptions": 0,
+         *       "created_by": "admin@acme",
+         *       "created_at": "2026-11-22T10:00:00.000Z",
+         *       "token": "dlk_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+         *       "url": "https://gateway.example.net/links/device#dlk_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+         *     }
+         */
+        DeviceDeeplinkCreated: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            thing_id: string;
+            expires_at: string;
+            redemptions: number;
+            created_by: string;
+            created_at: string;
+            /** @description dlk_ + 43 base64url characters; shown once (stored as SHA-256) */
+            token: string;
+            /** @description encodable URL (e.g. in a QR code): <PUBLIC_BASE_URL>/links/device#<token> */
+            url: string;
+        };
+        /**
+         * @example {
+         *       "items": [
+         *         {
+         *           "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *           "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *           "expires_at": "2026-12-22T10:00:00.000Z",
+         *           "redemptions": 0,
+         *           "created_by": "admin@acme",
+         *           "created_at": "2026-11-22T10:00:00.000Z"
+         *         }
+         *       ],
+         *       "next_cursor": null
+         *     }
+         */
+        DeviceDeeplinkPage: {
+            items: components["schemas"]["DeviceDeeplink"][];
+            next_cursor: string | null;
         };
         /**
          * @description What a device sends to enroll (one provisioning method's fields)
@@ -5063,32 +4459,6 @@ export interface components {
             deviceCertificate?: string;
         };
         /**
-         * @description An enrolled device's certificate, key (unless it sent a CSR) and broker settings
-         * @example {
-         *       "thingId": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
-         *       "certificate": "-----BEGIN CERTIFICATE-----\nMIIB…\n-----END CERTIFICATE-----\n",
-         *       "caCertificate": "-----BEGIN CERTIFICATE-----\nMIID…\n-----END CERTIFICATE-----\n",
-         *       "mqttBrokerUrl": "mqtts://gateway.example:8883",
-         *       "mqttBrokerPort": 8883,
-         *       "caBundlePem": "-----BEGIN CERTIFICATE-----\nMIID…\n-----END CERTIFICATE-----\n",
-         *       "twinTopicPrefix": "devices/3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b/twin"
-         *     }
-         */
-        DeviceCredentials: {
-            /**
-             * Format: uuid
-             * @description the enrolled thing (its certificate CN)
-             */
-            thingId: string;
-            certificate: string;
-            privateKey?: string;
-            caCertificate: string;
-            mqttBrokerUrl: string;
-            mqttBrokerPort: number;
-            caBundlePem: string;
-            twinTopicPrefix: string;
-        };
-        /**
          * @example {
          *       "thingId": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
          *       "state": "ACTIVATED",
@@ -5108,1137 +4478,6 @@ export interface components {
             revoked: boolean;
             enrolledAt: string | null;
             certificate: components["schemas"]["Certificate"] | null;
-        };
-        /**
-         * @description A granted device license (RS256 JWT)
-         * @example {
-         *       "licenseId": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "license": "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiIzZjFjIn0.c2ln",
-         *       "expiresAt": "2026-12-22T10:00:00.000Z"
-         *     }
-         */
-        License: {
-            /** Format: uuid */
-            licenseId: string;
-            license: string;
-            expiresAt: string;
-        };
-        /**
-         * @example {
-         *       "licenseId": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "status": "granted",
-         *       "license": "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiIzZjFjIn0.c2ln",
-         *       "expiresAt": "2026-12-22T10:00:00.000Z"
-         *     }
-         */
-        LicenseStatus: {
-            /** Format: uuid */
-            licenseId: string;
-            /** @enum {string} */
-            status: "pending" | "granted" | "denied";
-            /** @description granted: the RS256 JWT */
-            license?: string;
-            expiresAt?: string;
-            /** @description denied: why */
-            reason?: string;
-        };
-        /**
-         * @description A license decision as the tenant sees it
-         * @example {
-         *       "licenseId": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "thingId": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
-         *       "kind": "request",
-         *       "status": "granted",
-         *       "features": [
-         *         "telemetry"
-         *       ],
-         *       "reason": null,
-         *       "requestedAt": "2026-11-22T10:00:00.000Z",
-         *       "decidedAt": "2026-11-22T10:00:00.000Z",
-         *       "decidedBy": null,
-         *       "expiresAt": "2026-12-22T10:00:00.000Z"
-         *     }
-         */
-        LicenseRecord: {
-            /** Format: uuid */
-            licenseId: string;
-            /** Format: uuid */
-            thingId: string;
-            /** @enum {string} */
-            kind: "request" | "renew";
-            /** @enum {string} */
-            status: "pending" | "granted" | "denied";
-            features: string[];
-            reason: string | null;
-            requestedAt: string;
-            decidedAt: string | null;
-            /** @description principal sub; null for automatic decisions */
-            decidedBy: string | null;
-            expiresAt: string | null;
-        };
-        /**
-         * @example {
-         *       "accessCode": "ac_7Hx2bWFjY2Vzcy1jb2Rl",
-         *       "expiresAt": "2026-12-22T10:00:00.000Z"
-         *     }
-         */
-        AccessCode: {
-            accessCode: string;
-            expiresAt: string;
-        };
-        /**
-         * @description A thing's lifecycle state and when it last changed
-         * @example {
-         *       "state": "IN_FACTORY",
-         *       "updated_at": "2026-11-22T10:00:00.000Z"
-         *     }
-         */
-        ThingStateView: {
-            state: components["schemas"]["ThingState"];
-            updated_at: string;
-        };
-        /**
-         * @example {
-         *       "state": "ACTIVATED",
-         *       "updated_at": "2026-11-22T10:00:00.000Z",
-         *       "id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
-         *       "manufacturer": "Acme",
-         *       "model": "FFF1:8001",
-         *       "serial": "SN-000123",
-         *       "revoked": false
-         *     }
-         */
-        ResolvedThing: {
-            state: components["schemas"]["ThingState"];
-            updated_at: string;
-            /** Format: uuid */
-            id: string;
-            manufacturer: string;
-            model: string;
-            serial: string;
-            revoked: boolean;
-        };
-        /**
-         * @example {
-         *       "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
-         *       "state": "IN_FACTORY",
-         *       "eligible": true,
-         *       "reason": "the thing is in the factory",
-         *       "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
-         *       "updated_at": "2026-11-22T10:00:00.000Z"
-         *     }
-         */
-        FactoryEligibility: {
-            /** Format: uuid */
-            thing_id: string;
-            state: components["schemas"]["ThingState"];
-            /** @description the factory may still provision the thing and report legs */
-            eligible: boolean;
-            reason: string;
-            model_id: string | null;
-            updated_at: string;
-        };
-        /**
-         * @example {
-         *       "model": "FFF1:8001",
-         *       "serial": "SN-000123"
-         *     }
-         */
-        EnrollmentCreate: {
-            /** @description the model's vid:pid descriptor (FFF1:8001) or its id; a model of the caller's account */
-            model: string;
-            serial: string;
-            /** @description default: the manufacturer of the existing thing with this model and serial, else the model name */
-            manufacturer?: string;
-            /** @description PEM PKCS#10 request; then no privateKey is returned */
-            csr?: string;
-        };
-        /**
-         * @description An enrollment: a thing as it was born (its id is the thing id)
-         * @example {
-         *       "id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
-         *       "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
-         *       "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
-         *       "model": "FFF1:8001",
-         *       "manufacturer": "Acme",
-         *       "serial": "SN-000123",
-         *       "method": "factory",
-         *       "enrolled_at": "2026-11-22T10:00:00.000Z",
-         *       "state": "ROLLEDOFF",
-         *       "revoked": false,
-         *       "certificate_serial": "5A3C9E01",
-         *       "certificate_not_after": "2026-12-22T10:00:00.000Z",
-         *       "certificate_revoked": false
-         *     }
-         */
-        Enrollment: {
-            /**
-             * Format: uuid
-             * @description the enrollment's id: its thing's id
-             */
-            id: string;
-            /** Format: uuid */
-            thing_id: string;
-            model_id: string | null;
-            model: string;
-            manufacturer: string;
-            serial: string;
-            /** @description how the thing enrolled: factory (this route) or a device provisioning method */
-            method: string;
-            enrolled_at: string;
-            state: components["schemas"]["ThingState"];
-            revoked: boolean;
-            /** @description the thing's newest certificate */
-            certificate_serial: string | null;
-            certificate_not_after: string | null;
-            certificate_revoked: boolean | null;
-        };
-        /**
-         * @description A keyset page of enrollments
-         * @example {
-         *       "items": [
-         *         {
-         *           "id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
-         *           "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
-         *           "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
-         *           "model": "FFF1:8001",
-         *           "manufacturer": "Acme",
-         *           "serial": "SN-000123",
-         *           "method": "factory",
-         *           "enrolled_at": "2026-11-22T10:00:00.000Z",
-         *           "state": "ROLLEDOFF",
-         *           "revoked": false,
-         *           "certificate_serial": "5A3C9E01",
-         *           "certificate_not_after": "2026-12-22T10:00:00.000Z",
-         *           "certificate_revoked": false
-         *         }
-         *       ],
-         *       "next_cursor": null
-         *     }
-         */
-        EnrollmentPage: {
-            items: components["schemas"]["Enrollment"][];
-            next_cursor: string | null;
-        };
-        /**
-         * @example {
-         *       "type": "enrollment.approval",
-         *       "modelId": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
-         *       "descriptor": "FFF1:8001",
-         *       "manufacturer": "Acme",
-         *       "serial": "SN-000123"
-         *     }
-         */
-        EnrollmentApprovalRequest: {
-            /** @constant */
-            type: "enrollment.approval";
-            /** Format: uuid */
-            modelId: string;
-            /** @description vid:pid */
-            descriptor: string;
-            manufacturer: string;
-            serial: string;
-        };
-        /**
-         * @example {
-         *       "approved": true
-         *     }
-         */
-        EnrollmentApprovalAnswer: {
-            /** @description true admits the device; anything else refuses it */
-            approved: boolean;
-        };
-        /**
-         * @description A factory enrollment: the enrollment and the device's credentials
-         * @example {
-         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "thing_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "model_id": null,
-         *       "model": "text",
-         *       "manufacturer": "text",
-         *       "serial": "text",
-         *       "method": "text",
-         *       "enrolled_at": "text",
-         *       "state": "ACTIVATED",
-         *       "revoked": false,
-         *       "certificate_serial": null,
-         *       "certificate_not_after": null,
-         *       "certificate_revoked": null,
-         *       "thingId": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "certificate": "text",
-         *       "caCertificate": "text",
-         *       "mqttBrokerUrl": "text",
-         *       "mqttBrokerPort": -9007199254740991,
-         *       "caBundlePem": "text",
-         *       "twinTopicPrefix": "text"
-         *     }
-         */
-        EnrollmentCreated: {
-            /**
-             * Format: uuid
-             * @description the enrollment's id: its thing's id
-             */
-            id: string;
-            /** Format: uuid */
-            thing_id: string;
-            model_id: string | null;
-            model: string;
-            manufacturer: string;
-            serial: string;
-            /** @description how the thing enrolled: factory (this route) or a device provisioning method */
-            method: string;
-            enrolled_at: string;
-            state: components["schemas"]["ThingState"];
-            revoked: boolean;
-            /** @description the thing's newest certificate */
-            certificate_serial: string | null;
-            certificate_not_after: string | null;
-            certificate_revoked: boolean | null;
-            /**
-             * Format: uuid
-             * @description the enrolled thing (its certificate CN)
-             */
-            thingId: string;
-            certificate: string;
-            privateKey?: string;
-            caCertificate: string;
-            mqttBrokerUrl: string;
-            mqttBrokerPort: number;
-            caBundlePem: string;
-            twinTopicPrefix: string;
-        };
-        /**
-         * @description A thing as the fleet registry lists it
-         * @example {
-         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "model_id": null,
-         *       "model": "text",
-         *       "manufacturer": "text",
-         *       "serial": "text",
-         *       "state": "ACTIVATED",
-         *       "state_updated_at": null,
-         *       "claim_group_id": null,
-         *       "enrolled_by": null,
-         *       "enrolled_at": null,
-         *       "revoked": false,
-         *       "revoked_at": null,
-         *       "created_at": "text",
-         *       "tags": [
-         *         "text"
-         *       ],
-         *       "connected": false,
-         *       "last_seen": null,
-         *       "certificate": null
-         *     }
-         */
-        ThingListItem: {
-            /** Format: uuid */
-            id: string;
-            model_id: string | null;
-            model: string;
-            manufacturer: string;
-            serial: string;
-            state: components["schemas"]["ThingState"];
-            state_updated_at: string | null;
-            claim_group_id: string | null;
-            enrolled_by: string | null;
-            enrolled_at: string | null;
-            revoked: boolean;
-            revoked_at: string | null;
-            created_at: string;
-            tags: string[];
-            connected: boolean;
-            last_seen: string | null;
-            /** @description the thing's newest certificate */
-            certificate: {
-                serial: string;
-                not_after: string;
-                revoked: boolean;
-            } | null;
-        };
-        /**
-         * @description A thing (device) of the account: identity, lifecycle state, certificate, tags, connectivity, twin versions and latest telemetry
-         * @example {
-         *       "id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
-         *       "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
-         *       "model": "FFF1:8001",
-         *       "manufacturer": "Acme",
-         *       "serial": "SN-000123",
-         *       "state": "ACTIVATED",
-         *       "state_updated_at": "2026-11-22T10:00:00.000Z",
-         *       "claim_group_id": null,
-         *       "enrolled_by": "device",
-         *       "enrolled_at": "2026-11-22T10:00:00.000Z",
-         *       "revoked": false,
-         *       "revoked_at": null,
-         *       "created_at": "2026-11-22T10:00:00.000Z",
-         *       "tags": [
-         *         "line-4"
-         *       ],
-         *       "connected": true,
-         *       "last_seen": "2026-11-22T10:00:00.000Z",
-         *       "certificate": {
-         *         "serial": "5A3C9E01",
-         *         "not_after": "2026-12-22T10:00:00.000Z",
-         *         "revoked": false
-         *       },
-         *       "metadata": {
-         *         "color": "white"
-         *       },
-         *       "connectivity": {
-         *         "connected": true,
-         *         "connected_at": "2026-11-22T10:00:00.000Z",
-         *         "disconnected_at": null,
-         *         "last_seen": "2026-11-22T10:00:00.000Z",
-         *         "protocol_version": 5,
-         *         "node": "gateway-a"
-         *       },
-         *       "twin": {
-         *         "reported_version": 7,
-         *         "reported_at": "2026-11-22T10:00:00.000Z",
-         *         "desired_version": 3,
-         *         "desired_at": "2026-11-22T10:00:00.000Z"
-         *       },
-         *       "telemetry": {
-         *         "values": {
-         *           "temperature": 21.5
-         *         },
-         *         "updated_at": "2026-11-22T10:00:00.000Z"
-         *       }
-         *     }
-         */
-        Thing: {
-            /** Format: uuid */
-            id: string;
-            model_id: string | null;
-            model: string;
-            manufacturer: string;
-            serial: string;
-            state: components["schemas"]["ThingState"];
-            state_updated_at: string | null;
-            claim_group_id: string | null;
-            enrolled_by: string | null;
-            enrolled_at: string | null;
-            revoked: boolean;
-            revoked_at: string | null;
-            created_at: string;
-            tags: string[];
-            connected: boolean;
-            last_seen: string | null;
-            /** @description the thing's newest certificate */
-            certificate: {
-                serial: string;
-                not_after: string;
-                revoked: boolean;
-            } | null;
-            metadata: {
-                [key: string]: unknown;
-            };
-            /** @description null when the thing never connected */
-            connectivity: {
-                connected: boolean;
-                connected_at: string | null;
-                disconnected_at: string | null;
-                last_seen: string | null;
-                protocol_version: number | null;
-                /** @description the gateway node holding its MQTT session while connected (NODE_ID), else null */
-                node: string | null;
-            } | null;
-            twin: {
-                reported_version: number;
-                reported_at: string | null;
-                desired_version: number;
-                desired_at: string | null;
-            } | null;
-            /** @description latest value of every telemetry key */
-            telemetry: {
-                values: {
-                    [key: string]: unknown;
-                };
-                updated_at: string | null;
-            } | null;
-        };
-        /**
-         * @example {
-         *       "thingId": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
-         *       "connected": true,
-         *       "protocolVersion": 5,
-         *       "connectedAt": "2026-11-22T10:00:00.000Z",
-         *       "disconnectedAt": null,
-         *       "lastSeen": "2026-11-22T10:00:00.000Z"
-         *     }
-         */
-        Connectivity: {
-            thingId: string;
-            connected: boolean;
-            /** @description MQTT protocol level of the current connection: 4 (3.1.1) or 5 */
-            protocolVersion: number | null;
-            connectedAt: string | null;
-            disconnectedAt: string | null;
-            /** @description last MQTT message (heartbeat, telemetry, twin) or connect */
-            lastSeen: string | null;
-        };
-        /**
-         * @example {
-         *       "thingId": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
-         *       "telemetry": {
-         *         "temperature": 21.5,
-         *         "relay": "on"
-         *       },
-         *       "updatedAt": "2026-11-22T10:00:00.000Z"
-         *     }
-         */
-        Telemetry: {
-            thingId: string;
-            /** @description latest value of every key the device sent */
-            telemetry: {
-                [key: string]: unknown;
-            };
-            updatedAt: string | null;
-        };
-        /**
-         * @description One side (reported or desired) of a device twin
-         * @example {
-         *       "version": 3,
-         *       "state": {
-         *         "fan": "on"
-         *       },
-         *       "updatedAt": "2026-11-22T10:00:00.000Z"
-         *     }
-         */
-        TwinState: {
-            version: number;
-            state: {
-                [key: string]: unknown;
-            };
-            updatedAt: string | null;
-        };
-        /**
-         * @example {
-         *       "thingId": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
-         *       "reported": {
-         *         "version": 7,
-         *         "state": {
-         *           "fan": "off"
-         *         },
-         *         "updatedAt": "2026-11-22T10:00:00.000Z"
-         *       },
-         *       "desired": {
-         *         "version": 3,
-         *         "state": {
-         *           "fan": "on"
-         *         },
-         *         "updatedAt": "2026-11-22T10:00:00.000Z"
-         *       }
-         *     }
-         */
-        Twin: {
-            thingId: string;
-            reported: components["schemas"]["TwinState"];
-            desired: components["schemas"]["TwinState"];
-        };
-        /**
-         * @example {
-         *       "desired": {
-         *         "fan": "on"
-         *       },
-         *       "ifVersion": 3
-         *     }
-         */
-        TwinDesiredUpdate: {
-            /** @description the whole desired state (replaces the previous one) */
-            desired: {
-                [key: string]: unknown;
-            };
-            /** @description only apply when the current desired version is this one (409 otherwise) */
-            ifVersion?: number;
-        };
-        /**
-         * @example {
-         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "status": "completed",
-         *       "response": {
-         *         "ok": true
-         *       }
-         *     }
-         */
-        CommandResult: {
-            /**
-             * Format: uuid
-             * @description correlation id of the request
-             */
-            id: string;
-            /** @constant */
-            status: "completed";
-            /** @description the device's reply (JSON when it parses) */
-            response: unknown;
-        };
-        /**
-         * @example {
-         *       "role": "provision",
-         *       "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
-         *       "endpoint_url": "https://factory.example.net/backend"
-         *     }
-         */
-        FactoryServiceCreate: {
-            /** @enum {string} */
-            role: "identify" | "provision";
-            /**
-             * Format: uuid
-             * @description a model of the caller's account
-             */
-            model_id: string;
-            /** @description the registrar the service acts for: an APPROVED registrar of the caller's account, or one whose owner approved the account's access request (400 otherwise) */
-            registrar_id?: string | null;
-            /**
-             * Format: uri
-             * @description base URL of the factory backend; the health check probes `<endpoint_url>/healthz`
-             */
-            endpoint_url: string;
-        };
-        /**
-         * @description A factory backend registered as a signing principal
-         * @example {
-         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *       "role": "provision",
-         *       "state": "ACTIVE",
-         *       "registrar_id": null,
-         *       "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
-         *       "endpoint_url": "https://factory.example.net/backend",
-         *       "access_key_id": "AKSV0123456789ABCDEF",
-         *       "rotation_pending": false,
-         *       "last_health_check_at": "2026-11-22T10:00:00.000Z",
-         *       "last_health_check_status": "HEALTHY",
-         *       "last_health_check_http_status": 200,
-         *       "last_health_check_latency_ms": 35,
-         *       "last_health_check_error": null,
-         *       "created_at": "2026-11-22T10:00:00.000Z",
-         *       "updated_at": "2026-11-22T10:00:00.000Z",
-         *       "deleted_at": null
-         *     }
-         */
-        FactoryService: {
-            /** Format: uuid */
-            id: string;
-            /** Format: uuid */
-            account_id: string;
-            /** @enum {string} */
-            role: "identify" | "provision";
-            /** @description ACTIVE, or SOFT_DELETED while draining */
-            state: string;
-            registrar_id: string | null;
-            /** Format: uuid */
-            model_id: string;
-            endpoint_url: string;
-            /** @description AKSV + 16 upper-case hex; signs requests as X-SVC-Access-Key-Id */
-            access_key_id: string;
-            rotation_pending: boolean;
-            last_health_check_at: string | null;
-            last_health_check_status: ("HEALTHY" | "UNHEALTHY") | null;
-            last_health_check_http_status: number | null;
-            last_health_check_latency_ms: number | null;
-            last_health_check_error: string | null;
-            created_at: string;
-            updated_at: string;
-            deleted_at: string | null;
-        };
-        /**
-         * @description A factory service with its secret access key, shown once
-         * @example {
-         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *       "role": "provision",
-         *       "state": "ACTIVE",
-         *       "registrar_id": null,
-         *       "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
-         *       "endpoint_url": "https://factory.example.net/backend",
-         *       "access_key_id": "AKSV0123456789ABCDEF",
-         *       "rotation_pending": false,
-         *       "last_health_check_at": "2026-11-22T10:00:00.000Z",
-         *       "last_health_check_status": "HEALTHY",
-         *       "last_health_check_http_status": 200,
-         *       "last_health_check_latency_ms": 35,
-         *       "last_health_check_error": null,
-         *       "created_at": "2026-11-22T10:00:00.000Z",
-         *       "updated_at": "2026-11-22T10:00:00.000Z",
-         *       "deleted_at": null,
-         *       "secret_access_key": "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LXNlY3JldC1zZWNyZXQ"
-         *     }
-         */
-        FactoryServiceWithSecret: {
-            /** Format: uuid */
-            id: string;
-            /** Format: uuid */
-            account_id: string;
-            /** @enum {string} */
-            role: "identify" | "provision";
-            /** @description ACTIVE, or SOFT_DELETED while draining */
-            state: string;
-            registrar_id: string | null;
-            /** Format: uuid */
-            model_id: string;
-            endpoint_url: string;
-            /** @description AKSV + 16 upper-case hex; signs requests as X-SVC-Access-Key-Id */
-            access_key_id: string;
-            rotation_pending: boolean;
-            last_health_check_at: string | null;
-            last_health_check_status: ("HEALTHY" | "UNHEALTHY") | null;
-            last_health_check_http_status: number | null;
-            last_health_check_latency_ms: number | null;
-            last_health_check_error: string | null;
-            created_at: string;
-            updated_at: string;
-            deleted_at: string | null;
-            /** @description shown once: the gateway keeps it sealed and never returns it again */
-            secret_access_key: string;
-        };
-        /**
-         * @example {
-         *       "items": [
-         *         {
-         *           "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *           "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *           "role": "provision",
-         *           "state": "ACTIVE",
-         *           "registrar_id": null,
-         *           "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
-         *           "endpoint_url": "https://factory.example.net/backend",
-         *           "access_key_id": "AKSV0123456789ABCDEF",
-         *           "rotation_pending": false,
-         *           "last_health_check_at": "2026-11-22T10:00:00.000Z",
-         *           "last_health_check_status": "HEALTHY",
-         *           "last_health_check_http_status": 200,
-         *           "last_health_check_latency_ms": 35,
-         *           "last_health_check_error": null,
-         *           "created_at": "2026-11-22T10:00:00.000Z",
-         *           "updated_at": "2026-11-22T10:00:00.000Z",
-         *           "deleted_at": null
-         *         }
-         *       ],
-         *       "next_cursor": null
-         *     }
-         */
-        FactoryServicePage: {
-            items: components["schemas"]["FactoryService"][];
-            next_cursor: string | null;
-        };
-        /**
-         * @example {
-         *       "allow": [
-         *         "factory:Thing:ReadState",
-         *         "factory:Thing:Provision"
-         *       ]
-         *     }
-         */
-        FactoryServicePolicyUpdate: {
-            /** @description the actions the service's signed requests may call; replaces the role's default (duplicates are dropped; an unknown action, or one never granted to a service, is a 400 naming it) */
-            allow: string[];
-        };
-        /**
-         * @example {
-         *       "factory_service_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "role": "provision",
-         *       "default": false,
-         *       "allow": [
-         *         "factory:Thing:Provision",
-         *         "factory:Thing:ReadState"
-         *       ]
-         *     }
-         */
-        FactoryServicePolicy: {
-            /** Format: uuid */
-            factory_service_id: string;
-            /** @enum {string} */
-            role: "identify" | "provision";
-            /** @description true: the role's documented default (it follows the gateway's default); false: set by an account admin */
-            default: boolean;
-            /** @description the actions allowed, sorted */
-            allow: string[];
-        };
-        /**
-         * @description A factory backend reports a leg's outcome
-         * @example {
-         *       "leg": "provision",
-         *       "outcome": "SUCCEEDED",
-         *       "attempt": 1,
-         *       "result": {
-         *         "station": "L4-07"
-         *       }
-         *     }
-         */
-        ProvisioningLegReport: {
-            /**
-             * Format: uuid
-             * @description the run the leg belongs to (default: the thing's running run)
-             */
-            run_id?: string;
-            /** @enum {string} */
-            leg: "identify" | "provision";
-            /** @enum {string} */
-            outcome: "SUCCEEDED" | "FAILED";
-            /** @description the attempt reported (from the leg call); a report of an older attempt is 409 */
-            attempt?: number;
-            /** @description why it failed (kept on the leg) */
-            detail?: string;
-            /** @description false: a FAILED leg is not attempted again and the run fails */
-            retryable?: boolean;
-            /** @description what the backend wants recorded with a SUCCEEDED leg (at most 16 KiB of JSON) */
-            result?: {
-                [key: string]: unknown;
-            };
-        };
-        /**
-         * @example {
-         *       "name": "provision",
-         *       "factory_service_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "state": "SUCCEEDED",
-         *       "attempts": 1,
-         *       "due": null,
-         *       "started_at": "2026-11-22T10:00:00.000Z",
-         *       "finished_at": "2026-11-22T10:00:00.000Z",
-         *       "error": null,
-         *       "result": {
-         *         "station": "L4-07"
-         *       },
-         *       "history": [
-         *         {
-         *           "attempt": 1,
-         *           "dispatched_at": "2026-11-22T10:00:00.000Z",
-         *           "ended_at": "2026-11-22T10:00:00.000Z",
-         *           "outcome": "SUCCEEDED",
-         *           "error": null
-         *         }
-         *       ]
-         *     }
-         */
-        ProvisioningLeg: {
-            /** @enum {string} */
-            name: "identify" | "provision";
-            /** Format: uuid */
-            factory_service_id: string;
-            /** @enum {string} */
-            state: "PENDING" | "RUNNING" | "SUCCEEDED" | "FAILED";
-            attempts: number;
-            /** @description when a PENDING leg is dispatched (after a backoff) */
-            due: string | null;
-            started_at: string | null;
-            finished_at: string | null;
-            error: string | null;
-            result: {
-                [key: string]: unknown;
-            } | null;
-            history: {
-                attempt: number;
-                dispatched_at: string;
-                ended_at: string | null;
-                outcome: ("SUCCEEDED" | "FAILED" | "TIMED_OUT") | null;
-                error: string | null;
-            }[];
-        };
-        /**
-         * @description A PROVISION saga run and its legs
-         * @example {
-         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
-         *       "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
-         *       "state": "RUNNING",
-         *       "started_at": "2026-11-22T10:00:00.000Z",
-         *       "started_by": "operator@acme",
-         *       "finished_at": null,
-         *       "error": null,
-         *       "legs": []
-         *     }
-         */
-        ProvisioningRun: {
-            /** Format: uuid */
-            id: string;
-            /** Format: uuid */
-            thing_id: string;
-            /** Format: uuid */
-            model_id: string;
-            /** @enum {string} */
-            state: "RUNNING" | "SUCCEEDED" | "FAILED";
-            started_at: string;
-            started_by: string;
-            finished_at: string | null;
-            error: string | null;
-            legs: components["schemas"]["ProvisioningLeg"][];
-        };
-        /**
-         * @example {
-         *       "items": [
-         *         {
-         *           "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *           "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
-         *           "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
-         *           "state": "RUNNING",
-         *           "started_at": "2026-11-22T10:00:00.000Z",
-         *           "started_by": "operator@acme",
-         *           "finished_at": null,
-         *           "error": null,
-         *           "legs": []
-         *         }
-         *       ],
-         *       "next_cursor": null
-         *     }
-         */
-        ProvisioningRunPage: {
-            items: components["schemas"]["ProvisioningRun"][];
-            next_cursor: string | null;
-        };
-        /**
-         * @description A saga leg the factory backend carries out
-         * @example {
-         *       "run_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
-         *       "leg": "provision",
-         *       "attempt": 1,
-         *       "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
-         *       "model": "FFF1:8001",
-         *       "manufacturer": "Acme",
-         *       "serial": "SN-000123",
-         *       "result_url": "https://gateway.example.net/api/v1/things/3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b/provisioning-result"
-         *     }
-         */
-        ProvisioningLegCall: {
-            /** Format: uuid */
-            run_id: string;
-            /** Format: uuid */
-            thing_id: string;
-            /** @enum {string} */
-            leg: "identify" | "provision";
-            /** @description report it back: a report of an older attempt is refused */
-            attempt: number;
-            model_id: string | null;
-            model: string | null;
-            manufacturer: string | null;
-            serial: string | null;
-            /**
-             * Format: uri
-             * @description POST the leg's outcome here (signed): /api/v1/things/{thingId}/provisioning-result
-             */
-            result_url: string;
-        };
-        /**
-         * @description An account's vendor ID namespace
-         * @example {
-         *       "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *       "vid": "6A01",
-         *       "created_at": "2026-11-22T10:00:00.000Z"
-         *     }
-         */
-        Vendor: {
-            /** Format: uuid */
-            account_id: string;
-            /** @description the account's VID: 4 upper-case hex digits, from the platform pool 6000-9FFF */
-            vid: string;
-            created_at: string;
-        };
-        /**
-         * @example {
-         *       "name": "Acme factory line 4"
-         *     }
-         */
-        RegistrarCreate: {
-            name: string;
-            description?: string;
-        };
-        /**
-         * @example {
-         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *       "name": "Acme factory line 4",
-         *       "description": "",
-         *       "state": "APPROVED",
-         *       "canonical_model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
-         *       "decided_at": "2026-11-22T10:00:00.000Z",
-         *       "decided_by": "platform-admin",
-         *       "reason": null,
-         *       "created_at": "2026-11-22T10:00:00.000Z",
-         *       "updated_at": "2026-11-22T10:00:00.000Z"
-         *     }
-         */
-        Registrar: {
-            /** Format: uuid */
-            id: string;
-            /** Format: uuid */
-            account_id: string;
-            name: string;
-            description: string;
-            /**
-             * @description PENDING until a platform operator approves (APPROVED) or rejects (REJECTED) it
-             * @enum {string}
-             */
-            state: "PENDING" | "APPROVED" | "REJECTED" | "DELETED";
-            /** @description bound once (PUT canonical-model) */
-            canonical_model_id: string | null;
-            decided_at: string | null;
-            decided_by: string | null;
-            reason: string | null;
-            created_at: string;
-            updated_at: string;
-        };
-        /**
-         * @example {
-         *       "items": [
-         *         {
-         *           "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *           "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *           "name": "Acme factory line 4",
-         *           "description": "",
-         *           "state": "APPROVED",
-         *           "canonical_model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
-         *           "decided_at": "2026-11-22T10:00:00.000Z",
-         *           "decided_by": "platform-admin",
-         *           "reason": null,
-         *           "created_at": "2026-11-22T10:00:00.000Z",
-         *           "updated_at": "2026-11-22T10:00:00.000Z"
-         *         }
-         *       ],
-         *       "next_cursor": null
-         *     }
-         */
-        RegistrarPage: {
-            items: components["schemas"]["Registrar"][];
-            next_cursor: string | null;
-        };
-        /**
-         * @example {
-         *       "registrar_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "note": "we assemble line 4"
-         *     }
-         */
-        AccessRequestCreate: {
-            /**
-             * Format: uuid
-             * @description another account's approved registrar
-             */
-            registrar_id: string;
-            note?: string;
-        };
-        /**
-         * @example {
-         *       "decision": "APPROVED"
-         *     }
-         */
-        AccessRequestDecision: {
-            /** @enum {string} */
-            decision: "APPROVED" | "REJECTED";
-            reason?: string;
-        };
-        /**
-         * @example {
-         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "registrar_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "requester_account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *       "owner_account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *       "note": null,
-         *       "state": "PENDING",
-         *       "decision": null,
-         *       "decided_at": null,
-         *       "decided_by": null,
-         *       "reason": null,
-         *       "created_at": "2026-11-22T10:00:00.000Z"
-         *     }
-         */
-        AccessRequest: {
-            /** Format: uuid */
-            id: string;
-            /** Format: uuid */
-            registrar_id: string;
-            /** Format: uuid */
-            requester_account_id: string;
-            /** Format: uuid */
-            owner_account_id: string;
-            note: string | null;
-            /** @enum {string} */
-            state: "PENDING" | "APPROVED" | "REJECTED";
-            decision: ("APPROVED" | "REJECTED") | null;
-            decided_at: string | null;
-            decided_by: string | null;
-            reason: string | null;
-            created_at: string;
-        };
-        /**
-         * @example {
-         *       "items": [
-         *         {
-         *           "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *           "registrar_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *           "requester_account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *           "owner_account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *           "note": null,
-         *           "state": "PENDING",
-         *           "decision": null,
-         *           "decided_at": null,
-         *           "decided_by": null,
-         *           "reason": null,
-         *           "created_at": "2026-11-22T10:00:00.000Z"
-         *         }
-         *       ],
-         *       "next_cursor": null
-         *     }
-         */
-        AccessRequestPage: {
-            items: components["schemas"]["AccessRequest"][];
-            next_cursor: string | null;
-        };
-        /**
-         * @example {
-         *       "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *       "state": "REQUESTED",
-         *       "note": null,
-         *       "requested_at": "2026-11-22T10:00:00.000Z",
-         *       "requested_by": "admin@acme",
-         *       "decided_at": null,
-         *       "decided_by": null,
-         *       "reason": null
-         *     }
-         */
-        FactoryRegistration: {
-            /** Format: uuid */
-            account_id: string;
-            /** @enum {string} */
-            state: "REQUESTED" | "APPROVED" | "REFUSED" | "REVOKED";
-            note: string | null;
-            requested_at: string;
-            requested_by: string;
-            decided_at: string | null;
-            decided_by: string | null;
-            reason: string | null;
-        };
-        /**
-         * @example {
-         *       "items": [
-         *         {
-         *           "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *           "state": "REQUESTED",
-         *           "note": null,
-         *           "requested_at": "2026-11-22T10:00:00.000Z",
-         *           "requested_by": "admin@acme",
-         *           "decided_at": null,
-         *           "decided_by": null,
-         *           "reason": null
-         *         }
-         *       ],
-         *       "next_cursor": null
-         *     }
-         */
-        FactoryRegistrationPage: {
-            items: components["schemas"]["FactoryRegistration"][];
-            next_cursor: string | null;
-        };
-        /**
-         * @description A token or its shareable URL
-         * @example {
-         *       "token": "ela_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
-         *     }
-         */
-        Redemption: {
-            token?: string;
-            /** @description the shareable URL (the token is its fragment) */
-            url?: string;
         };
         /**
          * @example {
@@ -6369,382 +4608,421 @@ export interface components {
             next_cursor: string | null;
         };
         /**
+         * @description An enrollment: a thing as it was born (its id is the thing id)
          * @example {
-         *       "registrar_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "filter": {
-         *         "serial_prefix": "SN-0001"
-         *       }
+         *       "id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *       "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *       "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
+         *       "model": "FFF1:8001",
+         *       "manufacturer": "Acme",
+         *       "serial": "SN-000123",
+         *       "method": "factory",
+         *       "enrolled_at": "2026-11-22T10:00:00.000Z",
+         *       "state": "ROLLEDOFF",
+         *       "revoked": false,
+         *       "certificate_serial": "5A3C9E01",
+         *       "certificate_not_after": "2026-12-22T10:00:00.000Z",
+         *       "certificate_revoked": false
          *     }
          */
-        ReferenceRequestCreate: {
+        Enrollment: {
+            /**
+             * Format: uuid
+             * @description the enrollment's id: its thing's id
+             */
+            id: string;
             /** Format: uuid */
-            registrar_id: string;
-            /** @description over the things of the registrar's canonical model (owned by the registrar's account) */
-            filter?: {
-                /** @description things whose serial starts with this */
-                serial_prefix?: string;
-                /** @description things of this manufacturer */
-                manufacturer?: string;
-            };
-            note?: string;
+            thing_id: string;
+            model_id: string | null;
+            model: string;
+            manufacturer: string;
+            serial: string;
+            /** @description how the thing enrolled: factory (this route) or a device provisioning method */
+            method: string;
+            enrolled_at: string;
+            state: components["schemas"]["ThingState"];
+            revoked: boolean;
+            /** @description the thing's newest certificate */
+            certificate_serial: string | null;
+            certificate_not_after: string | null;
+            certificate_revoked: boolean | null;
         };
         /**
          * @example {
-         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "registrar_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "requester_account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *       "owner_account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *       "filter": {
-         *         "serial_prefix": "SN-0001"
-         *       },
-         *       "note": null,
-         *       "state": "PENDING",
-         *       "decided_at": null,
-         *       "decided_by": null,
-         *       "reason": null,
-         *       "revoked_at": null,
-         *       "created_at": "2026-11-22T10:00:00.000Z"
+         *       "approved": true
          *     }
          */
-        ReferenceRequest: {
+        EnrollmentApprovalAnswer: {
+            /** @description true admits the device; anything else refuses it */
+            approved: boolean;
+        };
+        /**
+         * @example {
+         *       "type": "enrollment.approval",
+         *       "modelId": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
+         *       "descriptor": "FFF1:8001",
+         *       "manufacturer": "Acme",
+         *       "serial": "SN-000123"
+         *     }
+         */
+        EnrollmentApprovalRequest: {
+            /** @constant */
+            type: "enrollment.approval";
             /** Format: uuid */
+            modelId: string;
+            /** @description vid:pid */
+            descriptor: string;
+            manufacturer: string;
+            serial: string;
+        };
+        /**
+         * @example {
+         *       "model": "FFF1:8001",
+         *       "serial": "SN-000123"
+         *     }
+         */
+        EnrollmentCreate: {
+            /** @description the model's vid:pid descriptor (FFF1:8001) or its id; a model of the caller's account */
+            model: string;
+            serial: string;
+            /** @description default: the manufacturer of the existing thing with this model and serial, else the model name */
+            manufacturer?: string;
+            /** @description PEM PKCS#10 request; then no privateKey is returned */
+            csr?: string;
+        };
+        /**
+         * @description A factory enrollment: the enrollment and the device's credentials
+         * @example {
+         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "thing_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "model_id": null,
+         *       "model": "text",
+         *       "manufacturer": "text",
+         *       "serial": "text",
+         *       "method": "text",
+         *       "enrolled_at": "text",
+         *       "state": "ACTIVATED",
+         *       "revoked": false,
+         *       "certificate_serial": null,
+         *       "certificate_not_after": null,
+         *       "certificate_revoked": null,
+         *       "thingId": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "certificate": "text",
+         *       "caCertificate": "text",
+         *       "mqttBrokerUrl": "text",
+         *       "mqttBrokerPort": -9007199254740991,
+         *       "caBundlePem": "text",
+         *       "twinTopicPrefix": "text"
+         *     }
+         */
+        EnrollmentCreated: {
+            /**
+             * Format: uuid
+             * @description the enrollment's id: its thing's id
+             */
             id: string;
             /** Format: uuid */
-            registrar_id: string;
+            thing_id: string;
+            model_id: string | null;
+            model: string;
+            manufacturer: string;
+            serial: string;
+            /** @description how the thing enrolled: factory (this route) or a device provisioning method */
+            method: string;
+            enrolled_at: string;
+            state: components["schemas"]["ThingState"];
+            revoked: boolean;
+            /** @description the thing's newest certificate */
+            certificate_serial: string | null;
+            certificate_not_after: string | null;
+            certificate_revoked: boolean | null;
+            /**
+             * Format: uuid
+             * @description the enrolled thing (its certificate CN)
+             */
+            thingId: string;
+            certificate: string;
+            privateKey?: string;
+            caCertificate: string;
+            mqttBrokerUrl: string;
+            mqttBrokerPort: number;
+            caBundlePem: string;
+            twinTopicPrefix: string;
+        };
+        /**
+         * @description A keyset page of enrollments
+         * @example {
+         *       "items": [
+         *         {
+         *           "id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *           "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *           "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
+         *           "model": "FFF1:8001",
+         *           "manufacturer": "Acme",
+         *           "serial": "SN-000123",
+         *           "method": "factory",
+         *           "enrolled_at": "2026-11-22T10:00:00.000Z",
+         *           "state": "ROLLEDOFF",
+         *           "revoked": false,
+         *           "certificate_serial": "5A3C9E01",
+         *           "certificate_not_after": "2026-12-22T10:00:00.000Z",
+         *           "certificate_revoked": false
+         *         }
+         *       ],
+         *       "next_cursor": null
+         *     }
+         */
+        EnrollmentPage: {
+            items: components["schemas"]["Enrollment"][];
+            next_cursor: string | null;
+        };
+        /**
+         * @example {
+         *       "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *       "state": "IN_FACTORY",
+         *       "eligible": true,
+         *       "reason": "the thing is in the factory",
+         *       "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
+         *       "updated_at": "2026-11-22T10:00:00.000Z"
+         *     }
+         */
+        FactoryEligibility: {
             /** Format: uuid */
-            requester_account_id: string;
+            thing_id: string;
+            state: components["schemas"]["ThingState"];
+            /** @description the factory may still provision the thing and report legs */
+            eligible: boolean;
+            reason: string;
+            model_id: string | null;
+            updated_at: string;
+        };
+        /**
+         * @example {
+         *       "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *       "state": "REQUESTED",
+         *       "note": null,
+         *       "requested_at": "2026-11-22T10:00:00.000Z",
+         *       "requested_by": "admin@acme",
+         *       "decided_at": null,
+         *       "decided_by": null,
+         *       "reason": null
+         *     }
+         */
+        FactoryRegistration: {
             /** Format: uuid */
-            owner_account_id: string;
-            filter: {
-                serial_prefix?: string;
-                manufacturer?: string;
-            };
-            note: string | null;
+            account_id: string;
             /** @enum {string} */
-            state: "PENDING" | "APPROVED" | "REJECTED" | "REVOKED";
+            state: "REQUESTED" | "APPROVED" | "REFUSED" | "REVOKED";
+            note: string | null;
+            requested_at: string;
+            requested_by: string;
             decided_at: string | null;
             decided_by: string | null;
             reason: string | null;
-            revoked_at: string | null;
-            created_at: string;
         };
         /**
          * @example {
          *       "items": [
          *         {
-         *           "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *           "registrar_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *           "requester_account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *           "owner_account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *           "filter": {
-         *             "serial_prefix": "SN-0001"
-         *           },
+         *           "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *           "state": "REQUESTED",
          *           "note": null,
-         *           "state": "PENDING",
+         *           "requested_at": "2026-11-22T10:00:00.000Z",
+         *           "requested_by": "admin@acme",
          *           "decided_at": null,
          *           "decided_by": null,
-         *           "reason": null,
-         *           "revoked_at": null,
-         *           "created_at": "2026-11-22T10:00:00.000Z"
+         *           "reason": null
          *         }
          *       ],
          *       "next_cursor": null
          *     }
          */
-        ReferenceRequestPage: {
-            items: components["schemas"]["ReferenceRequest"][];
+        FactoryRegistrationPage: {
+            items: components["schemas"]["FactoryRegistration"][];
             next_cursor: string | null;
         };
         /**
+         * @description A factory backend registered as a signing principal
          * @example {
          *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
-         *       "owner_account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *       "source": "device_deeplink",
-         *       "reference_request_id": null,
-         *       "device_deeplink_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *       "role": "provision",
+         *       "state": "ACTIVE",
+         *       "registrar_id": null,
          *       "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
-         *       "descriptor": "FFF1:8001",
-         *       "manufacturer": "Acme",
-         *       "model": "FFF1:8001",
-         *       "serial": "SN-000123",
-         *       "state": "ACTIVATED",
-         *       "created_at": "2026-11-22T10:00:00.000Z"
+         *       "endpoint_url": "https://factory.example.net/backend",
+         *       "access_key_id": "AKSV0123456789ABCDEF",
+         *       "rotation_pending": false,
+         *       "last_health_check_at": "2026-11-22T10:00:00.000Z",
+         *       "last_health_check_status": "HEALTHY",
+         *       "last_health_check_http_status": 200,
+         *       "last_health_check_latency_ms": 35,
+         *       "last_health_check_error": null,
+         *       "created_at": "2026-11-22T10:00:00.000Z",
+         *       "updated_at": "2026-11-22T10:00:00.000Z",
+         *       "deleted_at": null
          *     }
          */
-        ThingReference: {
+        FactoryService: {
             /** Format: uuid */
             id: string;
             /** Format: uuid */
-            thing_id: string;
-            /** Format: uuid */
-            owner_account_id: string;
+            account_id: string;
             /** @enum {string} */
-            source: "reference_request" | "device_deeplink";
-            reference_request_id: string | null;
-            device_deeplink_id: string | null;
-            model_id: string | null;
-            descriptor: string | null;
-            manufacturer: string;
-            model: string;
-            serial: string;
-            /** @description the thing's lifecycle state now */
+            role: "identify" | "provision";
+            /** @description ACTIVE, or SOFT_DELETED while draining */
             state: string;
+            registrar_id: string | null;
+            /** Format: uuid */
+            model_id: string;
+            endpoint_url: string;
+            /** @description AKSV + 16 upper-case hex; signs requests as X-SVC-Access-Key-Id */
+            access_key_id: string;
+            rotation_pending: boolean;
+            last_health_check_at: string | null;
+            last_health_check_status: ("HEALTHY" | "UNHEALTHY") | null;
+            last_health_check_http_status: number | null;
+            last_health_check_latency_ms: number | null;
+            last_health_check_error: string | null;
             created_at: string;
+            updated_at: string;
+            deleted_at: string | null;
         };
         /**
          * @example {
-         *       "items": [
-         *         {
-         *           "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *           "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
-         *           "owner_account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *           "source": "device_deeplink",
-         *           "reference_request_id": null,
-         *           "device_deeplink_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *           "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
-         *           "descriptor": "FFF1:8001",
-         *           "manufacturer": "Acme",
-         *           "model": "FFF1:8001",
-         *           "serial": "SN-000123",
-         *           "state": "ACTIVATED",
-         *           "created_at": "2026-11-22T10:00:00.000Z"
-         *         }
-         *       ],
-         *       "next_cursor": null
+         *       "role": "provision",
+         *       "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
+         *       "endpoint_url": "https://factory.example.net/backend"
          *     }
          */
-        ThingReferencePage: {
-            items: components["schemas"]["ThingReference"][];
-            next_cursor: string | null;
-        };
-        /**
-         * @example {
-         *       "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
-         *       "expires_in_seconds": 86400
-         *     }
-         */
-        DeviceDeeplinkCreate: {
+        FactoryServiceCreate: {
+            /** @enum {string} */
+            role: "identify" | "provision";
             /**
              * Format: uuid
-             * @description a thing of your account
+             * @description a model of the caller's account
              */
-            thing_id: string;
-            /** @description lifetime of the deeplink in seconds (default 7 days, at most 90) */
-            expires_in_seconds?: number;
-        };
-        /**
-         * @example {
-         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
-         *       "expires_at": "2026-12-22T10:00:00.000Z",
-         *       "redemptions": 0,
-         *       "created_by": "admin@acme",
-         *       "created_at": "2026-11-22T10:00:00.000Z"
-         *     }
-         */
-        DeviceDeeplink: {
-            /** Format: uuid */
-            id: string;
-            /** Format: uuid */
-            thing_id: string;
-            expires_at: string;
-            redemptions: number;
-            created_by: string;
-            created_at: string;
-        };
-        /**
-         * @example {
-         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
-         *       "expires_at": "2026-12-22T10:00:00.000Z",
-         *       "redemptions": 0,
-         *       "created_by": "admin@acme",
-         *       "created_at": "2026-11-22T10:00:00.000Z",
-         *       "token": "dlk_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
-         *       "url": "https://gateway.example.net/links/device#dlk_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
-         *     }
-         */
-        DeviceDeeplinkCreated: {
-            /** Format: uuid */
-            id: string;
-            /** Format: uuid */
-            thing_id: string;
-            expires_at: string;
-            redemptions: number;
-            created_by: string;
-            created_at: string;
-            /** @description dlk_ + 43 base64url characters; shown once (stored as SHA-256) */
-            token: string;
-            /** @description encodable URL (e.g. in a QR code): <PUBLIC_BASE_URL>/links/device#<token> */
-            url: string;
+            model_id: string;
+            /** @description the registrar the service acts for: an APPROVED registrar of the caller's account, or one whose owner approved the account's access request (400 otherwise) */
+            registrar_id?: string | null;
+            /**
+             * Format: uri
+             * @description base URL of the factory backend; the health check probes `<endpoint_url>/healthz`
+             */
+            endpoint_url: string;
         };
         /**
          * @example {
          *       "items": [
          *         {
          *           "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *           "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
-         *           "expires_at": "2026-12-22T10:00:00.000Z",
-         *           "redemptions": 0,
-         *           "created_by": "admin@acme",
-         *           "created_at": "2026-11-22T10:00:00.000Z"
+         *           "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *           "role": "provision",
+         *           "state": "ACTIVE",
+         *           "registrar_id": null,
+         *           "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
+         *           "endpoint_url": "https://factory.example.net/backend",
+         *           "access_key_id": "AKSV0123456789ABCDEF",
+         *           "rotation_pending": false,
+         *           "last_health_check_at": "2026-11-22T10:00:00.000Z",
+         *           "last_health_check_status": "HEALTHY",
+         *           "last_health_check_http_status": 200,
+         *           "last_health_check_latency_ms": 35,
+         *           "last_health_check_error": null,
+         *           "created_at": "2026-11-22T10:00:00.000Z",
+         *           "updated_at": "2026-11-22T10:00:00.000Z",
+         *           "deleted_at": null
          *         }
          *       ],
          *       "next_cursor": null
          *     }
          */
-        DeviceDeeplinkPage: {
-            items: components["schemas"]["DeviceDeeplink"][];
-            next_cursor: string | null;
-        };
-        /**
-         * @description An identity (model, serial) refused enrollment
-         * @example {
-         *       "model": "FFF1:8001",
-         *       "sn": "SN-000666",
-         *       "reason": "cloned serial seen on two lines",
-         *       "added_by": "admin@acme",
-         *       "added_at": "2026-11-22T10:00:00.000Z"
-         *     }
-         */
-        BlacklistEntry: {
-            model: string;
-            sn: string;
-            reason: string;
-            /** @description subject (user, factory service or operator) that added it */
-            added_by: string;
-            added_at: string;
-        };
-        /**
-         * @example {
-         *       "model": "FFF1:8001",
-         *       "sn": "SN-000666",
-         *       "reason": "cloned serial seen on two lines"
-         *     }
-         */
-        BlacklistEntryCreate: {
-            /** @description the model as things carry it: a `vid:pid` descriptor (FFF1:8001) or a model id (both stored as the descriptor), or the name an unregistered device sent */
-            model: string;
-            /** @description serial number */
-            sn: string;
-            /** @description why this identity is refused (not shown to devices) */
-            reason: string;
-        };
-        /**
-         * @example {
-         *       "model": "FFF1:8001",
-         *       "sn": "SN-000666",
-         *       "reason": "cloned serial seen on two lines",
-         *       "added_by": "admin@acme",
-         *       "added_at": "2026-11-22T10:00:00.000Z",
-         *       "revoked_things": 1
-         *     }
-         */
-        BlacklistEntryAdded: {
-            model: string;
-            sn: string;
-            reason: string;
-            /** @description subject (user, factory service or operator) that added it */
-            added_by: string;
-            added_at: string;
-            /** @description enrolled things of this identity revoked by the add (certificate on the CRL, broker session closed) */
-            revoked_things: number;
-        };
-        /**
-         * @example {
-         *       "items": [
-         *         {
-         *           "model": "FFF1:8001",
-         *           "sn": "SN-000666",
-         *           "reason": "cloned serial seen on two lines",
-         *           "added_by": "admin@acme",
-         *           "added_at": "2026-11-22T10:00:00.000Z"
-         *         }
-         *       ],
-         *       "next_cursor": null
-         *     }
-         */
-        BlacklistPage: {
-            items: components["schemas"]["BlacklistEntry"][];
+        FactoryServicePage: {
+            items: components["schemas"]["FactoryService"][];
             next_cursor: string | null;
         };
         /**
          * @example {
-         *       "items": [
-         *         {
-         *           "op": "add",
-         *           "model": "FFF1:8001",
-         *           "sn": "SN-000666",
-         *           "reason": "cloned serial seen on two lines",
-         *           "by": "admin@acme",
-         *           "at": "2026-11-22T10:00:00.000Z"
-         *         }
-         *       ],
-         *       "next_cursor": "bl.1043",
-         *       "has_more": false
-         *     }
-         */
-        BlacklistDeltas: {
-            /** @description changes after the cursor, oldest first; replayed in order onto the snapshot of that cursor they give the current list */
-            items: {
-                /** @enum {string} */
-                op: "add" | "remove";
-                model: string;
-                sn: string;
-                /** @description the entry's reason (adds) */
-                reason: string | null;
-                by: string;
-                at: string;
-            }[];
-            next_cursor: string;
-            /** @description true when more changes follow next_cursor now */
-            has_more: boolean;
-        };
-        /**
-         * @description RFC 7515 flattened JWS JSON serialization
-         * @example {
-         *       "protected": "text",
-         *       "payload": "text",
-         *       "signature": "text"
-         *     }
-         */
-        SignedBlacklistSnapshot: {
-            /** @description base64url JSON header: alg ES256, kid (see jwks), typ identity-blacklist-snapshot+json */
-            protected: string;
-            /** @description base64url JSON: cursor, seq, generated_at, count, entries [{ model, sn, reason, added_at }] sorted by model, sn */
-            payload: string;
-            signature: string;
-        };
-        /**
-         * @example {
-         *       "keys": [
-         *         {
-         *           "kty": "EC",
-         *           "crv": "P-256",
-         *           "x": "text",
-         *           "y": "text",
-         *           "kid": "text",
-         *           "alg": "ES256",
-         *           "use": "sig"
-         *         }
+         *       "factory_service_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "role": "provision",
+         *       "default": false,
+         *       "allow": [
+         *         "factory:Thing:Provision",
+         *         "factory:Thing:ReadState"
          *       ]
          *     }
          */
-        BlacklistJwks: {
-            keys: {
-                /** @constant */
-                kty: "EC";
-                /** @constant */
-                crv: "P-256";
-                x: string;
-                y: string;
-                kid: string;
-                /** @constant */
-                alg: "ES256";
-                /** @constant */
-                use: "sig";
-            }[];
+        FactoryServicePolicy: {
+            /** Format: uuid */
+            factory_service_id: string;
+            /** @enum {string} */
+            role: "identify" | "provision";
+            /** @description true: the role's documented default (it follows the gateway's default); false: set by an account admin */
+            default: boolean;
+            /** @description the actions allowed, sorted */
+            allow: string[];
+        };
+        /**
+         * @example {
+         *       "allow": [
+         *         "factory:Thing:ReadState",
+         *         "factory:Thing:Provision"
+         *       ]
+         *     }
+         */
+        FactoryServicePolicyUpdate: {
+            /** @description the actions the service's signed requests may call; replaces the role's default (duplicates are dropped; an unknown action, or one never granted to a service, is a 400 naming it) */
+            allow: string[];
+        };
+        /**
+         * @description A factory service with its secret access key, shown once
+         * @example {
+         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *       "role": "provision",
+         *       "state": "ACTIVE",
+         *       "registrar_id": null,
+         *       "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
+         *       "endpoint_url": "https://factory.example.net/backend",
+         *       "access_key_id": "AKSV0123456789ABCDEF",
+         *       "rotation_pending": false,
+         *       "last_health_check_at": "2026-11-22T10:00:00.000Z",
+         *       "last_health_check_status": "HEALTHY",
+         *       "last_health_check_http_status": 200,
+         *       "last_health_check_latency_ms": 35,
+         *       "last_health_check_error": null,
+         *       "created_at": "2026-11-22T10:00:00.000Z",
+         *       "updated_at": "2026-11-22T10:00:00.000Z",
+         *       "deleted_at": null,
+         *       "secret_access_key": "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LXNlY3JldC1zZWNyZXQ"
+         *     }
+         */
+        FactoryServiceWithSecret: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            account_id: string;
+            /** @enum {string} */
+            role: "identify" | "provision";
+            /** @description ACTIVE, or SOFT_DELETED while draining */
+            state: string;
+            registrar_id: string | null;
+            /** Format: uuid */
+            model_id: string;
+            endpoint_url: string;
+            /** @description AKSV + 16 upper-case hex; signs requests as X-SVC-Access-Key-Id */
+            access_key_id: string;
+            rotation_pending: boolean;
+            last_health_check_at: string | null;
+            last_health_check_status: ("HEALTHY" | "UNHEALTHY") | null;
+            last_health_check_http_status: number | null;
+            last_health_check_latency_ms: number | null;
+            last_health_check_error: string | null;
+            created_at: string;
+            updated_at: string;
+            deleted_at: string | null;
+            /** @description shown once: the gateway keeps it sealed and never returns it again */
+            secret_access_key: string;
         };
         /**
          * @description A DELTA batch of products or stock items for one warehouse
@@ -6770,31 +5048,6 @@ export interface components {
             warehouse_id: string;
             /** @description Items, each checked on its own (an invalid item is REJECTED, the others go on). Every item has source_id (string) and source_version (integer >= 0) plus the resource fields: products {sku, description?, uom? EA|CS|PL, weight_kg?, gtin?}; stock {sku, location, quantity (integer), lot?, expires_on? YYYY-MM-DD}. */
             items: unknown[];
-        };
-        /**
-         * @example {
-         *       "index": -9007199254740991,
-         *       "source_id": null,
-         *       "status": "ACCEPTED"
-         *     }
-         */
-        IngestItemResult: {
-            /** @description position in the request (from 0) */
-            index: number;
-            source_id: string | null;
-            /** @enum {string} */
-            status: "ACCEPTED" | "REPLAY" | "QUARANTINED" | "REJECTED";
-            source_version?: number;
-            /**
-             * Format: uuid
-             * @description ACCEPTED (and REPLAY): the stored record
-             */
-            internal_id?: string;
-            /** @description QUARANTINED: the business rule; REJECTED: SCHEMA; REPLAY: STALE or CONCURRENT when not an exact repeat */
-            code?: string;
-            reason?: string;
-            /** Format: uuid */
-            quarantine_id?: string;
         };
         /**
          * @example {
@@ -6833,6 +5086,31 @@ export interface components {
                 rejected: number;
             };
             results: components["schemas"]["IngestItemResult"][];
+        };
+        /**
+         * @example {
+         *       "index": -9007199254740991,
+         *       "source_id": null,
+         *       "status": "ACCEPTED"
+         *     }
+         */
+        IngestItemResult: {
+            /** @description position in the request (from 0) */
+            index: number;
+            source_id: string | null;
+            /** @enum {string} */
+            status: "ACCEPTED" | "REPLAY" | "QUARANTINED" | "REJECTED";
+            source_version?: number;
+            /**
+             * Format: uuid
+             * @description ACCEPTED (and REPLAY): the stored record
+             */
+            internal_id?: string;
+            /** @description QUARANTINED: the business rule; REJECTED: SCHEMA; REPLAY: STALE or CONCURRENT when not an exact repeat */
+            code?: string;
+            reason?: string;
+            /** Format: uuid */
+            quarantine_id?: string;
         };
         /**
          * @description A bulk ingest job
@@ -6889,40 +5167,6 @@ export interface components {
         };
         /**
          * @example {
-         *       "items": [
-         *         {
-         *           "job_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *           "partner_id": "text",
-         *           "correlation_id": "text",
-         *           "warehouse_id": "text",
-         *           "resource": "products",
-         *           "mode": "DELTA",
-         *           "state": "QUEUED",
-         *           "total_items": -9007199254740991,
-         *           "processed_items": -9007199254740991,
-         *           "accepted": -9007199254740991,
-         *           "replayed": -9007199254740991,
-         *           "quarantined": -9007199254740991,
-         *           "rejected": -9007199254740991,
-         *           "deleted": -9007199254740991,
-         *           "created_at": "text",
-         *           "started_at": null,
-         *           "completed_at": null,
-         *           "status_url": "text",
-         *           "errors_expire_at": null
-         *         }
-         *       ],
-         *       "next_page_token": null,
-         *       "has_more": false
-         *     }
-         */
-        IngestJobPage: {
-            items: components["schemas"]["IngestJob"][];
-            next_page_token: string | null;
-            has_more: boolean;
-        };
-        /**
-         * @example {
          *       "index": -9007199254740991,
          *       "source_id": null,
          *       "status": "QUARANTINED",
@@ -6960,6 +5204,1074 @@ export interface components {
             items: components["schemas"]["IngestJobError"][];
             next_page_token: string | null;
             has_more: boolean;
+        };
+        /**
+         * @example {
+         *       "items": [
+         *         {
+         *           "job_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *           "partner_id": "text",
+         *           "correlation_id": "text",
+         *           "warehouse_id": "text",
+         *           "resource": "products",
+         *           "mode": "DELTA",
+         *           "state": "QUEUED",
+         *           "total_items": -9007199254740991,
+         *           "processed_items": -9007199254740991,
+         *           "accepted": -9007199254740991,
+         *           "replayed": -9007199254740991,
+         *           "quarantined": -9007199254740991,
+         *           "rejected": -9007199254740991,
+         *           "deleted": -9007199254740991,
+         *           "created_at": "text",
+         *           "started_at": null,
+         *           "completed_at": null,
+         *           "status_url": "text",
+         *           "errors_expire_at": null
+         *         }
+         *       ],
+         *       "next_page_token": null,
+         *       "has_more": false
+         *     }
+         */
+        IngestJobPage: {
+            items: components["schemas"]["IngestJob"][];
+            next_page_token: string | null;
+            has_more: boolean;
+        };
+        /**
+         * @description A granted device license (RS256 JWT)
+         * @example {
+         *       "licenseId": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "license": "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiIzZjFjIn0.c2ln",
+         *       "expiresAt": "2026-12-22T10:00:00.000Z"
+         *     }
+         */
+        License: {
+            /** Format: uuid */
+            licenseId: string;
+            license: string;
+            expiresAt: string;
+        };
+        /**
+         * @description A license decision as the tenant sees it
+         * @example {
+         *       "licenseId": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "thingId": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *       "kind": "request",
+         *       "status": "granted",
+         *       "features": [
+         *         "telemetry"
+         *       ],
+         *       "reason": null,
+         *       "requestedAt": "2026-11-22T10:00:00.000Z",
+         *       "decidedAt": "2026-11-22T10:00:00.000Z",
+         *       "decidedBy": null,
+         *       "expiresAt": "2026-12-22T10:00:00.000Z"
+         *     }
+         */
+        LicenseRecord: {
+            /** Format: uuid */
+            licenseId: string;
+            /** Format: uuid */
+            thingId: string;
+            /** @enum {string} */
+            kind: "request" | "renew";
+            /** @enum {string} */
+            status: "pending" | "granted" | "denied";
+            features: string[];
+            reason: string | null;
+            requestedAt: string;
+            decidedAt: string | null;
+            /** @description principal sub; null for automatic decisions */
+            decidedBy: string | null;
+            expiresAt: string | null;
+        };
+        /**
+         * @example {
+         *       "licenseId": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "status": "granted",
+         *       "license": "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiIzZjFjIn0.c2ln",
+         *       "expiresAt": "2026-12-22T10:00:00.000Z"
+         *     }
+         */
+        LicenseStatus: {
+            /** Format: uuid */
+            licenseId: string;
+            /** @enum {string} */
+            status: "pending" | "granted" | "denied";
+            /** @description granted: the RS256 JWT */
+            license?: string;
+            expiresAt?: string;
+            /** @description denied: why */
+            reason?: string;
+        };
+        /**
+         * @description A device model (vid:pid) and how its devices provision
+         * @example {
+         *       "id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
+         *       "vid": "FFF1",
+         *       "pid": "8001",
+         *       "descriptor": "FFF1:8001",
+         *       "name": "Smart plug",
+         *       "provisioning_method": "claim_token",
+         *       "provisioning": {},
+         *       "licenseApproval": "automatic",
+         *       "created_at": "2026-11-22T10:00:00.000Z",
+         *       "description": "",
+         *       "owner_account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *       "imported": false
+         *     }
+         */
+        Model: {
+            /** Format: uuid */
+            id: string;
+            vid: string;
+            pid: string;
+            descriptor: string;
+            name: string;
+            /** @enum {string} */
+            provisioning_method: "none" | "auto" | "symmetric_key" | "certificate" | "webhook" | "claim_token";
+            provisioning: {
+                [key: string]: unknown;
+            };
+            /**
+             * @description automatic (default): license requests are granted at once; manual: they wait for a tenant with capability approve_licenses
+             * @enum {string}
+             */
+            licenseApproval: "automatic" | "manual";
+            created_at: string;
+            description: string;
+            /**
+             * Format: uuid
+             * @description the account that owns the model (another account for an imported model)
+             */
+            owner_account_id: string;
+            /** @description true: imported by a share deeplink (public descriptor only: provisioning settings are not shown) */
+            imported: boolean;
+        };
+        /**
+         * @description A device model to create, by provisioning method
+         * @example {
+         *       "pid": "8001",
+         *       "name": "Smart plug",
+         *       "provisioning_method": "claim_token"
+         *     }
+         */
+        ModelCreate: {
+            /** @description default: the account's vendor VID (POST /api/v1/vendors); another account's VID is refused (409) */
+            vid?: string;
+            pid: string;
+            name: string;
+            /**
+             * @description automatic (default): license requests are granted at once; manual: they wait for a tenant with capability approve_licenses
+             * @enum {string}
+             */
+            licenseApproval?: "automatic" | "manual";
+            description?: string;
+            /** @constant */
+            provisioning_method: "none";
+            provisioning?: Record<string, never>;
+        } | {
+            /** @description default: the account's vendor VID (POST /api/v1/vendors); another account's VID is refused (409) */
+            vid?: string;
+            pid: string;
+            name: string;
+            /**
+             * @description automatic (default): license requests are granted at once; manual: they wait for a tenant with capability approve_licenses
+             * @enum {string}
+             */
+            licenseApproval?: "automatic" | "manual";
+            description?: string;
+            /** @constant */
+            provisioning_method: "claim_token";
+            provisioning?: Record<string, never>;
+        } | {
+            /** @description default: the account's vendor VID (POST /api/v1/vendors); another account's VID is refused (409) */
+            vid?: string;
+            pid: string;
+            name: string;
+            /**
+             * @description automatic (default): license requests are granted at once; manual: they wait for a tenant with capability approve_licenses
+             * @enum {string}
+             */
+            licenseApproval?: "automatic" | "manual";
+            description?: string;
+            /** @constant */
+            provisioning_method: "auto";
+            provisioning?: {
+                /** @description regular expression the serial must match */
+                serialPattern?: string;
+                /** @description manufacturers allowed */
+                manufacturers?: string[];
+            };
+        } | {
+            /** @description default: the account's vendor VID (POST /api/v1/vendors); another account's VID is refused (409) */
+            vid?: string;
+            pid: string;
+            name: string;
+            /**
+             * @description automatic (default): license requests are granted at once; manual: they wait for a tenant with capability approve_licenses
+             * @enum {string}
+             */
+            licenseApproval?: "automatic" | "manual";
+            description?: string;
+            /** @constant */
+            provisioning_method: "symmetric_key";
+            provisioning?: {
+                /** @description base64 group key (generated when absent; shown once) */
+                groupKey?: string;
+            };
+        } | {
+            /** @description default: the account's vendor VID (POST /api/v1/vendors); another account's VID is refused (409) */
+            vid?: string;
+            pid: string;
+            name: string;
+            /**
+             * @description automatic (default): license requests are granted at once; manual: they wait for a tenant with capability approve_licenses
+             * @enum {string}
+             */
+            licenseApproval?: "automatic" | "manual";
+            description?: string;
+            /** @constant */
+            provisioning_method: "certificate";
+            provisioning: {
+                /** @description PEM of the manufacturer CA that signs device birth certificates */
+                manufacturerCaPem: string;
+            };
+        } | {
+            /** @description default: the account's vendor VID (POST /api/v1/vendors); another account's VID is refused (409) */
+            vid?: string;
+            pid: string;
+            name: string;
+            /**
+             * @description automatic (default): license requests are granted at once; manual: they wait for a tenant with capability approve_licenses
+             * @enum {string}
+             */
+            licenseApproval?: "automatic" | "manual";
+            description?: string;
+            /** @constant */
+            provisioning_method: "webhook";
+            provisioning: {
+                /**
+                 * Format: uri
+                 * @description https:// approval endpoint (http:// only to loopback)
+                 */
+                approvalUrl: string;
+                timeoutMs?: number;
+            };
+        };
+        /**
+         * @description A created model; secret (groupKey or webhookSecret) is shown once
+         * @example {
+         *       "id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
+         *       "vid": "FFF1",
+         *       "pid": "8002",
+         *       "descriptor": "FFF1:8002",
+         *       "name": "Sensor",
+         *       "provisioning_method": "symmetric_key",
+         *       "provisioning": {},
+         *       "licenseApproval": "automatic",
+         *       "created_at": "2026-11-22T10:00:00.000Z",
+         *       "description": "",
+         *       "owner_account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *       "imported": false,
+         *       "secret": {
+         *         "groupKey": "q8t1m3c2VjcmV0LWdyb3VwLWtleS1zaG93bi1vbmNlLW9ubHk="
+         *       }
+         *     }
+         */
+        ModelCreated: {
+            /** Format: uuid */
+            id: string;
+            vid: string;
+            pid: string;
+            descriptor: string;
+            name: string;
+            /** @enum {string} */
+            provisioning_method: "none" | "auto" | "symmetric_key" | "certificate" | "webhook" | "claim_token";
+            provisioning: {
+                [key: string]: unknown;
+            };
+            /**
+             * @description automatic (default): license requests are granted at once; manual: they wait for a tenant with capability approve_licenses
+             * @enum {string}
+             */
+            licenseApproval: "automatic" | "manual";
+            created_at: string;
+            description: string;
+            /**
+             * Format: uuid
+             * @description the account that owns the model (another account for an imported model)
+             */
+            owner_account_id: string;
+            /** @description true: imported by a share deeplink (public descriptor only: provisioning settings are not shown) */
+            imported: boolean;
+            /** @description groupKey (symmetric_key) or webhookSecret (webhook): shown once */
+            secret?: {
+                [key: string]: string;
+            };
+        };
+        /**
+         * @example {
+         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "scope": "user",
+         *       "accountId": null,
+         *       "template": "device/revoked",
+         *       "categoryId": "device",
+         *       "severity": "warning",
+         *       "title": "Device revoked",
+         *       "body": "Device SN-000123 was revoked.",
+         *       "data": {
+         *         "thingId": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b"
+         *       },
+         *       "actionUrl": "/things/3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *       "createdAt": "2026-11-22T10:00:00.000Z",
+         *       "read": false,
+         *       "dismissed": false
+         *     }
+         */
+        Notification: {
+            /** Format: uuid */
+            id: string;
+            /** @enum {string} */
+            scope: "user" | "tenant";
+            /** @description the account of a tenant-scope notification */
+            accountId: string | null;
+            template: string;
+            categoryId: string;
+            /** @enum {string} */
+            severity: "info" | "warning" | "error" | "critical";
+            title: string;
+            body: string;
+            data: {
+                [key: string]: unknown;
+            };
+            actionUrl: string | null;
+            createdAt: string;
+            read: boolean;
+            dismissed: boolean;
+        };
+        /**
+         * @example {
+         *       "allow": true
+         *     }
+         */
+        NotificationAuthorizationDecision: {
+            allow: boolean;
+            /** @description why a send is denied */
+            reason?: string;
+        };
+        /**
+         * @example {
+         *       "action": "notifications:Send",
+         *       "publisher": {
+         *         "sub": "svc-alerts",
+         *         "realm": "acc-7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *         "realmKind": "acc",
+         *         "accountId": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *         "roles": [
+         *           "operator"
+         *         ]
+         *       },
+         *       "scope": "user",
+         *       "subscriberId": "user-42",
+         *       "template": "device/revoked",
+         *       "categoryId": "device",
+         *       "severity": "warning",
+         *       "channel": [
+         *         "in_app"
+         *       ]
+         *     }
+         */
+        NotificationAuthorizationRequest: {
+            /** @constant */
+            action: "notifications:Send";
+            publisher: {
+                sub: string;
+                realm: string;
+                realmKind: string;
+                accountId: string | null;
+                roles: string[];
+            };
+            /** @enum {string} */
+            scope: "user" | "tenant";
+            subscriberId: string;
+            template: string;
+            categoryId: string;
+            /** @enum {string} */
+            severity: "info" | "warning" | "error" | "critical";
+            channel: string[];
+        };
+        /**
+         * @example {
+         *       "action": "notifications:Send",
+         *       "publisher": {
+         *         "sub": "svc-alerts",
+         *         "realm": "acc-7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *         "realmKind": "acc",
+         *         "accountId": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *         "roles": [
+         *           "operator"
+         *         ]
+         *       },
+         *       "scope": "user",
+         *       "subscriberId": "user-42",
+         *       "template": "device/revoked",
+         *       "categoryId": "device",
+         *       "severity": "warning",
+         *       "channel": [
+         *         "in_app"
+         *       ]
+         *     }
+         */
+        NotificationAuthorizationRequestInput: {
+            /** @constant */
+            action: "notifications:Send";
+            publisher: {
+                sub: string;
+                realm: string;
+                realmKind: string;
+                accountId: string | null;
+                roles: string[];
+            };
+            /** @enum {string} */
+            scope: "user" | "tenant";
+            subscriberId: string;
+            template: string;
+            categoryId: string;
+            /** @enum {string} */
+            severity: "info" | "warning" | "error" | "critical";
+            channel: string[];
+        };
+        /**
+         * @example {
+         *       "id": "device",
+         *       "name": "Devices",
+         *       "names": {
+         *         "en": "Devices",
+         *         "de": "Geräte"
+         *       }
+         *     }
+         */
+        NotificationCategory: {
+            id: string;
+            name: string;
+            names: {
+                [key: string]: string;
+            };
+        };
+        /**
+         * @example {
+         *       "names": {
+         *         "en": "Devices",
+         *         "de": "Geräte"
+         *       }
+         *     }
+         */
+        NotificationCategoryUpdate: {
+            names: {
+                [key: string]: string;
+            };
+        };
+        /**
+         * @example {
+         *       "items": [
+         *         {
+         *           "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *           "scope": "user",
+         *           "accountId": null,
+         *           "template": "device/revoked",
+         *           "categoryId": "device",
+         *           "severity": "warning",
+         *           "title": "Device revoked",
+         *           "body": "Device SN-000123 was revoked.",
+         *           "data": {
+         *             "thingId": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b"
+         *           },
+         *           "actionUrl": "/things/3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *           "createdAt": "2026-11-22T10:00:00.000Z",
+         *           "read": false,
+         *           "dismissed": false
+         *         }
+         *       ],
+         *       "limit": 20,
+         *       "offset": 0,
+         *       "hasMore": false
+         *     }
+         */
+        NotificationPage: {
+            items: components["schemas"]["Notification"][];
+            limit: number;
+            offset: number;
+            hasMore: boolean;
+        };
+        /**
+         * @example {
+         *       "globalMute": false,
+         *       "disabledCategories": [
+         *         "marketing"
+         *       ],
+         *       "quietHours": {
+         *         "start": "22:00",
+         *         "end": "07:00",
+         *         "timeZone": "Europe/Berlin"
+         *       },
+         *       "updatedAt": "2026-11-22T10:00:00.000Z"
+         *     }
+         */
+        NotificationPreferences: {
+            globalMute: boolean;
+            disabledCategories: string[];
+            quietHours: {
+                start: string;
+                end: string;
+                /** @description IANA time zone, e.g. Europe/Berlin */
+                timeZone: string;
+            } | null;
+            updatedAt: string | null;
+        };
+        /**
+         * @example {
+         *       "globalMute": false,
+         *       "disabledCategories": [
+         *         "marketing"
+         *       ],
+         *       "quietHours": {
+         *         "start": "22:00",
+         *         "end": "07:00",
+         *         "timeZone": "Europe/Berlin"
+         *       }
+         *     }
+         */
+        NotificationPreferencesUpdate: {
+            globalMute: boolean;
+            disabledCategories: string[];
+            quietHours: {
+                start: string;
+                end: string;
+                /** @description IANA time zone, e.g. Europe/Berlin */
+                timeZone: string;
+            } | null;
+        };
+        /**
+         * @example {
+         *       "channel": [
+         *         "in_app"
+         *       ],
+         *       "to": {
+         *         "subscriberId": "user-42"
+         *       },
+         *       "scope": "user",
+         *       "severity": "warning",
+         *       "template": "device/revoked",
+         *       "data": {
+         *         "thingId": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b"
+         *       },
+         *       "actionUrl": "/things/3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b"
+         *     }
+         */
+        NotificationPublish: {
+            channel: ("email" | "in_app")[];
+            to: {
+                /** @description scope user: the human's subject (sub); scope tenant: the account id */
+                subscriberId: string;
+                /** Format: email */
+                email?: string;
+            };
+            /**
+             * @default user
+             * @enum {string}
+             */
+            scope: "user" | "tenant";
+            /**
+             * @default info
+             * @enum {string}
+             */
+            severity: "info" | "warning" | "error" | "critical";
+            template: string;
+            /** @default {} */
+            data: {
+                [key: string]: unknown;
+            };
+            actionUrl?: string;
+        };
+        /**
+         * @example {
+         *       "status": "sent",
+         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "channel": [
+         *         "in_app"
+         *       ]
+         *     }
+         */
+        NotificationPublishResult: {
+            /** @constant */
+            status: "sent";
+            id: string | null;
+            channel: ("email" | "in_app")[];
+        } | {
+            /** @constant */
+            status: "dropped";
+            /** @enum {string} */
+            reason: "globalMute" | "category-disabled" | "quiet-hours";
+            categoryId?: string;
+        };
+        /**
+         * @example {
+         *       "id": "device/revoked",
+         *       "categoryId": "device",
+         *       "subject": "Device {{serial}} revoked",
+         *       "title": "Device revoked",
+         *       "bodyText": "Device {{serial}} was revoked.",
+         *       "bodyHtml": "<p>Device {{serial}} was revoked.</p>",
+         *       "updatedAt": "2026-11-22T10:00:00.000Z"
+         *     }
+         */
+        NotificationTemplate: {
+            categoryId: string;
+            subject: string;
+            title: string;
+            bodyText: string;
+            bodyHtml: string;
+            id: string;
+            updatedAt: string;
+        };
+        /**
+         * @example {
+         *       "categoryId": "device",
+         *       "subject": "Device {{serial}} revoked",
+         *       "title": "Device revoked",
+         *       "bodyText": "Device {{serial}} was revoked.",
+         *       "bodyHtml": "<p>Device {{serial}} was revoked.</p>"
+         *     }
+         */
+        NotificationTemplateUpdate: {
+            categoryId: string;
+            subject: string;
+            title: string;
+            bodyText: string;
+            bodyHtml: string;
+        };
+        /**
+         * @example {
+         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "name": "Acme group",
+         *       "management_account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *       "member_count": 3,
+         *       "created_at": "2026-11-22T10:00:00.000Z"
+         *     }
+         */
+        Organization: {
+            /** Format: uuid */
+            id: string;
+            name: string;
+            /** Format: uuid */
+            management_account_id: string;
+            member_count: number;
+            created_at: string;
+        };
+        /**
+         * @example {
+         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "organization_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "account_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "state": "text",
+         *       "outcome": "pending",
+         *       "initiated_as": "leave",
+         *       "elevated": [
+         *         {
+         *           "service_code": "text",
+         *           "quota_code": "text",
+         *           "value": -9007199254740991
+         *         }
+         *       ],
+         *       "request_ids": [
+         *         "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9"
+         *       ],
+         *       "decisions": {},
+         *       "started_at": "text",
+         *       "finished_at": null
+         *     }
+         */
+        OrganizationLeave: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            organization_id: string;
+            /** Format: uuid */
+            account_id: string;
+            /** @description started | seeding | awaitingDecisions | departing | departed | blocking | blocked */
+            state: string;
+            /** @enum {string} */
+            outcome: "pending" | "departed" | "blocked";
+            /** @enum {string} */
+            initiated_as: "leave" | "remove";
+            elevated: {
+                service_code: string;
+                quota_code: string;
+                value: number;
+            }[];
+            request_ids: string[];
+            decisions: {
+                [key: string]: "approved" | "denied";
+            };
+            started_at: string;
+            finished_at: string | null;
+        };
+        /**
+         * @example {
+         *       "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *       "organization_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "status": "active",
+         *       "management": true,
+         *       "leave_id": null,
+         *       "joined_at": "2026-11-22T10:00:00.000Z"
+         *     }
+         */
+        OrganizationMember: {
+            /** Format: uuid */
+            account_id: string;
+            /** Format: uuid */
+            organization_id: string;
+            /** @enum {string} */
+            status: "active" | "leaving";
+            management: boolean;
+            leave_id: string | null;
+            joined_at: string;
+        };
+        /**
+         * @description RFC 9457 problem details. Further members may be present (e.g. `state`, `checks`): clients must ignore those they do not know.
+         * @example {
+         *       "type": "https://gateway.example.net/",
+         *       "title": "text",
+         *       "status": 400,
+         *       "detail": "text",
+         *       "trace_id": "text"
+         *     }
+         */
+        Problem: {
+            /**
+             * Format: uri
+             * @description identifies the problem type; resolves to a short explanation
+             */
+            type: string;
+            /** @description short summary of the problem type */
+            title: string;
+            /** @description the HTTP status code */
+            status: number;
+            /** @description what went wrong with this request, in words */
+            detail: string;
+            /** @description the request path */
+            instance?: string;
+            /** @description W3C trace id of the request (also in the traceparent header): quote it when reporting a problem */
+            trace_id: string;
+            /** @description spec error code (e.g. THM-60110), when one applies */
+            code?: string;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * @description A marketplace product and its bundles
+         * @example {
+         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "account_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "model_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "descriptor": "text",
+         *       "name": "text",
+         *       "description": "text",
+         *       "version": "text",
+         *       "bundles": [
+         *         {
+         *           "kind": "software",
+         *           "name": "text",
+         *           "version": "text",
+         *           "url": "text"
+         *         }
+         *       ],
+         *       "state": "DRAFT",
+         *       "published_version": null,
+         *       "published_at": null,
+         *       "unpublished_at": null,
+         *       "created_at": "text",
+         *       "updated_at": "text"
+         *     }
+         */
+        Product: {
+            /** Format: uuid */
+            id: string;
+            /**
+             * Format: uuid
+             * @description the publishing account
+             */
+            account_id: string;
+            /** Format: uuid */
+            model_id: string;
+            /** @description the model's vid:pid */
+            descriptor: string;
+            name: string;
+            description: string;
+            /** @description version of the content shown */
+            version: string;
+            bundles: {
+                /** @enum {string} */
+                kind: "software" | "driver";
+                name: string;
+                version: string;
+                url: string;
+                sha256?: string;
+            }[];
+            /** @enum {string} */
+            state: "DRAFT" | "PUBLISHED" | "UNPUBLISHED";
+            /** @description the version live (PUBLISHED) or last published; null before the first publication */
+            published_version: string | null;
+            published_at: string | null;
+            unpublished_at: string | null;
+            created_at: string;
+            updated_at: string;
+        };
+        /**
+         * @example {
+         *       "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
+         *       "name": "Smart plug app",
+         *       "version": "1.0.0",
+         *       "bundles": [
+         *         {
+         *           "name": "plug-firmware",
+         *           "version": "2.4.1"
+         *         }
+         *       ]
+         *     }
+         */
+        ProductCreate: {
+            /**
+             * Format: uuid
+             * @description one of your account's models (not an imported one)
+             */
+            model_id: string;
+            name: string;
+            description?: string;
+            /** @description default 1.0.0 */
+            version?: string;
+            /** @description default none (a product needs at least one to be published) */
+            bundles?: {
+                name: string;
+                version: string;
+                /** @enum {string} */
+                kind?: "software" | "driver";
+            }[];
+        };
+        /**
+         * @example {
+         *       "items": [
+         *         {
+         *           "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *           "account_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *           "model_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *           "descriptor": "text",
+         *           "name": "text",
+         *           "description": "text",
+         *           "version": "text",
+         *           "bundles": [
+         *             {
+         *               "kind": "software",
+         *               "name": "text",
+         *               "version": "text",
+         *               "url": "text"
+         *             }
+         *           ],
+         *           "state": "DRAFT",
+         *           "published_version": null,
+         *           "published_at": null,
+         *           "unpublished_at": null,
+         *           "created_at": "text",
+         *           "updated_at": "text"
+         *         }
+         *       ],
+         *       "next_cursor": null
+         *     }
+         */
+        ProductPage: {
+            items: components["schemas"]["Product"][];
+            next_cursor: string | null;
+        };
+        /** @example {} */
+        ProductPatch: {
+            name?: string;
+            description?: string;
+            /** @description a published product: greater than the published version (default: the next patch); unpublished: greater to republish */
+            version?: string;
+            /** @description replaces the list */
+            bundles?: {
+                name: string;
+                version: string;
+                /** @enum {string} */
+                kind?: "software" | "driver";
+            }[];
+        };
+        /**
+         * @example {
+         *       "name": "provision",
+         *       "factory_service_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "state": "SUCCEEDED",
+         *       "attempts": 1,
+         *       "due": null,
+         *       "started_at": "2026-11-22T10:00:00.000Z",
+         *       "finished_at": "2026-11-22T10:00:00.000Z",
+         *       "error": null,
+         *       "result": {
+         *         "station": "L4-07"
+         *       },
+         *       "history": [
+         *         {
+         *           "attempt": 1,
+         *           "dispatched_at": "2026-11-22T10:00:00.000Z",
+         *           "ended_at": "2026-11-22T10:00:00.000Z",
+         *           "outcome": "SUCCEEDED",
+         *           "error": null
+         *         }
+         *       ]
+         *     }
+         */
+        ProvisioningLeg: {
+            /** @enum {string} */
+            name: "identify" | "provision";
+            /** Format: uuid */
+            factory_service_id: string;
+            /** @enum {string} */
+            state: "PENDING" | "RUNNING" | "SUCCEEDED" | "FAILED";
+            attempts: number;
+            /** @description when a PENDING leg is dispatched (after a backoff) */
+            due: string | null;
+            started_at: string | null;
+            finished_at: string | null;
+            error: string | null;
+            result: {
+                [key: string]: unknown;
+            } | null;
+            history: {
+                attempt: number;
+                dispatched_at: string;
+                ended_at: string | null;
+                outcome: ("SUCCEEDED" | "FAILED" | "TIMED_OUT") | null;
+                error: string | null;
+            }[];
+        };
+        /**
+         * @description A saga leg the factory backend carries out
+         * @example {
+         *       "run_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *       "leg": "provision",
+         *       "attempt": 1,
+         *       "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
+         *       "model": "FFF1:8001",
+         *       "manufacturer": "Acme",
+         *       "serial": "SN-000123",
+         *       "result_url": "https://gateway.example.net/api/v1/things/3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b/provisioning-result"
+         *     }
+         */
+        ProvisioningLegCall: {
+            /** Format: uuid */
+            run_id: string;
+            /** Format: uuid */
+            thing_id: string;
+            /** @enum {string} */
+            leg: "identify" | "provision";
+            /** @description report it back: a report of an older attempt is refused */
+            attempt: number;
+            model_id: string | null;
+            model: string | null;
+            manufacturer: string | null;
+            serial: string | null;
+            /**
+             * Format: uri
+             * @description POST the leg's outcome here (signed): /api/v1/things/{thingId}/provisioning-result
+             */
+            result_url: string;
+        };
+        /**
+         * @description A factory backend reports a leg's outcome
+         * @example {
+         *       "leg": "provision",
+         *       "outcome": "SUCCEEDED",
+         *       "attempt": 1,
+         *       "result": {
+         *         "station": "L4-07"
+         *       }
+         *     }
+         */
+        ProvisioningLegReport: {
+            /**
+             * Format: uuid
+             * @description the run the leg belongs to (default: the thing's running run)
+             */
+            run_id?: string;
+            /** @enum {string} */
+            leg: "identify" | "provision";
+            /** @enum {string} */
+            outcome: "SUCCEEDED" | "FAILED";
+            /** @description the attempt reported (from the leg call); a report of an older attempt is 409 */
+            attempt?: number;
+            /** @description why it failed (kept on the leg) */
+            detail?: string;
+            /** @description false: a FAILED leg is not attempted again and the run fails */
+            retryable?: boolean;
+            /** @description what the backend wants recorded with a SUCCEEDED leg (at most 16 KiB of JSON) */
+            result?: {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * @description A PROVISION saga run and its legs
+         * @example {
+         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *       "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
+         *       "state": "RUNNING",
+         *       "started_at": "2026-11-22T10:00:00.000Z",
+         *       "started_by": "operator@acme",
+         *       "finished_at": null,
+         *       "error": null,
+         *       "legs": []
+         *     }
+         */
+        ProvisioningRun: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            thing_id: string;
+            /** Format: uuid */
+            model_id: string;
+            /** @enum {string} */
+            state: "RUNNING" | "SUCCEEDED" | "FAILED";
+            started_at: string;
+            started_by: string;
+            finished_at: string | null;
+            error: string | null;
+            legs: components["schemas"]["ProvisioningLeg"][];
+        };
+        /**
+         * @example {
+         *       "items": [
+         *         {
+         *           "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *           "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *           "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
+         *           "state": "RUNNING",
+         *           "started_at": "2026-11-22T10:00:00.000Z",
+         *           "started_by": "operator@acme",
+         *           "finished_at": null,
+         *           "error": null,
+         *           "legs": []
+         *         }
+         *       ],
+         *       "next_cursor": null
+         *     }
+         */
+        ProvisioningRunPage: {
+            items: components["schemas"]["ProvisioningRun"][];
+            next_cursor: string | null;
         };
         /**
          * @example {
@@ -7023,255 +6335,259 @@ export interface components {
             has_more: boolean;
         };
         /**
-         * @description One change of a thing's lifecycle state in the feed
          * @example {
-         *       "sequence": 1042,
-         *       "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
-         *       "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
-         *       "model": "FFF1:8001",
-         *       "manufacturer": "Acme",
-         *       "serial": "SN-000123",
-         *       "old_state": "IN_FACTORY",
-         *       "new_state": "HANDOVER_PENDING",
-         *       "event": "FACTORY_HANDOVER",
-         *       "changed_at": "2026-11-22T10:00:00.000Z"
-         *     }
-         */
-        StateChange: {
-            /** @description the change's number in the log: unique, and increasing along each thing's changes (the page order is commit order, see docs) */
-            sequence: number;
-            /** Format: uuid */
-            thing_id: string;
-            model_id: string | null;
-            /** @description the model as the device named it at enrollment */
-            model: string | null;
-            manufacturer: string | null;
-            serial: string | null;
-            /** @description null for a birth (enrollment into ROLLEDOFF) */
-            old_state: string | null;
-            new_state: string;
-            /** @description ENROLL, PROVISION, FACTORY_DONE, FACTORY_HANDOVER, ACTIVATE, DEACTIVATE or ANNIHILATE */
-            event: string;
-            changed_at: string;
-        };
-        /**
-         * @description A page of the state-change feed
-         * @example {
-         *       "items": [
-         *         {
-         *           "sequence": 1042,
-         *           "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
-         *           "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
-         *           "model": "FFF1:8001",
-         *           "manufacturer": "Acme",
-         *           "serial": "SN-000123",
-         *           "old_state": "IN_FACTORY",
-         *           "new_state": "HANDOVER_PENDING",
-         *           "event": "FACTORY_HANDOVER",
-         *           "changed_at": "2026-11-22T10:00:00.000Z"
-         *         }
-         *       ],
-         *       "next_cursor": "c1.MTA0Mg.1795341600.k3x9",
-         *       "has_more": false
-         *     }
-         */
-        StateChangePage: {
-            items: components["schemas"]["StateChange"][];
-            /** @description always set: pass it as since on the next poll, also after an empty page */
-            next_cursor: string;
-            /** @description more changes are ready now: poll again at once */
-            has_more: boolean;
-        };
-        /**
-         * @description A thing as the full sync lists it
-         * @example {
-         *       "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
-         *       "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
-         *       "model": "FFF1:8001",
-         *       "manufacturer": "Acme",
-         *       "serial": "SN-000123",
-         *       "state": "ACTIVATED",
+         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "service_code": "things",
+         *       "quota_code": "things-per-account",
+         *       "name": "Things per account",
+         *       "default_value": 10000,
+         *       "applied_value": 20000,
+         *       "max_value": 1000000,
+         *       "adjustable": true,
+         *       "scope": "account",
+         *       "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *       "organization_id": null,
          *       "updated_at": "2026-11-22T10:00:00.000Z"
          *     }
          */
-        ThingSyncItem: {
+        Quota: {
             /** Format: uuid */
-            thing_id: string;
-            model_id: string | null;
-            model: string;
-            manufacturer: string;
-            serial: string;
-            state: string;
+            id: string;
+            service_code: string;
+            quota_code: string;
+            name: string;
+            default_value: number;
+            applied_value: number;
+            max_value: number | null;
+            adjustable: boolean;
+            /** @enum {string} */
+            scope: "account" | "organization";
+            account_id: string | null;
+            organization_id: string | null;
             updated_at: string;
         };
         /**
-         * @description A page of the full sync (GET /provisioning/v1/things)
          * @example {
-         *       "items": [
-         *         {
-         *           "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
-         *           "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
-         *           "model": "FFF1:8001",
-         *           "manufacturer": "Acme",
-         *           "serial": "SN-000123",
-         *           "state": "ACTIVATED",
-         *           "updated_at": "2026-11-22T10:00:00.000Z"
-         *         }
-         *       ],
-         *       "next_cursor": null,
-         *       "feed_cursor": null
+         *       "service_code": "things",
+         *       "quota_code": "things-per-account",
+         *       "name": "Things per account",
+         *       "default_value": 10000,
+         *       "max_value": 1000000,
+         *       "adjustable": true
          *     }
          */
-        ThingSyncPage: {
-            items: components["schemas"]["ThingSyncItem"][];
-            next_cursor: string | null;
-            /** @description first page only: resume the state-change feed from this cursor once the sync is done (changes made during the sync are in the feed after it) */
-            feed_cursor: string | null;
+        QuotaDefault: {
+            service_code: string;
+            quota_code: string;
+            name: string;
+            default_value: number;
+            max_value: number | null;
+            adjustable: boolean;
         };
         /**
          * @example {
-         *       "target_url": "https://factory.example.net/hooks/state-changes",
-         *       "acknowledge_polling_still_mandatory": true,
-         *       "event_filter": {
-         *         "new_states": [
-         *           "ACTIVATED"
-         *         ]
+         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "kind": "account",
+         *       "status": "pending",
+         *       "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *       "organization_id": null,
+         *       "leave_request_account_id": null,
+         *       "leave_gated": false,
+         *       "leave_id": null,
+         *       "service_code": "things",
+         *       "quota_code": "things-per-account",
+         *       "desired_value": 50000,
+         *       "reason": "second factory line",
+         *       "decision_reason": null,
+         *       "decided_by": null,
+         *       "decided_at": null,
+         *       "created_by": "admin@acme",
+         *       "created_at": "2026-11-22T10:00:00.000Z"
+         *     }
+         */
+        QuotaRequest: {
+            /** Format: uuid */
+            id: string;
+            /** @enum {string} */
+            kind: "account" | "organization" | "leave";
+            /** @enum {string} */
+            status: "pending" | "approved" | "denied" | "cancelled";
+            /**
+             * Format: uuid
+             * @description the requesting account (the leaving account for leave-gated requests)
+             */
+            account_id: string;
+            organization_id: string | null;
+            /** @description set when auto-submitted because this account is leaving an organization */
+            leave_request_account_id: string | null;
+            leave_gated: boolean;
+            leave_id: string | null;
+            service_code: string;
+            quota_code: string;
+            desired_value: number;
+            reason: string | null;
+            decision_reason: string | null;
+            decided_by: string | null;
+            decided_at: string | null;
+            created_by: string | null;
+            created_at: string;
+        };
+        /**
+         * @example {
+         *       "service_code": "things",
+         *       "quota_code": "things-per-account",
+         *       "desired_value": 50000,
+         *       "reason": "second factory line"
+         *     }
+         */
+        QuotaRequestCreate: {
+            /** @default organizations */
+            service_code: string;
+            quota_code: string;
+            desired_value: number;
+            reason?: string;
+        };
+        /**
+         * @description A token or its shareable URL
+         * @example {
+         *       "token": "ela_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+         *     }
+         */
+        Redemption: {
+            token?: string;
+            /** @description the shareable URL (the token is its fragment) */
+            url?: string;
+        };
+        /**
+         * @example {
+         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "registrar_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "requester_account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *       "owner_account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *       "filter": {
+         *         "serial_prefix": "SN-0001"
+         *       },
+         *       "note": null,
+         *       "state": "PENDING",
+         *       "decided_at": null,
+         *       "decided_by": null,
+         *       "reason": null,
+         *       "revoked_at": null,
+         *       "created_at": "2026-11-22T10:00:00.000Z"
+         *     }
+         */
+        ReferenceRequest: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            registrar_id: string;
+            /** Format: uuid */
+            requester_account_id: string;
+            /** Format: uuid */
+            owner_account_id: string;
+            filter: {
+                serial_prefix?: string;
+                manufacturer?: string;
+            };
+            note: string | null;
+            /** @enum {string} */
+            state: "PENDING" | "APPROVED" | "REJECTED" | "REVOKED";
+            decided_at: string | null;
+            decided_by: string | null;
+            reason: string | null;
+            revoked_at: string | null;
+            created_at: string;
+        };
+        /**
+         * @example {
+         *       "registrar_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "filter": {
+         *         "serial_prefix": "SN-0001"
          *       }
          *     }
          */
-        SubscriptionCreate: {
-            /**
-             * Format: uri
-             * @description where deliveries are POSTed; https:// only (THM-60120); loopback, link-local and private targets are refused
-             */
-            target_url: string;
-            /**
-             * @description must be true (THM-60110): deliveries are best-effort, the feed stays the source of truth
-             * @constant
-             */
-            acknowledge_polling_still_mandatory: true;
-            /** @description optional; only new_states and thing_ids (THM-60140); both given: a change must match both; none: every change */
-            event_filter?: {
-                /** @description only changes into these states */
-                new_states?: ("ROLLEDOFF" | "PROVISIONED" | "IN_FACTORY" | "HANDOVER_PENDING" | "ACTIVATED" | "DEACTIVATED" | "ANNIHILATED")[];
-                /** @description only changes of these things */
-                thing_ids?: string[];
-            } | null;
+        ReferenceRequestCreate: {
+            /** Format: uuid */
+            registrar_id: string;
+            /** @description over the things of the registrar's canonical model (owned by the registrar's account) */
+            filter?: {
+                /** @description things whose serial starts with this */
+                serial_prefix?: string;
+                /** @description things of this manufacturer */
+                manufacturer?: string;
+            };
+            note?: string;
         };
         /**
          * @example {
-         *       "status": "ACTIVE"
+         *       "items": [
+         *         {
+         *           "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *           "registrar_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *           "requester_account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *           "owner_account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *           "filter": {
+         *             "serial_prefix": "SN-0001"
+         *           },
+         *           "note": null,
+         *           "state": "PENDING",
+         *           "decided_at": null,
+         *           "decided_by": null,
+         *           "reason": null,
+         *           "revoked_at": null,
+         *           "created_at": "2026-11-22T10:00:00.000Z"
+         *         }
+         *       ],
+         *       "next_cursor": null
          *     }
          */
-        SubscriptionPatch: {
-            /**
-             * Format: uri
-             * @description where deliveries are POSTed; https:// only (THM-60120); loopback, link-local and private targets are refused
-             */
-            target_url?: string;
-            /** @description optional; only new_states and thing_ids (THM-60140); both given: a change must match both; none: every change */
-            event_filter?: {
-                /** @description only changes into these states */
-                new_states?: ("ROLLEDOFF" | "PROVISIONED" | "IN_FACTORY" | "HANDOVER_PENDING" | "ACTIVATED" | "DEACTIVATED" | "ANNIHILATED")[];
-                /** @description only changes of these things */
-                thing_ids?: string[];
-            } | null;
-            /**
-             * @description a SUSPENDED subscription accepts only {"status":"ACTIVE"} (THM-60150)
-             * @enum {string}
-             */
-            status?: "ACTIVE" | "SUSPENDED";
+        ReferenceRequestPage: {
+            items: components["schemas"]["ReferenceRequest"][];
+            next_cursor: string | null;
         };
         /**
-         * @description A state-change webhook subscription
          * @example {
          *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
          *       "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *       "registrar_id": null,
-         *       "target_url": "https://factory.example.net/hooks/state-changes",
-         *       "acknowledge_polling_still_mandatory": true,
-         *       "event_filter": {
-         *         "new_states": [
-         *           "ACTIVATED"
-         *         ]
-         *       },
-         *       "status": "ACTIVE",
-         *       "consecutive_failures": 0,
-         *       "suspended_at": null,
-         *       "suspended_reason": null,
+         *       "name": "Acme factory line 4",
+         *       "description": "",
+         *       "state": "APPROVED",
+         *       "canonical_model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
+         *       "decided_at": "2026-11-22T10:00:00.000Z",
+         *       "decided_by": "platform-admin",
+         *       "reason": null,
          *       "created_at": "2026-11-22T10:00:00.000Z",
          *       "updated_at": "2026-11-22T10:00:00.000Z"
          *     }
          */
-        Subscription: {
+        Registrar: {
             /** Format: uuid */
             id: string;
             /** Format: uuid */
             account_id: string;
-            /** @description set when a registrar-bound factory service created it: it then gets the changes of that registrar's models only */
-            registrar_id: string | null;
-            target_url: string;
-            /** @constant */
-            acknowledge_polling_still_mandatory: true;
-            event_filter: {
-                new_states?: string[];
-                thing_ids?: string[];
-            } | null;
-            /** @enum {string} */
-            status: "ACTIVE" | "SUSPENDED";
-            /** @description deliveries dropped in a row (WEBHOOK_SUSPEND_AFTER of them suspend it) */
-            consecutive_failures: number;
-            suspended_at: string | null;
-            suspended_reason: ("receiver-gone" | "delivery-failures" | "owner") | null;
+            name: string;
+            description: string;
+            /**
+             * @description PENDING until a platform operator approves (APPROVED) or rejects (REJECTED) it
+             * @enum {string}
+             */
+            state: "PENDING" | "APPROVED" | "REJECTED" | "DELETED";
+            /** @description bound once (PUT canonical-model) */
+            canonical_model_id: string | null;
+            decided_at: string | null;
+            decided_by: string | null;
+            reason: string | null;
             created_at: string;
             updated_at: string;
         };
         /**
-         * @description A created subscription; secret (whsec_…) is shown once
          * @example {
-         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *       "registrar_id": null,
-         *       "target_url": "https://factory.example.net/hooks/state-changes",
-         *       "acknowledge_polling_still_mandatory": true,
-         *       "event_filter": {
-         *         "new_states": [
-         *           "ACTIVATED"
-         *         ]
-         *       },
-         *       "status": "ACTIVE",
-         *       "consecutive_failures": 0,
-         *       "suspended_at": null,
-         *       "suspended_reason": null,
-         *       "created_at": "2026-11-22T10:00:00.000Z",
-         *       "updated_at": "2026-11-22T10:00:00.000Z",
-         *       "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+         *       "name": "Acme factory line 4"
          *     }
          */
-        SubscriptionCreated: {
-            /** Format: uuid */
-            id: string;
-            /** Format: uuid */
-            account_id: string;
-            /** @description set when a registrar-bound factory service created it: it then gets the changes of that registrar's models only */
-            registrar_id: string | null;
-            target_url: string;
-            /** @constant */
-            acknowledge_polling_still_mandatory: true;
-            event_filter: {
-                new_states?: string[];
-                thing_ids?: string[];
-            } | null;
-            /** @enum {string} */
-            status: "ACTIVE" | "SUSPENDED";
-            /** @description deliveries dropped in a row (WEBHOOK_SUSPEND_AFTER of them suspend it) */
-            consecutive_failures: number;
-            suspended_at: string | null;
-            suspended_reason: ("receiver-gone" | "delivery-failures" | "owner") | null;
-            created_at: string;
-            updated_at: string;
-            /** @description shown once: the Standard Webhooks signing secret (whsec_...) of its deliveries; not the access secret */
-            secret: string;
+        RegistrarCreate: {
+            name: string;
+            description?: string;
         };
         /**
          * @example {
@@ -7279,18 +6595,13 @@ export interface components {
          *         {
          *           "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
          *           "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
-         *           "registrar_id": null,
-         *           "target_url": "https://factory.example.net/hooks/state-changes",
-         *           "acknowledge_polling_still_mandatory": true,
-         *           "event_filter": {
-         *             "new_states": [
-         *               "ACTIVATED"
-         *             ]
-         *           },
-         *           "status": "ACTIVE",
-         *           "consecutive_failures": 0,
-         *           "suspended_at": null,
-         *           "suspended_reason": null,
+         *           "name": "Acme factory line 4",
+         *           "description": "",
+         *           "state": "APPROVED",
+         *           "canonical_model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
+         *           "decided_at": "2026-11-22T10:00:00.000Z",
+         *           "decided_by": "platform-admin",
+         *           "reason": null,
          *           "created_at": "2026-11-22T10:00:00.000Z",
          *           "updated_at": "2026-11-22T10:00:00.000Z"
          *         }
@@ -7298,327 +6609,30 @@ export interface components {
          *       "next_cursor": null
          *     }
          */
-        SubscriptionPage: {
-            items: components["schemas"]["Subscription"][];
+        RegistrarPage: {
+            items: components["schemas"]["Registrar"][];
             next_cursor: string | null;
         };
         /**
-         * @description Standard Webhooks payload: { type, timestamp, data } with the feed's item
          * @example {
-         *       "type": "thing.state_changed",
-         *       "timestamp": "2026-11-22T10:00:00.000Z",
-         *       "data": {
-         *         "sequence": 1042,
-         *         "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
-         *         "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
-         *         "model": "FFF1:8001",
-         *         "manufacturer": "Acme",
-         *         "serial": "SN-000123",
-         *         "old_state": "IN_FACTORY",
-         *         "new_state": "HANDOVER_PENDING",
-         *         "event": "FACTORY_HANDOVER",
-         *         "changed_at": "2026-11-22T10:00:00.000Z"
-         *       }
-         *     }
-         */
-        StateChangeDelivery: {
-            /** @constant */
-            type: "thing.state_changed";
-            /** @description the change's changed_at */
-            timestamp: string;
-            data: components["schemas"]["StateChange"];
-        };
-        /**
-         * @example {
-         *       "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
-         *       "name": "Smart plug app",
-         *       "version": "1.0.0",
-         *       "bundles": [
-         *         {
-         *           "name": "plug-firmware",
-         *           "version": "2.4.1"
-         *         }
-         *       ]
-         *     }
-         */
-        ProductCreate: {
-            /**
-             * Format: uuid
-             * @description one of your account's models (not an imported one)
-             */
-            model_id: string;
-            name: string;
-            description?: string;
-            /** @description default 1.0.0 */
-            version?: string;
-            /** @description default none (a product needs at least one to be published) */
-            bundles?: {
-                name: string;
-                version: string;
-                /** @enum {string} */
-                kind?: "software" | "driver";
-            }[];
-        };
-        /** @example {} */
-        ProductPatch: {
-            name?: string;
-            description?: string;
-            /** @description a published product: greater than the published version (default: the next patch); unpublished: greater to republish */
-            version?: string;
-            /** @description replaces the list */
-            bundles?: {
-                name: string;
-                version: string;
-                /** @enum {string} */
-                kind?: "software" | "driver";
-            }[];
-        };
-        /**
-         * @description A marketplace product and its bundles
-         * @example {
-         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "account_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "model_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "descriptor": "text",
-         *       "name": "text",
-         *       "description": "text",
-         *       "version": "text",
-         *       "bundles": [
-         *         {
-         *           "kind": "software",
-         *           "name": "text",
-         *           "version": "text",
-         *           "url": "text"
-         *         }
-         *       ],
-         *       "state": "DRAFT",
-         *       "published_version": null,
-         *       "published_at": null,
-         *       "unpublished_at": null,
-         *       "created_at": "text",
-         *       "updated_at": "text"
-         *     }
-         */
-        Product: {
-            /** Format: uuid */
-            id: string;
-            /**
-             * Format: uuid
-             * @description the publishing account
-             */
-            account_id: string;
-            /** Format: uuid */
-            model_id: string;
-            /** @description the model's vid:pid */
-            descriptor: string;
-            name: string;
-            description: string;
-            /** @description version of the content shown */
-            version: string;
-            bundles: {
-                /** @enum {string} */
-                kind: "software" | "driver";
-                name: string;
-                version: string;
-                url: string;
-                sha256?: string;
-            }[];
-            /** @enum {string} */
-            state: "DRAFT" | "PUBLISHED" | "UNPUBLISHED";
-            /** @description the version live (PUBLISHED) or last published; null before the first publication */
-            published_version: string | null;
-            published_at: string | null;
-            unpublished_at: string | null;
-            created_at: string;
-            updated_at: string;
-        };
-        /**
-         * @example {
-         *       "items": [
-         *         {
-         *           "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *           "account_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *           "model_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *           "descriptor": "text",
-         *           "name": "text",
-         *           "description": "text",
-         *           "version": "text",
-         *           "bundles": [
-         *             {
-         *               "kind": "software",
-         *               "name": "text",
-         *               "version": "text",
-         *               "url": "text"
-         *             }
-         *           ],
-         *           "state": "DRAFT",
-         *           "published_version": null,
-         *           "published_at": null,
-         *           "unpublished_at": null,
-         *           "created_at": "text",
-         *           "updated_at": "text"
-         *         }
-         *       ],
-         *       "next_cursor": null
-         *     }
-         */
-        ProductPage: {
-            items: components["schemas"]["Product"][];
-            next_cursor: string | null;
-        };
-        /**
-         * @description Fleet registry filters; every member optional
-         * @example {
-         *       "model": "FFF1:8001",
-         *       "state": [
-         *         "ACTIVATED"
-         *       ],
-         *       "tags": [
-         *         "line-4"
-         *       ],
-         *       "connected": true
-         *     }
-         */
-        ThingFilterQuery: {
-            /** @description model id or the vid:pid name things carry */
-            model?: string;
-            /** @description lifecycle states (any of them) */
-            state?: ("REGISTERED" | "ROLLEDOFF" | "PROVISIONED" | "IN_FACTORY" | "HANDOVER_PENDING" | "ACTIVATED" | "DEACTIVATED" | "ANNIHILATED")[];
-            /** @description things carrying every one of them */
-            tags?: string[];
-            /** Format: date-time */
-            last_seen_before?: string;
-            /** Format: date-time */
-            last_seen_after?: string;
-            /** @description false: only things not revoked; true: only revoked ones (a rollout skips revoked targets anyway) */
-            revoked?: boolean;
-            /** @description true: only things with an MQTT session now; false: only things without one */
-            connected?: boolean;
-        };
-        /**
-         * @example {
-         *       "name": "line 4 plugs",
-         *       "query": {
-         *         "model": "FFF1:8001",
-         *         "tags": [
-         *           "line-4"
-         *         ]
-         *       }
-         *     }
-         */
-        TargetFilterCreate: {
-            name: string;
-            query: components["schemas"]["ThingFilterQuery"];
-        };
-        /**
-         * @example {
-         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "name": "line 4 plugs",
-         *       "query": {
-         *         "model": "FFF1:8001",
-         *         "tags": [
-         *           "line-4"
-         *         ]
-         *       },
-         *       "created_at": "2026-11-22T10:00:00.000Z",
-         *       "updated_at": "2026-11-22T10:00:00.000Z"
-         *     }
-         */
-        TargetFilter: {
-            /** Format: uuid */
-            id: string;
-            name: string;
-            query: {
-                /** @description model id or the vid:pid name things carry */
-                model?: string;
-                state?: string[];
-                /** @description things carrying every one of them */
-                tags?: string[];
-                /** Format: date-time */
-                last_seen_before?: string;
-                /** Format: date-time */
-                last_seen_after?: string;
-                /** @description false: only things not revoked; true: only revoked ones (a rollout skips revoked targets anyway) */
-                revoked?: boolean;
-                /** @description true: only things with an MQTT session now; false: only things without one */
-                connected?: boolean;
-            };
-            created_at: string;
-            updated_at: string;
-        };
-        /**
-         * @example {
+         *       "state": "ACTIVATED",
+         *       "updated_at": "2026-11-22T10:00:00.000Z",
          *       "id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *       "manufacturer": "Acme",
          *       "model": "FFF1:8001",
          *       "serial": "SN-000123",
-         *       "state": "ACTIVATED",
-         *       "tags": [
-         *         "line-4"
-         *       ],
-         *       "connected": true,
-         *       "last_seen": "2026-11-22T10:00:00.000Z"
+         *       "revoked": false
          *     }
          */
-        ThingSummary: {
+        ResolvedThing: {
+            state: components["schemas"]["ThingState"];
+            updated_at: string;
             /** Format: uuid */
             id: string;
+            manufacturer: string;
             model: string;
             serial: string;
-            state: string;
-            tags: string[];
-            connected: boolean;
-            last_seen: string | null;
-        };
-        /**
-         * @example {
-         *       "version": "2.4.1",
-         *       "url": "https://firmware.example.net/plug-2.4.1.bin",
-         *       "sha256": "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
-         *       "size": 524288
-         *     }
-         */
-        SoftwareArtifact: {
-            version: string;
-            /**
-             * Format: uri
-             * @description where the device downloads the artifact
-             */
-            url: string;
-            sha256: string;
-            /** @description bytes */
-            size: number;
-        };
-        /**
-         * @example {
-         *       "name": "plug 2.4.1",
-         *       "filter_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "software": {
-         *         "version": "2.4.1",
-         *         "url": "https://firmware.example.net/plug-2.4.1.bin",
-         *         "sha256": "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
-         *         "size": 524288
-         *       },
-         *       "groups": [
-         *         10,
-         *         90
-         *       ],
-         *       "success_threshold": 95,
-         *       "error_threshold": 2
-         *     }
-         */
-        RolloutCreate: {
-            name: string;
-            /**
-             * Format: uuid
-             * @description the target filter; its matched things are taken now, at creation
-             */
-            filter_id: string;
-            software: components["schemas"]["SoftwareArtifact"];
-            groups: number | number[];
-            /** @description percent of a group that must succeed before the next group starts */
-            success_threshold: number;
-            /** @description the rollout stops when more than this percent of a group failed */
-            error_threshold: number;
+            revoked: boolean;
         };
         /**
          * @example {
@@ -7707,6 +6721,61 @@ export interface components {
         /**
          * @example {
          *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "thing_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "group": -9007199254740991,
+         *       "status": "scheduled",
+         *       "progress": null,
+         *       "reason": null,
+         *       "updated_at": "text"
+         *     }
+         */
+        RolloutAction: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            thing_id: string;
+            group: number;
+            /** @enum {string} */
+            status: "scheduled" | "pending" | "delivered" | "downloading" | "installing" | "succeeded" | "failed" | "skipped" | "cancelled";
+            progress: number | null;
+            reason: string | null;
+            updated_at: string;
+        };
+        /**
+         * @example {
+         *       "name": "plug 2.4.1",
+         *       "filter_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "software": {
+         *         "version": "2.4.1",
+         *         "url": "https://firmware.example.net/plug-2.4.1.bin",
+         *         "sha256": "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+         *         "size": 524288
+         *       },
+         *       "groups": [
+         *         10,
+         *         90
+         *       ],
+         *       "success_threshold": 95,
+         *       "error_threshold": 2
+         *     }
+         */
+        RolloutCreate: {
+            name: string;
+            /**
+             * Format: uuid
+             * @description the target filter; its matched things are taken now, at creation
+             */
+            filter_id: string;
+            software: components["schemas"]["SoftwareArtifact"];
+            groups: number | number[];
+            /** @description percent of a group that must succeed before the next group starts */
+            success_threshold: number;
+            /** @description the rollout stops when more than this percent of a group failed */
+            error_threshold: number;
+        };
+        /**
+         * @example {
+         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
          *       "index": -9007199254740991,
          *       "total": -9007199254740991,
          *       "state": "SCHEDULED",
@@ -7732,58 +6801,989 @@ export interface components {
             ended_at: string | null;
         };
         /**
+         * @description A service control policy
          * @example {
          *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "thing_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
-         *       "group": -9007199254740991,
-         *       "status": "scheduled",
-         *       "progress": null,
-         *       "reason": null,
-         *       "updated_at": "text"
+         *       "name": "no-annihilate",
+         *       "description": "",
+         *       "document": {
+         *         "Version": "2012-10-17",
+         *         "Statement": [
+         *           {
+         *             "Effect": "Deny",
+         *             "Action": [
+         *               "factory:Thing:Annihilate"
+         *             ],
+         *             "Resource": [
+         *               "*"
+         *             ]
+         *           }
+         *         ]
+         *       },
+         *       "document_size": 98,
+         *       "created_at": "2026-11-22T10:00:00.000Z",
+         *       "created_by": "platform-admin"
          *     }
          */
-        RolloutAction: {
+        Scp: {
+            /** Format: uuid */
+            id: string;
+            name: string;
+            description: string;
+            document: {
+                [key: string]: unknown;
+            };
+            document_size: number;
+            created_at: string;
+            created_by: string | null;
+        };
+        /**
+         * @example {
+         *       "name": "no-annihilate",
+         *       "document": {
+         *         "Version": "2012-10-17",
+         *         "Statement": [
+         *           {
+         *             "Effect": "Deny",
+         *             "Action": [
+         *               "factory:Thing:Annihilate"
+         *             ],
+         *             "Resource": [
+         *               "*"
+         *             ]
+         *           }
+         *         ]
+         *       }
+         *     }
+         */
+        ScpCreate: {
+            name: string;
+            description?: string;
+            /** @description the policy document, as JSON text or as an object */
+            document: string | {
+                [key: string]: unknown;
+            };
+        };
+        /**
+         * @example {
+         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "access_key_id": "ASIA0123456789ABCDEF",
+         *       "status": "ACTIVE",
+         *       "principal_id": "alice",
+         *       "principal_type": "federated",
+         *       "description": "",
+         *       "created_at": "2026-11-22T10:00:00.000Z",
+         *       "last_used_at": "2026-11-22T10:00:00.000Z",
+         *       "expires_at": "2026-12-22T10:00:00.000Z"
+         *     }
+         */
+        Session: {
+            /** Format: uuid */
+            id: string;
+            access_key_id: string;
+            /** @constant */
+            status: "ACTIVE";
+            principal_id: string;
+            /** @constant */
+            principal_type: "federated";
+            description: string;
+            created_at: string;
+            last_used_at: string;
+            expires_at: string;
+        };
+        /**
+         * @description Temporary STS credentials: an ASIA key, its secret and the session token
+         * @example {
+         *       "access_key_id": "ASIA0123456789ABCDEF",
+         *       "secret_key": "yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy",
+         *       "session_token": "zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz",
+         *       "expiration": "2026-12-22T10:00:00.000Z"
+         *     }
+         */
+        SessionToken: {
+            access_key_id: string;
+            secret_key: string;
+            session_token: string;
+            expiration: string;
+        };
+        /**
+         * @example {
+         *       "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *       "duration_seconds": 3600
+         *     }
+         */
+        SessionTokenRequest: {
+            /** Format: uuid */
+            account_id: string;
+            /** @default 3600 */
+            duration_seconds: number;
+        };
+        /**
+         * @description RFC 7515 flattened JWS JSON serialization
+         * @example {
+         *       "protected": "text",
+         *       "payload": "text",
+         *       "signature": "text"
+         *     }
+         */
+        SignedBlacklistSnapshot: {
+            /** @description base64url JSON header: alg ES256, kid (see jwks), typ identity-blacklist-snapshot+json */
+            protected: string;
+            /** @description base64url JSON: cursor, seq, generated_at, count, entries [{ model, sn, reason, added_at }] sorted by model, sn */
+            payload: string;
+            signature: string;
+        };
+        /**
+         * @example {
+         *       "version": "2.4.1",
+         *       "url": "https://firmware.example.net/plug-2.4.1.bin",
+         *       "sha256": "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+         *       "size": 524288
+         *     }
+         */
+        SoftwareArtifact: {
+            version: string;
+            /**
+             * Format: uri
+             * @description where the device downloads the artifact
+             */
+            url: string;
+            sha256: string;
+            /** @description bytes */
+            size: number;
+        };
+        /**
+         * @description One change of a thing's lifecycle state in the feed
+         * @example {
+         *       "sequence": 1042,
+         *       "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *       "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
+         *       "model": "FFF1:8001",
+         *       "manufacturer": "Acme",
+         *       "serial": "SN-000123",
+         *       "old_state": "IN_FACTORY",
+         *       "new_state": "HANDOVER_PENDING",
+         *       "event": "FACTORY_HANDOVER",
+         *       "changed_at": "2026-11-22T10:00:00.000Z"
+         *     }
+         */
+        StateChange: {
+            /** @description the change's number in the log: unique, and increasing along each thing's changes (the page order is commit order, see docs) */
+            sequence: number;
+            /** Format: uuid */
+            thing_id: string;
+            model_id: string | null;
+            /** @description the model as the device named it at enrollment */
+            model: string | null;
+            manufacturer: string | null;
+            serial: string | null;
+            /** @description null for a birth (enrollment into ROLLEDOFF) */
+            old_state: string | null;
+            new_state: string;
+            /** @description ENROLL, PROVISION, FACTORY_DONE, FACTORY_HANDOVER, ACTIVATE, DEACTIVATE or ANNIHILATE */
+            event: string;
+            changed_at: string;
+        };
+        /**
+         * @description Standard Webhooks payload: { type, timestamp, data } with the feed's item
+         * @example {
+         *       "type": "thing.state_changed",
+         *       "timestamp": "2026-11-22T10:00:00.000Z",
+         *       "data": {
+         *         "sequence": 1042,
+         *         "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *         "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
+         *         "model": "FFF1:8001",
+         *         "manufacturer": "Acme",
+         *         "serial": "SN-000123",
+         *         "old_state": "IN_FACTORY",
+         *         "new_state": "HANDOVER_PENDING",
+         *         "event": "FACTORY_HANDOVER",
+         *         "changed_at": "2026-11-22T10:00:00.000Z"
+         *       }
+         *     }
+         */
+        StateChangeDelivery: {
+            /** @constant */
+            type: "thing.state_changed";
+            /** @description the change's changed_at */
+            timestamp: string;
+            data: components["schemas"]["StateChange"];
+        };
+        /**
+         * @description A page of the state-change feed
+         * @example {
+         *       "items": [
+         *         {
+         *           "sequence": 1042,
+         *           "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *           "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
+         *           "model": "FFF1:8001",
+         *           "manufacturer": "Acme",
+         *           "serial": "SN-000123",
+         *           "old_state": "IN_FACTORY",
+         *           "new_state": "HANDOVER_PENDING",
+         *           "event": "FACTORY_HANDOVER",
+         *           "changed_at": "2026-11-22T10:00:00.000Z"
+         *         }
+         *       ],
+         *       "next_cursor": "c1.MTA0Mg.1795341600.k3x9",
+         *       "has_more": false
+         *     }
+         */
+        StateChangePage: {
+            items: components["schemas"]["StateChange"][];
+            /** @description always set: pass it as since on the next poll, also after an empty page */
+            next_cursor: string;
+            /** @description more changes are ready now: poll again at once */
+            has_more: boolean;
+        };
+        /**
+         * @description A state-change webhook subscription
+         * @example {
+         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *       "registrar_id": null,
+         *       "target_url": "https://factory.example.net/hooks/state-changes",
+         *       "acknowledge_polling_still_mandatory": true,
+         *       "event_filter": {
+         *         "new_states": [
+         *           "ACTIVATED"
+         *         ]
+         *       },
+         *       "status": "ACTIVE",
+         *       "consecutive_failures": 0,
+         *       "suspended_at": null,
+         *       "suspended_reason": null,
+         *       "created_at": "2026-11-22T10:00:00.000Z",
+         *       "updated_at": "2026-11-22T10:00:00.000Z"
+         *     }
+         */
+        Subscription: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            account_id: string;
+            /** @description set when a registrar-bound factory service created it: it then gets the changes of that registrar's models only */
+            registrar_id: string | null;
+            target_url: string;
+            /** @constant */
+            acknowledge_polling_still_mandatory: true;
+            event_filter: {
+                new_states?: string[];
+                thing_ids?: string[];
+            } | null;
+            /** @enum {string} */
+            status: "ACTIVE" | "SUSPENDED";
+            /** @description deliveries dropped in a row (WEBHOOK_SUSPEND_AFTER of them suspend it) */
+            consecutive_failures: number;
+            suspended_at: string | null;
+            suspended_reason: ("receiver-gone" | "delivery-failures" | "owner") | null;
+            created_at: string;
+            updated_at: string;
+        };
+        /**
+         * @example {
+         *       "target_url": "https://factory.example.net/hooks/state-changes",
+         *       "acknowledge_polling_still_mandatory": true,
+         *       "event_filter": {
+         *         "new_states": [
+         *           "ACTIVATED"
+         *         ]
+         *       }
+         *     }
+         */
+        SubscriptionCreate: {
+            /**
+             * Format: uri
+             * @description where deliveries are POSTed; https:// only (THM-60120); loopback, link-local and private targets are refused
+             */
+            target_url: string;
+            /**
+             * @description must be true (THM-60110): deliveries are best-effort, the feed stays the source of truth
+             * @constant
+             */
+            acknowledge_polling_still_mandatory: true;
+            /** @description optional; only new_states and thing_ids (THM-60140); both given: a change must match both; none: every change */
+            event_filter?: {
+                /** @description only changes into these states */
+                new_states?: ("ROLLEDOFF" | "PROVISIONED" | "IN_FACTORY" | "HANDOVER_PENDING" | "ACTIVATED" | "DEACTIVATED" | "ANNIHILATED")[];
+                /** @description only changes of these things */
+                thing_ids?: string[];
+            } | null;
+        };
+        /**
+         * @description A created subscription; secret (whsec_…) is shown once
+         * @example {
+         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *       "registrar_id": null,
+         *       "target_url": "https://factory.example.net/hooks/state-changes",
+         *       "acknowledge_polling_still_mandatory": true,
+         *       "event_filter": {
+         *         "new_states": [
+         *           "ACTIVATED"
+         *         ]
+         *       },
+         *       "status": "ACTIVE",
+         *       "consecutive_failures": 0,
+         *       "suspended_at": null,
+         *       "suspended_reason": null,
+         *       "created_at": "2026-11-22T10:00:00.000Z",
+         *       "updated_at": "2026-11-22T10:00:00.000Z",
+         *       "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+         *     }
+         */
+        SubscriptionCreated: {
+            /** Format: uuid */
+            id: string;
+            /** Format: uuid */
+            account_id: string;
+            /** @description set when a registrar-bound factory service created it: it then gets the changes of that registrar's models only */
+            registrar_id: string | null;
+            target_url: string;
+            /** @constant */
+            acknowledge_polling_still_mandatory: true;
+            event_filter: {
+                new_states?: string[];
+                thing_ids?: string[];
+            } | null;
+            /** @enum {string} */
+            status: "ACTIVE" | "SUSPENDED";
+            /** @description deliveries dropped in a row (WEBHOOK_SUSPEND_AFTER of them suspend it) */
+            consecutive_failures: number;
+            suspended_at: string | null;
+            suspended_reason: ("receiver-gone" | "delivery-failures" | "owner") | null;
+            created_at: string;
+            updated_at: string;
+            /** @description shown once: the Standard Webhooks signing secret (whsec_...) of its deliveries; not the access secret */
+            secret: string;
+        };
+        /**
+         * @example {
+         *       "items": [
+         *         {
+         *           "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *           "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *           "registrar_id": null,
+         *           "target_url": "https://factory.example.net/hooks/state-changes",
+         *           "acknowledge_polling_still_mandatory": true,
+         *           "event_filter": {
+         *             "new_states": [
+         *               "ACTIVATED"
+         *             ]
+         *           },
+         *           "status": "ACTIVE",
+         *           "consecutive_failures": 0,
+         *           "suspended_at": null,
+         *           "suspended_reason": null,
+         *           "created_at": "2026-11-22T10:00:00.000Z",
+         *           "updated_at": "2026-11-22T10:00:00.000Z"
+         *         }
+         *       ],
+         *       "next_cursor": null
+         *     }
+         */
+        SubscriptionPage: {
+            items: components["schemas"]["Subscription"][];
+            next_cursor: string | null;
+        };
+        /**
+         * @example {
+         *       "status": "ACTIVE"
+         *     }
+         */
+        SubscriptionPatch: {
+            /**
+             * Format: uri
+             * @description where deliveries are POSTed; https:// only (THM-60120); loopback, link-local and private targets are refused
+             */
+            target_url?: string;
+            /** @description optional; only new_states and thing_ids (THM-60140); both given: a change must match both; none: every change */
+            event_filter?: {
+                /** @description only changes into these states */
+                new_states?: ("ROLLEDOFF" | "PROVISIONED" | "IN_FACTORY" | "HANDOVER_PENDING" | "ACTIVATED" | "DEACTIVATED" | "ANNIHILATED")[];
+                /** @description only changes of these things */
+                thing_ids?: string[];
+            } | null;
+            /**
+             * @description a SUSPENDED subscription accepts only {"status":"ACTIVE"} (THM-60150)
+             * @enum {string}
+             */
+            status?: "ACTIVE" | "SUSPENDED";
+        };
+        /**
+         * @example {
+         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "name": "line 4 plugs",
+         *       "query": {
+         *         "model": "FFF1:8001",
+         *         "tags": [
+         *           "line-4"
+         *         ]
+         *       },
+         *       "created_at": "2026-11-22T10:00:00.000Z",
+         *       "updated_at": "2026-11-22T10:00:00.000Z"
+         *     }
+         */
+        TargetFilter: {
+            /** Format: uuid */
+            id: string;
+            name: string;
+            query: {
+                /** @description model id or the vid:pid name things carry */
+                model?: string;
+                state?: string[];
+                /** @description things carrying every one of them */
+                tags?: string[];
+                /** Format: date-time */
+                last_seen_before?: string;
+                /** Format: date-time */
+                last_seen_after?: string;
+                /** @description false: only things not revoked; true: only revoked ones (a rollout skips revoked targets anyway) */
+                revoked?: boolean;
+                /** @description true: only things with an MQTT session now; false: only things without one */
+                connected?: boolean;
+            };
+            created_at: string;
+            updated_at: string;
+        };
+        /**
+         * @example {
+         *       "name": "line 4 plugs",
+         *       "query": {
+         *         "model": "FFF1:8001",
+         *         "tags": [
+         *           "line-4"
+         *         ]
+         *       }
+         *     }
+         */
+        TargetFilterCreate: {
+            name: string;
+            query: components["schemas"]["ThingFilterQuery"];
+        };
+        /**
+         * @example {
+         *       "thingId": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *       "telemetry": {
+         *         "temperature": 21.5,
+         *         "relay": "on"
+         *       },
+         *       "updatedAt": "2026-11-22T10:00:00.000Z"
+         *     }
+         */
+        Telemetry: {
+            thingId: string;
+            /** @description latest value of every key the device sent */
+            telemetry: {
+                [key: string]: unknown;
+            };
+            updatedAt: string | null;
+        };
+        /**
+         * @description A thing (device) of the account: identity, lifecycle state, certificate, tags, connectivity, twin versions and latest telemetry
+         * @example {
+         *       "id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *       "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
+         *       "model": "FFF1:8001",
+         *       "manufacturer": "Acme",
+         *       "serial": "SN-000123",
+         *       "state": "ACTIVATED",
+         *       "state_updated_at": "2026-11-22T10:00:00.000Z",
+         *       "claim_group_id": null,
+         *       "enrolled_by": "device",
+         *       "enrolled_at": "2026-11-22T10:00:00.000Z",
+         *       "revoked": false,
+         *       "revoked_at": null,
+         *       "created_at": "2026-11-22T10:00:00.000Z",
+         *       "tags": [
+         *         "line-4"
+         *       ],
+         *       "connected": true,
+         *       "last_seen": "2026-11-22T10:00:00.000Z",
+         *       "certificate": {
+         *         "serial": "5A3C9E01",
+         *         "not_after": "2026-12-22T10:00:00.000Z",
+         *         "revoked": false
+         *       },
+         *       "metadata": {
+         *         "color": "white"
+         *       },
+         *       "connectivity": {
+         *         "connected": true,
+         *         "connected_at": "2026-11-22T10:00:00.000Z",
+         *         "disconnected_at": null,
+         *         "last_seen": "2026-11-22T10:00:00.000Z",
+         *         "protocol_version": 5,
+         *         "node": "gateway-a"
+         *       },
+         *       "twin": {
+         *         "reported_version": 7,
+         *         "reported_at": "2026-11-22T10:00:00.000Z",
+         *         "desired_version": 3,
+         *         "desired_at": "2026-11-22T10:00:00.000Z"
+         *       },
+         *       "telemetry": {
+         *         "values": {
+         *           "temperature": 21.5
+         *         },
+         *         "updated_at": "2026-11-22T10:00:00.000Z"
+         *       }
+         *     }
+         */
+        Thing: {
+            /** Format: uuid */
+            id: string;
+            model_id: string | null;
+            model: string;
+            manufacturer: string;
+            serial: string;
+            state: components["schemas"]["ThingState"];
+            state_updated_at: string | null;
+            claim_group_id: string | null;
+            enrolled_by: string | null;
+            enrolled_at: string | null;
+            revoked: boolean;
+            revoked_at: string | null;
+            created_at: string;
+            tags: string[];
+            connected: boolean;
+            last_seen: string | null;
+            /** @description the thing's newest certificate */
+            certificate: {
+                serial: string;
+                not_after: string;
+                revoked: boolean;
+            } | null;
+            metadata: {
+                [key: string]: unknown;
+            };
+            /** @description null when the thing never connected */
+            connectivity: {
+                connected: boolean;
+                connected_at: string | null;
+                disconnected_at: string | null;
+                last_seen: string | null;
+                protocol_version: number | null;
+                /** @description the gateway node holding its MQTT session while connected (NODE_ID), else null */
+                node: string | null;
+            } | null;
+            twin: {
+                reported_version: number;
+                reported_at: string | null;
+                desired_version: number;
+                desired_at: string | null;
+            } | null;
+            /** @description latest value of every telemetry key */
+            telemetry: {
+                values: {
+                    [key: string]: unknown;
+                };
+                updated_at: string | null;
+            } | null;
+        };
+        /**
+         * @description A device to register
+         * @example {
+         *       "manufacturer": "Acme",
+         *       "model": "FFF1:8001",
+         *       "serial": "SN-000123"
+         *     }
+         */
+        ThingCreate: {
+            manufacturer: string;
+            /** @description vid:pid descriptor or free model name */
+            model: string;
+            serial: string;
+            metadata?: {
+                [key: string]: string | number | boolean;
+            };
+        };
+        /**
+         * @description A registered device and its single-use enrollment token
+         * @example {
+         *       "thingId": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *       "enrollmentToken": "et_4Qm9c2Vjc2V0LXRva2Vu",
+         *       "expiresAt": "2026-12-22T10:00:00.000Z"
+         *     }
+         */
+        ThingCreated: {
+            /** Format: uuid */
+            thingId: string;
+            enrollmentToken: string;
+            expiresAt: string;
+        };
+        /**
+         * @description Fleet registry filters; every member optional
+         * @example {
+         *       "model": "FFF1:8001",
+         *       "state": [
+         *         "ACTIVATED"
+         *       ],
+         *       "tags": [
+         *         "line-4"
+         *       ],
+         *       "connected": true
+         *     }
+         */
+        ThingFilterQuery: {
+            /** @description model id or the vid:pid name things carry */
+            model?: string;
+            /** @description lifecycle states (any of them) */
+            state?: ("REGISTERED" | "ROLLEDOFF" | "PROVISIONED" | "IN_FACTORY" | "HANDOVER_PENDING" | "ACTIVATED" | "DEACTIVATED" | "ANNIHILATED")[];
+            /** @description things carrying every one of them */
+            tags?: string[];
+            /** Format: date-time */
+            last_seen_before?: string;
+            /** Format: date-time */
+            last_seen_after?: string;
+            /** @description false: only things not revoked; true: only revoked ones (a rollout skips revoked targets anyway) */
+            revoked?: boolean;
+            /** @description true: only things with an MQTT session now; false: only things without one */
+            connected?: boolean;
+        };
+        /**
+         * @description A thing as the fleet registry lists it
+         * @example {
+         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "model_id": null,
+         *       "model": "text",
+         *       "manufacturer": "text",
+         *       "serial": "text",
+         *       "state": "ACTIVATED",
+         *       "state_updated_at": null,
+         *       "claim_group_id": null,
+         *       "enrolled_by": null,
+         *       "enrolled_at": null,
+         *       "revoked": false,
+         *       "revoked_at": null,
+         *       "created_at": "text",
+         *       "tags": [
+         *         "text"
+         *       ],
+         *       "connected": false,
+         *       "last_seen": null,
+         *       "certificate": null
+         *     }
+         */
+        ThingListItem: {
+            /** Format: uuid */
+            id: string;
+            model_id: string | null;
+            model: string;
+            manufacturer: string;
+            serial: string;
+            state: components["schemas"]["ThingState"];
+            state_updated_at: string | null;
+            claim_group_id: string | null;
+            enrolled_by: string | null;
+            enrolled_at: string | null;
+            revoked: boolean;
+            revoked_at: string | null;
+            created_at: string;
+            tags: string[];
+            connected: boolean;
+            last_seen: string | null;
+            /** @description the thing's newest certificate */
+            certificate: {
+                serial: string;
+                not_after: string;
+                revoked: boolean;
+            } | null;
+        };
+        /**
+         * @example {
+         *       "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *       "owner_account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *       "source": "device_deeplink",
+         *       "reference_request_id": null,
+         *       "device_deeplink_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *       "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
+         *       "descriptor": "FFF1:8001",
+         *       "manufacturer": "Acme",
+         *       "model": "FFF1:8001",
+         *       "serial": "SN-000123",
+         *       "state": "ACTIVATED",
+         *       "created_at": "2026-11-22T10:00:00.000Z"
+         *     }
+         */
+        ThingReference: {
             /** Format: uuid */
             id: string;
             /** Format: uuid */
             thing_id: string;
-            group: number;
+            /** Format: uuid */
+            owner_account_id: string;
             /** @enum {string} */
-            status: "scheduled" | "pending" | "delivered" | "downloading" | "installing" | "succeeded" | "failed" | "skipped" | "cancelled";
-            progress: number | null;
-            reason: string | null;
+            source: "reference_request" | "device_deeplink";
+            reference_request_id: string | null;
+            device_deeplink_id: string | null;
+            model_id: string | null;
+            descriptor: string | null;
+            manufacturer: string;
+            model: string;
+            serial: string;
+            /** @description the thing's lifecycle state now */
+            state: string;
+            created_at: string;
+        };
+        /**
+         * @example {
+         *       "items": [
+         *         {
+         *           "id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *           "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *           "owner_account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *           "source": "device_deeplink",
+         *           "reference_request_id": null,
+         *           "device_deeplink_id": "5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9",
+         *           "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
+         *           "descriptor": "FFF1:8001",
+         *           "manufacturer": "Acme",
+         *           "model": "FFF1:8001",
+         *           "serial": "SN-000123",
+         *           "state": "ACTIVATED",
+         *           "created_at": "2026-11-22T10:00:00.000Z"
+         *         }
+         *       ],
+         *       "next_cursor": null
+         *     }
+         */
+        ThingReferencePage: {
+            items: components["schemas"]["ThingReference"][];
+            next_cursor: string | null;
+        };
+        /**
+         * @description A revocation's outcome
+         * @example {
+         *       "thingId": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *       "revoked": true,
+         *       "revokedSerials": [
+         *         "5A3C9E01"
+         *       ],
+         *       "crlNumber": 12,
+         *       "disconnected": true
+         *     }
+         */
+        ThingRevoked: {
+            /** Format: uuid */
+            thingId: string;
+            /** @constant */
+            revoked: true;
+            revokedSerials: string[];
+            crlNumber: number;
+            disconnected: boolean;
+        };
+        /**
+         * @description A thing's lifecycle state (machines/thing.ts)
+         * @example ACTIVATED
+         * @enum {string}
+         */
+        ThingState: "REGISTERED" | "ROLLEDOFF" | "PROVISIONED" | "IN_FACTORY" | "HANDOVER_PENDING" | "ACTIVATED" | "DEACTIVATED" | "ANNIHILATED";
+        /**
+         * @description A thing's lifecycle state and when it last changed
+         * @example {
+         *       "state": "IN_FACTORY",
+         *       "updated_at": "2026-11-22T10:00:00.000Z"
+         *     }
+         */
+        ThingStateView: {
+            state: components["schemas"]["ThingState"];
             updated_at: string;
         };
         /**
-         * @description RFC 9457 problem details. Further members may be present (e.g. `state`, `checks`): clients must ignore those they do not know.
          * @example {
-         *       "type": "https://gateway.example.net/",
-         *       "title": "text",
-         *       "status": 400,
-         *       "detail": "text",
-         *       "trace_id": "text"
+         *       "id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *       "model": "FFF1:8001",
+         *       "serial": "SN-000123",
+         *       "state": "ACTIVATED",
+         *       "tags": [
+         *         "line-4"
+         *       ],
+         *       "connected": true,
+         *       "last_seen": "2026-11-22T10:00:00.000Z"
          *     }
          */
-        Problem: {
-            /**
-             * Format: uri
-             * @description identifies the problem type; resolves to a short explanation
-             */
-            type: string;
-            /** @description short summary of the problem type */
-            title: string;
-            /** @description the HTTP status code */
-            status: number;
-            /** @description what went wrong with this request, in words */
-            detail: string;
-            /** @description the request path */
-            instance?: string;
-            /** @description W3C trace id of the request (also in the traceparent header): quote it when reporting a problem */
-            trace_id: string;
-            /** @description spec error code (e.g. THM-60110), when one applies */
-            code?: string;
-        } & {
-            [key: string]: unknown;
+        ThingSummary: {
+            /** Format: uuid */
+            id: string;
+            model: string;
+            serial: string;
+            state: string;
+            tags: string[];
+            connected: boolean;
+            last_seen: string | null;
+        };
+        /**
+         * @description A thing as the full sync lists it
+         * @example {
+         *       "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *       "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
+         *       "model": "FFF1:8001",
+         *       "manufacturer": "Acme",
+         *       "serial": "SN-000123",
+         *       "state": "ACTIVATED",
+         *       "updated_at": "2026-11-22T10:00:00.000Z"
+         *     }
+         */
+        ThingSyncItem: {
+            /** Format: uuid */
+            thing_id: string;
+            model_id: string | null;
+            model: string;
+            manufacturer: string;
+            serial: string;
+            state: string;
+            updated_at: string;
+        };
+        /**
+         * @description A page of the full sync (GET /provisioning/v1/things)
+         * @example {
+         *       "items": [
+         *         {
+         *           "thing_id": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *           "model_id": "a1b2c3d4-e5f6-4a7b-8c9d-0e1f2a3b4c5d",
+         *           "model": "FFF1:8001",
+         *           "manufacturer": "Acme",
+         *           "serial": "SN-000123",
+         *           "state": "ACTIVATED",
+         *           "updated_at": "2026-11-22T10:00:00.000Z"
+         *         }
+         *       ],
+         *       "next_cursor": null,
+         *       "feed_cursor": null
+         *     }
+         */
+        ThingSyncPage: {
+            items: components["schemas"]["ThingSyncItem"][];
+            next_cursor: string | null;
+            /** @description first page only: resume the state-change feed from this cursor once the sync is done (changes made during the sync are in the feed after it) */
+            feed_cursor: string | null;
+        };
+        /**
+         * @example {
+         *       "thingId": "3f1c2a9e-6b7d-4e8f-9a0b-1c2d3e4f5a6b",
+         *       "reported": {
+         *         "version": 7,
+         *         "state": {
+         *           "fan": "off"
+         *         },
+         *         "updatedAt": "2026-11-22T10:00:00.000Z"
+         *       },
+         *       "desired": {
+         *         "version": 3,
+         *         "state": {
+         *           "fan": "on"
+         *         },
+         *         "updatedAt": "2026-11-22T10:00:00.000Z"
+         *       }
+         *     }
+         */
+        Twin: {
+            thingId: string;
+            reported: components["schemas"]["TwinState"];
+            desired: components["schemas"]["TwinState"];
+        };
+        /**
+         * @example {
+         *       "desired": {
+         *         "fan": "on"
+         *       },
+         *       "ifVersion": 3
+         *     }
+         */
+        TwinDesiredUpdate: {
+            /** @description the whole desired state (replaces the previous one) */
+            desired: {
+                [key: string]: unknown;
+            };
+            /** @description only apply when the current desired version is this one (409 otherwise) */
+            ifVersion?: number;
+        };
+        /**
+         * @description One side (reported or desired) of a device twin
+         * @example {
+         *       "version": 3,
+         *       "state": {
+         *         "fan": "on"
+         *       },
+         *       "updatedAt": "2026-11-22T10:00:00.000Z"
+         *     }
+         */
+        TwinState: {
+            version: number;
+            state: {
+                [key: string]: unknown;
+            };
+            updatedAt: string | null;
+        };
+        /**
+         * @example {
+         *       "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *       "principal_id": "alice",
+         *       "roles": [
+         *         "operator"
+         *       ],
+         *       "idp_roles": [
+         *         "viewer"
+         *       ],
+         *       "key_roles": [
+         *         "operator"
+         *       ],
+         *       "updated_at": "2026-11-22T10:00:00.000Z",
+         *       "assigned_by": "admin@acme"
+         *     }
+         */
+        UserRoles: {
+            /** Format: uuid */
+            account_id: string;
+            principal_id: string;
+            /** @description assigned by an account admin ([] when none) */
+            roles: string[];
+            /** @description last asserted by the identity provider ([] when the user never signed in) */
+            idp_roles: string[];
+            /** @description what the user's static keys carry: roles when any are assigned, else idp_roles */
+            key_roles: string[];
+            updated_at: string | null;
+            assigned_by: string | null;
+        };
+        /**
+         * @description An account's vendor ID namespace
+         * @example {
+         *       "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *       "vid": "6A01",
+         *       "created_at": "2026-11-22T10:00:00.000Z"
+         *     }
+         */
+        Vendor: {
+            /** Format: uuid */
+            account_id: string;
+            /** @description the account's VID: 4 upper-case hex digits, from the platform pool 6000-9FFF */
+            vid: string;
+            created_at: string;
+        };
+        /**
+         * @example {
+         *       "sub": "alice",
+         *       "realm": "acc-7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *       "via": "jwt",
+         *       "account_id": "7d3c5f1e-2b4a-4c8d-9e6f-0a1b2c3d4e5f",
+         *       "roles": [
+         *         "operator"
+         *       ],
+         *       "access_key_id": null
+         *     }
+         */
+        WhoAmI: {
+            sub: string;
+            realm: string;
+            /** @enum {string} */
+            via: "jwt" | "credential" | "factory-service" | "device" | "internal";
+            account_id: string | null;
+            roles: string[];
+            access_key_id: string | null;
         };
     };
     responses: {
@@ -7901,152 +7901,152 @@ export interface components {
     headers: never;
     pathItems: never;
 }
-export type NotificationAuthorizationRequestInput = components['schemas']['NotificationAuthorizationRequestInput'];
-export type CredentialCreate = components['schemas']['CredentialCreate'];
-export type CredentialUpdate = components['schemas']['CredentialUpdate'];
-export type Credential = components['schemas']['Credential'];
-export type CredentialCreated = components['schemas']['CredentialCreated'];
-export type SessionTokenRequest = components['schemas']['SessionTokenRequest'];
-export type SessionToken = components['schemas']['SessionToken'];
-export type Session = components['schemas']['Session'];
-export type UserRoles = components['schemas']['UserRoles'];
-export type AccountAssignment = components['schemas']['AccountAssignment'];
-export type AccountCapabilities = components['schemas']['AccountCapabilities'];
-export type ScpCreate = components['schemas']['ScpCreate'];
-export type Scp = components['schemas']['Scp'];
-export type AttachedScp = components['schemas']['AttachedScp'];
-export type WhoAmI = components['schemas']['WhoAmI'];
-export type QuotaDefault = components['schemas']['QuotaDefault'];
-export type Quota = components['schemas']['Quota'];
-export type AccountQuotas = components['schemas']['AccountQuotas'];
-export type QuotaRequest = components['schemas']['QuotaRequest'];
-export type QuotaRequestCreate = components['schemas']['QuotaRequestCreate'];
-export type Organization = components['schemas']['Organization'];
-export type OrganizationMember = components['schemas']['OrganizationMember'];
-export type OrganizationLeave = components['schemas']['OrganizationLeave'];
-export type NotificationPublish = components['schemas']['NotificationPublish'];
-export type NotificationPublishResult = components['schemas']['NotificationPublishResult'];
-export type NotificationPreferencesUpdate = components['schemas']['NotificationPreferencesUpdate'];
-export type NotificationPreferences = components['schemas']['NotificationPreferences'];
-export type Notification = components['schemas']['Notification'];
-export type NotificationPage = components['schemas']['NotificationPage'];
-export type NotificationCategory = components['schemas']['NotificationCategory'];
-export type NotificationCategoryUpdate = components['schemas']['NotificationCategoryUpdate'];
-export type NotificationTemplateUpdate = components['schemas']['NotificationTemplateUpdate'];
-export type NotificationTemplate = components['schemas']['NotificationTemplate'];
-export type NotificationAuthorizationRequest = components['schemas']['NotificationAuthorizationRequest'];
-export type NotificationAuthorizationDecision = components['schemas']['NotificationAuthorizationDecision'];
-export type Certificate = components['schemas']['Certificate'];
-export type ThingState = components['schemas']['ThingState'];
-export type ModelCreate = components['schemas']['ModelCreate'];
-export type Model = components['schemas']['Model'];
-export type ModelCreated = components['schemas']['ModelCreated'];
-export type ThingCreate = components['schemas']['ThingCreate'];
-export type ThingCreated = components['schemas']['ThingCreated'];
-export type ThingRevoked = components['schemas']['ThingRevoked'];
-export type ClaimGroupCreate = components['schemas']['ClaimGroupCreate'];
-export type ClaimGroupCreated = components['schemas']['ClaimGroupCreated'];
-export type ClaimGroup = components['schemas']['ClaimGroup'];
-export type DeviceEnrollment = components['schemas']['DeviceEnrollment'];
-export type DeviceCredentials = components['schemas']['DeviceCredentials'];
-export type DeviceStatus = components['schemas']['DeviceStatus'];
-export type License = components['schemas']['License'];
-export type LicenseStatus = components['schemas']['LicenseStatus'];
-export type LicenseRecord = components['schemas']['LicenseRecord'];
 export type AccessCode = components['schemas']['AccessCode'];
-export type ThingStateView = components['schemas']['ThingStateView'];
-export type ResolvedThing = components['schemas']['ResolvedThing'];
-export type FactoryEligibility = components['schemas']['FactoryEligibility'];
-export type EnrollmentCreate = components['schemas']['EnrollmentCreate'];
-export type Enrollment = components['schemas']['Enrollment'];
-export type EnrollmentPage = components['schemas']['EnrollmentPage'];
-export type EnrollmentApprovalRequest = components['schemas']['EnrollmentApprovalRequest'];
-export type EnrollmentApprovalAnswer = components['schemas']['EnrollmentApprovalAnswer'];
-export type EnrollmentCreated = components['schemas']['EnrollmentCreated'];
-export type ThingListItem = components['schemas']['ThingListItem'];
-export type Thing = components['schemas']['Thing'];
-export type Connectivity = components['schemas']['Connectivity'];
-export type Telemetry = components['schemas']['Telemetry'];
-export type TwinState = components['schemas']['TwinState'];
-export type Twin = components['schemas']['Twin'];
-export type TwinDesiredUpdate = components['schemas']['TwinDesiredUpdate'];
-export type CommandResult = components['schemas']['CommandResult'];
-export type FactoryServiceCreate = components['schemas']['FactoryServiceCreate'];
-export type FactoryService = components['schemas']['FactoryService'];
-export type FactoryServiceWithSecret = components['schemas']['FactoryServiceWithSecret'];
-export type FactoryServicePage = components['schemas']['FactoryServicePage'];
-export type FactoryServicePolicyUpdate = components['schemas']['FactoryServicePolicyUpdate'];
-export type FactoryServicePolicy = components['schemas']['FactoryServicePolicy'];
-export type ProvisioningLegReport = components['schemas']['ProvisioningLegReport'];
-export type ProvisioningLeg = components['schemas']['ProvisioningLeg'];
-export type ProvisioningRun = components['schemas']['ProvisioningRun'];
-export type ProvisioningRunPage = components['schemas']['ProvisioningRunPage'];
-export type ProvisioningLegCall = components['schemas']['ProvisioningLegCall'];
-export type Vendor = components['schemas']['Vendor'];
-export type RegistrarCreate = components['schemas']['RegistrarCreate'];
-export type Registrar = components['schemas']['Registrar'];
-export type RegistrarPage = components['schemas']['RegistrarPage'];
+export type AccessRequest = components['schemas']['AccessRequest'];
 export type AccessRequestCreate = components['schemas']['AccessRequestCreate'];
 export type AccessRequestDecision = components['schemas']['AccessRequestDecision'];
-export type AccessRequest = components['schemas']['AccessRequest'];
 export type AccessRequestPage = components['schemas']['AccessRequestPage'];
-export type FactoryRegistration = components['schemas']['FactoryRegistration'];
-export type FactoryRegistrationPage = components['schemas']['FactoryRegistrationPage'];
-export type Redemption = components['schemas']['Redemption'];
+export type AccountAssignment = components['schemas']['AccountAssignment'];
+export type AccountCapabilities = components['schemas']['AccountCapabilities'];
+export type AccountQuotas = components['schemas']['AccountQuotas'];
+export type AttachedScp = components['schemas']['AttachedScp'];
+export type BlacklistDeltas = components['schemas']['BlacklistDeltas'];
+export type BlacklistEntry = components['schemas']['BlacklistEntry'];
+export type BlacklistEntryAdded = components['schemas']['BlacklistEntryAdded'];
+export type BlacklistEntryCreate = components['schemas']['BlacklistEntryCreate'];
+export type BlacklistJwks = components['schemas']['BlacklistJwks'];
+export type BlacklistPage = components['schemas']['BlacklistPage'];
+export type Certificate = components['schemas']['Certificate'];
+export type ClaimGroup = components['schemas']['ClaimGroup'];
+export type ClaimGroupCreate = components['schemas']['ClaimGroupCreate'];
+export type ClaimGroupCreated = components['schemas']['ClaimGroupCreated'];
+export type CommandResult = components['schemas']['CommandResult'];
+export type Connectivity = components['schemas']['Connectivity'];
+export type Credential = components['schemas']['Credential'];
+export type CredentialCreate = components['schemas']['CredentialCreate'];
+export type CredentialCreated = components['schemas']['CredentialCreated'];
+export type CredentialUpdate = components['schemas']['CredentialUpdate'];
+export type DeviceCredentials = components['schemas']['DeviceCredentials'];
+export type DeviceDeeplink = components['schemas']['DeviceDeeplink'];
+export type DeviceDeeplinkCreate = components['schemas']['DeviceDeeplinkCreate'];
+export type DeviceDeeplinkCreated = components['schemas']['DeviceDeeplinkCreated'];
+export type DeviceDeeplinkPage = components['schemas']['DeviceDeeplinkPage'];
+export type DeviceEnrollment = components['schemas']['DeviceEnrollment'];
+export type DeviceStatus = components['schemas']['DeviceStatus'];
 export type EligibilityArtifact = components['schemas']['EligibilityArtifact'];
 export type EligibilityArtifactCreated = components['schemas']['EligibilityArtifactCreated'];
 export type EligibilityArtifactPage = components['schemas']['EligibilityArtifactPage'];
 export type EligibilityGrant = components['schemas']['EligibilityGrant'];
 export type EligibilityGrantPage = components['schemas']['EligibilityGrantPage'];
-export type ReferenceRequestCreate = components['schemas']['ReferenceRequestCreate'];
-export type ReferenceRequest = components['schemas']['ReferenceRequest'];
-export type ReferenceRequestPage = components['schemas']['ReferenceRequestPage'];
-export type ThingReference = components['schemas']['ThingReference'];
-export type ThingReferencePage = components['schemas']['ThingReferencePage'];
-export type DeviceDeeplinkCreate = components['schemas']['DeviceDeeplinkCreate'];
-export type DeviceDeeplink = components['schemas']['DeviceDeeplink'];
-export type DeviceDeeplinkCreated = components['schemas']['DeviceDeeplinkCreated'];
-export type DeviceDeeplinkPage = components['schemas']['DeviceDeeplinkPage'];
-export type BlacklistEntry = components['schemas']['BlacklistEntry'];
-export type BlacklistEntryCreate = components['schemas']['BlacklistEntryCreate'];
-export type BlacklistEntryAdded = components['schemas']['BlacklistEntryAdded'];
-export type BlacklistPage = components['schemas']['BlacklistPage'];
-export type BlacklistDeltas = components['schemas']['BlacklistDeltas'];
-export type SignedBlacklistSnapshot = components['schemas']['SignedBlacklistSnapshot'];
-export type BlacklistJwks = components['schemas']['BlacklistJwks'];
+export type Enrollment = components['schemas']['Enrollment'];
+export type EnrollmentApprovalAnswer = components['schemas']['EnrollmentApprovalAnswer'];
+export type EnrollmentApprovalRequest = components['schemas']['EnrollmentApprovalRequest'];
+export type EnrollmentCreate = components['schemas']['EnrollmentCreate'];
+export type EnrollmentCreated = components['schemas']['EnrollmentCreated'];
+export type EnrollmentPage = components['schemas']['EnrollmentPage'];
+export type FactoryEligibility = components['schemas']['FactoryEligibility'];
+export type FactoryRegistration = components['schemas']['FactoryRegistration'];
+export type FactoryRegistrationPage = components['schemas']['FactoryRegistrationPage'];
+export type FactoryService = components['schemas']['FactoryService'];
+export type FactoryServiceCreate = components['schemas']['FactoryServiceCreate'];
+export type FactoryServicePage = components['schemas']['FactoryServicePage'];
+export type FactoryServicePolicy = components['schemas']['FactoryServicePolicy'];
+export type FactoryServicePolicyUpdate = components['schemas']['FactoryServicePolicyUpdate'];
+export type FactoryServiceWithSecret = components['schemas']['FactoryServiceWithSecret'];
 export type IngestBatch = components['schemas']['IngestBatch'];
-export type IngestItemResult = components['schemas']['IngestItemResult'];
 export type IngestBatchResult = components['schemas']['IngestBatchResult'];
+export type IngestItemResult = components['schemas']['IngestItemResult'];
 export type IngestJob = components['schemas']['IngestJob'];
-export type IngestJobPage = components['schemas']['IngestJobPage'];
 export type IngestJobError = components['schemas']['IngestJobError'];
 export type IngestJobErrorPage = components['schemas']['IngestJobErrorPage'];
+export type IngestJobPage = components['schemas']['IngestJobPage'];
+export type License = components['schemas']['License'];
+export type LicenseRecord = components['schemas']['LicenseRecord'];
+export type LicenseStatus = components['schemas']['LicenseStatus'];
+export type Model = components['schemas']['Model'];
+export type ModelCreate = components['schemas']['ModelCreate'];
+export type ModelCreated = components['schemas']['ModelCreated'];
+export type Notification = components['schemas']['Notification'];
+export type NotificationAuthorizationDecision = components['schemas']['NotificationAuthorizationDecision'];
+export type NotificationAuthorizationRequest = components['schemas']['NotificationAuthorizationRequest'];
+export type NotificationAuthorizationRequestInput = components['schemas']['NotificationAuthorizationRequestInput'];
+export type NotificationCategory = components['schemas']['NotificationCategory'];
+export type NotificationCategoryUpdate = components['schemas']['NotificationCategoryUpdate'];
+export type NotificationPage = components['schemas']['NotificationPage'];
+export type NotificationPreferences = components['schemas']['NotificationPreferences'];
+export type NotificationPreferencesUpdate = components['schemas']['NotificationPreferencesUpdate'];
+export type NotificationPublish = components['schemas']['NotificationPublish'];
+export type NotificationPublishResult = components['schemas']['NotificationPublishResult'];
+export type NotificationTemplate = components['schemas']['NotificationTemplate'];
+export type NotificationTemplateUpdate = components['schemas']['NotificationTemplateUpdate'];
+export type Organization = components['schemas']['Organization'];
+export type OrganizationLeave = components['schemas']['OrganizationLeave'];
+export type OrganizationMember = components['schemas']['OrganizationMember'];
+export type Problem = components['schemas']['Problem'];
+export type Product = components['schemas']['Product'];
+export type ProductCreate = components['schemas']['ProductCreate'];
+export type ProductPage = components['schemas']['ProductPage'];
+export type ProductPatch = components['schemas']['ProductPatch'];
+export type ProvisioningLeg = components['schemas']['ProvisioningLeg'];
+export type ProvisioningLegCall = components['schemas']['ProvisioningLegCall'];
+export type ProvisioningLegReport = components['schemas']['ProvisioningLegReport'];
+export type ProvisioningRun = components['schemas']['ProvisioningRun'];
+export type ProvisioningRunPage = components['schemas']['ProvisioningRunPage'];
 export type QuarantineEntry = components['schemas']['QuarantineEntry'];
 export type QuarantinePage = components['schemas']['QuarantinePage'];
+export type Quota = components['schemas']['Quota'];
+export type QuotaDefault = components['schemas']['QuotaDefault'];
+export type QuotaRequest = components['schemas']['QuotaRequest'];
+export type QuotaRequestCreate = components['schemas']['QuotaRequestCreate'];
+export type Redemption = components['schemas']['Redemption'];
+export type ReferenceRequest = components['schemas']['ReferenceRequest'];
+export type ReferenceRequestCreate = components['schemas']['ReferenceRequestCreate'];
+export type ReferenceRequestPage = components['schemas']['ReferenceRequestPage'];
+export type Registrar = components['schemas']['Registrar'];
+export type RegistrarCreate = components['schemas']['RegistrarCreate'];
+export type RegistrarPage = components['schemas']['RegistrarPage'];
+export type ResolvedThing = components['schemas']['ResolvedThing'];
+export type Rollout = components['schemas']['Rollout'];
+export type RolloutAction = components['schemas']['RolloutAction'];
+export type RolloutCreate = components['schemas']['RolloutCreate'];
+export type RolloutGroup = components['schemas']['RolloutGroup'];
+export type Scp = components['schemas']['Scp'];
+export type ScpCreate = components['schemas']['ScpCreate'];
+export type Session = components['schemas']['Session'];
+export type SessionToken = components['schemas']['SessionToken'];
+export type SessionTokenRequest = components['schemas']['SessionTokenRequest'];
+export type SignedBlacklistSnapshot = components['schemas']['SignedBlacklistSnapshot'];
+export type SoftwareArtifact = components['schemas']['SoftwareArtifact'];
 export type StateChange = components['schemas']['StateChange'];
+export type StateChangeDelivery = components['schemas']['StateChangeDelivery'];
 export type StateChangePage = components['schemas']['StateChangePage'];
-export type ThingSyncItem = components['schemas']['ThingSyncItem'];
-export type ThingSyncPage = components['schemas']['ThingSyncPage'];
-export type SubscriptionCreate = components['schemas']['SubscriptionCreate'];
-export type SubscriptionPatch = components['schemas']['SubscriptionPatch'];
 export type Subscription = components['schemas']['Subscription'];
+export type SubscriptionCreate = components['schemas']['SubscriptionCreate'];
 export type SubscriptionCreated = components['schemas']['SubscriptionCreated'];
 export type SubscriptionPage = components['schemas']['SubscriptionPage'];
-export type StateChangeDelivery = components['schemas']['StateChangeDelivery'];
-export type ProductCreate = components['schemas']['ProductCreate'];
-export type ProductPatch = components['schemas']['ProductPatch'];
-export type Product = components['schemas']['Product'];
-export type ProductPage = components['schemas']['ProductPage'];
-export type ThingFilterQuery = components['schemas']['ThingFilterQuery'];
-export type TargetFilterCreate = components['schemas']['TargetFilterCreate'];
+export type SubscriptionPatch = components['schemas']['SubscriptionPatch'];
 export type TargetFilter = components['schemas']['TargetFilter'];
+export type TargetFilterCreate = components['schemas']['TargetFilterCreate'];
+export type Telemetry = components['schemas']['Telemetry'];
+export type Thing = components['schemas']['Thing'];
+export type ThingCreate = components['schemas']['ThingCreate'];
+export type ThingCreated = components['schemas']['ThingCreated'];
+export type ThingFilterQuery = components['schemas']['ThingFilterQuery'];
+export type ThingListItem = components['schemas']['ThingListItem'];
+export type ThingReference = components['schemas']['ThingReference'];
+export type ThingReferencePage = components['schemas']['ThingReferencePage'];
+export type ThingRevoked = components['schemas']['ThingRevoked'];
+export type ThingState = components['schemas']['ThingState'];
+export type ThingStateView = components['schemas']['ThingStateView'];
 export type ThingSummary = components['schemas']['ThingSummary'];
-export type SoftwareArtifact = components['schemas']['SoftwareArtifact'];
-export type RolloutCreate = components['schemas']['RolloutCreate'];
-export type Rollout = components['schemas']['Rollout'];
-export type RolloutGroup = components['schemas']['RolloutGroup'];
-export type RolloutAction = components['schemas']['RolloutAction'];
-export type Problem = components['schemas']['Problem'];
+export type ThingSyncItem = components['schemas']['ThingSyncItem'];
+export type ThingSyncPage = components['schemas']['ThingSyncPage'];
+export type Twin = components['schemas']['Twin'];
+export type TwinDesiredUpdate = components['schemas']['TwinDesiredUpdate'];
+export type TwinState = components['schemas']['TwinState'];
+export type UserRoles = components['schemas']['UserRoles'];
+export type Vendor = components['schemas']['Vendor'];
+export type WhoAmI = components['schemas']['WhoAmI'];
 export type ResponseBadRequest = components['responses']['BadRequest'];
 export type ResponseInternalServerError = components['responses']['InternalServerError'];
 export type ResponseServiceUnavailable = components['responses']['ServiceUnavailable'];

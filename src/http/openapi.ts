@@ -160,7 +160,8 @@ function renameRefs(node: unknown, rename: Map<string, string>): void {
 /**
  * The named schemas as components: the provider emits each twice (`Name` for responses,
  * `NameInput` for requests); the request side is folded into `Name` when both are the same or
- * only the request side is used; then every schema no operation or webhook reaches is dropped.
+ * only the request side is used; then every schema no operation or webhook reaches is dropped,
+ * and the rest are listed by name.
  */
 function tidyComponents(doc: Record<string, any>): void {
   const schemas: Record<string, unknown> = doc.components.schemas;
@@ -196,6 +197,9 @@ function tidyComponents(doc: Record<string, any>): void {
     const example = exampleOf(schema, schemas, 0);
     if (example !== undefined) schema.examples = [example];
   }
+  // by name: the order they were registered in is the order their modules were first loaded, which a
+  // process that loaded some domain earlier (the test runner's shared module graph) changes
+  doc.components.schemas = Object.fromEntries(Object.keys(schemas).sort().map((name) => [name, schemas[name]]));
 }
 
 const SAMPLE = { uuid: '5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9', 'date-time': '2026-11-22T10:00:00.000Z', uri: 'https://gateway.example.net/', email: 'ops@example.net' } as Record<string, string>;

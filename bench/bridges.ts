@@ -238,9 +238,12 @@ async function main(): Promise<void> {
     table.push(`| ${shape} | ${payload === 'small' ? '48 B' : '1 KiB'} | ${qos} | ${format} | ${Math.round(m(a, 'msgsPerSecond'))} | ${Math.round(m(b, 'msgsPerSecond'))} | ${(m(b, 'msgsPerSecond') / m(a, 'msgsPerSecond')).toFixed(2)} | ${m(a, 'cpuUsPerMsg').toFixed(1)} / ${m(b, 'cpuUsPerMsg').toFixed(1)} | ${m(a, 'pgUsPerMsg').toFixed(1)} / ${m(b, 'pgUsPerMsg').toFixed(1)} | ${natsPid ? m(b, 'natsUsPerMsg').toFixed(1) : '-'} | ${(100 * m(a, 'machineBusy')).toFixed(0)}% / ${(100 * m(b, 'machineBusy')).toFixed(0)}% | ${m(b, 'catchUpS').toFixed(2)} | ${Math.max(...b.map((r) => r.maxLag))} | ${Math.round(m(b, 'deliveredPerSecond'))} | ${(m(b, 'deliveredPerSecond') / m(a, 'msgsPerSecond')).toFixed(2)} | ${(100 * m(b, 'fromMemory')).toFixed(0)}% |`);
   }
   console.log(table.join('\n'));
+  // the settings given, so the section names the command that made it
+  const settings = ['SHAPES', 'PAYLOADS', 'QOS', 'FORMATS', 'ROUNDS', 'MSGS_QOS0', 'MSGS_QOS1'].filter((k) => process.env[k] !== undefined).map((k) => `${k}=${process.env[k]}`);
+  const command = [...settings, 'npm run bench:bridges'].join(' ');
   const section = `## bench:bridges (issue 34)
 
-\`npm run bench:bridges\`, ${new Date().toISOString().slice(0, 10)}, ${os.cpus().length} CPUs, node ${process.version}, load average at the start ${loads}
+\`${command}\`, ${new Date().toISOString().slice(0, 10)}, ${os.cpus().length} CPUs, node ${process.version}, load average at the start ${loads}
 One gateway process, ${SHAPES.join(' and ')} devices (\`mosquitto_pub -l\`, MQTT 5, mutual TLS; QoS 1 with ${INFLIGHT} in flight), one rule forwarding all
 telemetry of the account to NATS JetStream (${sink.url === 'nats://127.0.0.1:4222' ? "the machine's server" : 'nats-server -js'}, memory stream of 1 GiB purged before every round, each round started once the machine is below 15%
 busy), disabled in one round and enabled in
